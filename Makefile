@@ -1,0 +1,38 @@
+# A thin wrapper over CMake (the source of truth). Targets:
+#   make            optimized build in build/ (the binary is build/rapid)
+#   make test       the whole suite: optimized build + ASan/UBSan build (unit tier)
+#   make install    installs the binary under PREFIX (default /usr/local)
+#   make clean
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all build test test-fast test-asan install clean format
+
+all: build
+
+build:
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+	cmake --build build -j $(JOBS)
+
+# The optimized build runs every tier; the sanitizer build runs the unit tier.
+test: test-fast test-asan
+
+test-fast:
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON $(CMAKE_FLAGS)
+	cmake --build build -j $(JOBS)
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRP_SANITIZE=ON -DRP_WERROR=ON $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+
+install: build
+	cmake --install build --prefix $(PREFIX)
+
+clean:
+	rm -rf build build-asan
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')

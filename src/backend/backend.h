@@ -1,0 +1,128 @@
+/*
+ * backend.h - the compute backend interface: buffers and the ops a forward pass needs.
+ *
+ * The model's forward pass is written once, as calls on this interface; each
+ * backend (CPU now, CUDA next) fills the vtable. Activations are float32 arrays
+ * in backend memory ("device pointers": on the CPU plain pointers, on a GPU
+ * device addresses). Weights are rp_tensor descriptors whose data the backend
+ * holds (the CPU backend aliases the model's mmap; a GPU backend copies).
+ *
+ * Shapes: a 2-D tensor has ne[0] contiguous columns and ne[1] rows. Activations
+ * are row-major (n_tokens, width). A matmul computes y = x · Wᵀ, i.e. for
+ * weight W of shape (rows=out, cols=in): y[t][r] = dot(W[r], x[t]).
+ *
+ * Determinism: every op computes each output element with a fixed reduction
+ * order that does not depend on the number of tokens in the batch, the token's
+ * place in it, or the thread count. Threads split outputs, never reductions.
+ *
+ * Threads: a backend is driven by one thread at a time (the engine thread).
+ */
+#ifndef RP_BACKEND_H
+#define RP_BACKEND_H
+
+#include "../base/base.h"
+
+typedef struct rp_backend rp_backend;
+
+// A weight tensor held by a backend. Plain data.
+typedef struct rp_tensor {
+    rp_dtype type;
+    int64_t ne[2];    // ne[0] columns (contiguous, a whole number of blocks), ne[1] rows
+    const void *data; // backend memory, rows of rp_dtype_row_bytes(type, ne[0]) bytes
+    size_t nbytes;
+} rp_tensor;
+
+// Rotary embedding: per pair i < head_dim/2 the angle is pos * inv_freq[i].
+// NEOX pairs element i with i + head_dim/2 (HF rotate_half); NORM pairs 2i with
+// 2i+1 (llama.cpp's layout for Llama GGUF files, whose Q/K rows it permuted).
+typedef enum rp_rope_style {
+    RP_ROPE_NEOX = 0,
+    RP_ROPE_NORM = 1,
+} rp_rope_style;
+
+// Paged KV of one layer: n_blocks blocks of block_size tokens, each token holding
+// n_kv_head x head_dim floats for K and the same for V.
+//   k, v: (n_blocks, block_size, n_kv_head, head_dim) float32, backend memory
+typedef struct rp_kv_layer {
+    float *k;
+    float *v;
+} rp_kv_layer;
+
+// What attention needs to know about each token of a flattened batch. Plain data,
+// host memory (a device backend uploads it once per forward).
+typedef struct rp_attn_info {
+    int n_tokens;
+    int block_size;
+    const int32_t *pos;                  // (n_tokens) position of each token in its sequence
+    const int32_t *slot;                 // (n_tokens) KV slot (block * block_size + offset) to write
+    const int32_t *const *block_table;   // (n_tokens) block table of each token's sequence
+} rp_attn_info;
+
+typedef struct rp_backend_ops {
+    const char *name;
+
+    void (*destroy)(rp_backend *be);
+
+    // Memory. Buffers are zero-filled. bytes == 0 allowed.
+    rp_status (*alloc)(rp_backend *be, size_t bytes, void **out);
+    void (*free)(rp_backend *be, void *ptr);
+    rp_status (*upload)(rp_backend *be, void *dst, const void *src, size_t bytes);
+    rp_status (*download)(rp_backend *be, void *dst, const void *src, size_t bytes);
+
+    // Makes a weight tensor from host data (rows of `type`). The CPU backend aliases
+    // host_data, which must outlive the tensor; others copy it.
+    rp_status (*tensor_init)(rp_backend *be, rp_dtype type, int64_t ne0, int64_t ne1, const void *host_data,
+                             rp_tensor *out);
+    void (*tensor_deinit)(rp_backend *be, rp_tensor *t);
+    bool (*supports_type)(rp_backend *be, rp_dtype type);
+
+    // ---- ops (all pointers are backend memory; n = number of tokens) ----
+
+    // out[t] = dequant(table row tokens[t]) for a (n_vocab, width) table. tokens is host memory.
+    rp_status (*get_rows)(rp_backend *be, const rp_tensor *table, const int32_t *tokens, int n, float *out);
+    // y (n, w->ne[1]) = x (n, w->ne[0]) · wᵀ
+    rp_status (*matmul)(rp_backend *be, const rp_tensor *w, const float *x, int n, float *y);
+    // y[t][i] += b[i] for a (width) f32 bias
+    rp_status (*add_bias)(rp_backend *be, float *y, const float *b, int n, int width);
+    // out[t] = x[t] / rms(x[t]) * w, per row of `width` (rows = n * groups, for per-head norms)
+    rp_status (*rmsnorm)(rp_backend *be, const float *x, const float *w, float eps, int rows, int width, float *out);
+    // x[t] (n_head, head_dim) rotated in place by pos[t]
+    rp_status (*rope)(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
+                      const float *inv_freq, rp_rope_style style);
+    // Writes k, v (n, n_kv_head*head_dim) into the layer's slots, then
+    // out[t] (n_head*head_dim) = softmax(q[t]·K[0..pos[t]]ᵀ · scale) · V of the token's sequence.
+    rp_status (*attention)(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
+                           const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
+                           float *out);
+    // out = silu(gate) * up, element-wise over count floats
+    rp_status (*silu_mul)(rp_backend *be, const float *gate, const float *up, size_t count, float *out);
+    // y += x, element-wise over count floats
+    rp_status (*add)(rp_backend *be, float *y, const float *x, size_t count);
+
+    rp_status (*synchronize)(rp_backend *be);
+} rp_backend_ops;
+
+struct rp_backend {
+    const rp_backend_ops *ops;
+};
+
+// The CPU backend with a pool of n_threads (0 = all cores).
+rp_status rp_backend_cpu_create(int n_threads, rp_backend **out);
+int rp_backend_cpu_threads(const rp_backend *be);
+void rp_backend_destroy(rp_backend *be);
+
+/* ---- quantization (host, reference code shared by all backends) ---- */
+
+// True when rp_quantize can produce `type` (Q8_0, Q4_0, and the other GGUF types).
+bool rp_quantize_supported(rp_dtype type);
+// Quantizes n floats (a whole number of blocks) into dst (rp_dtype_row_bytes bytes).
+rp_status rp_quantize(rp_dtype type, const float *src, void *dst, int64_t n);
+// Dequantizes n elements of `type` (any supported type, float types included) to float.
+void rp_dequantize(rp_dtype type, const void *src, float *dst, int64_t n);
+
+// Names of the SIMD instruction sets the CPU kernels use on this machine ("avx2", "scalar").
+const char *rp_cpu_simd_name(void);
+// Test hook: forces the scalar reference kernels (true) or the best available (false).
+void rp_cpu_force_scalar(bool on);
+
+#endif

@@ -1,0 +1,144 @@
+/*
+ * pool.c - a persistent thread pool for compute kernels.
+ *
+ * Workers sleep on a condition variable between runs and spin briefly first,
+ * since a decode step issues hundreds of short runs. The caller is worker 0.
+ * Each run bumps a generation counter; workers run the job for the generation
+ * they see, then count themselves done. Kernels split work by (ith, nth) only,
+ * never by timing, so results do not depend on scheduling.
+ */
+#include "base.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+struct rp_pool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;  // bumped for each run
+    atomic_int done;  // workers finished with the current run
+    atomic_bool stop;
+    rp_pool_fn fn;
+    void *ctx;
+};
+
+typedef struct worker_arg {
+    rp_pool *pool;
+    int ith;
+} worker_arg;
+
+static void *worker_main(void *p)
+{
+    worker_arg *wa = p;
+    rp_pool *pool = wa->pool;
+    int ith = wa->ith;
+    rp_free(wa);
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
+               !atomic_load(&pool->stop)) {
+            if (++spins < 20000) {
+                __builtin_ia32_pause();
+                continue;
+            }
+            pthread_mutex_lock(&pool->mu);
+            while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
+                pthread_cond_wait(&pool->cv, &pool->mu);
+            pthread_mutex_unlock(&pool->mu);
+        }
+        if (atomic_load(&pool->stop))
+            return NULL;
+        seen = g;
+        pool->fn(pool->ctx, ith, pool->n);
+        atomic_fetch_add_explicit(&pool->done, 1, memory_order_acq_rel);
+    }
+}
+
+rp_status rp_pool_create(int n_threads, rp_pool **out)
+{
+    *out = NULL;
+    if (n_threads < 1)
+        n_threads = 1;
+    rp_pool *pool = rp_calloc(1, sizeof(*pool));
+    if (!pool)
+        return RP_ERR(RP_ERR_NOMEM, "thread pool: out of memory");
+    pool->n = n_threads;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    if (n_threads > 1) {
+        pool->threads = rp_calloc((size_t)n_threads, sizeof(pthread_t));
+        if (!pool->threads)
+            goto nomem;
+    }
+    for (int i = 1; i < n_threads; i++) {
+        worker_arg *wa = rp_malloc(sizeof(*wa));
+        if (!wa)
+            goto nomem;
+        wa->pool = pool;
+        wa->ith = i;
+        if (pthread_create(&pool->threads[i], NULL, worker_main, wa) != 0) {
+            rp_free(wa);
+            pool->n = i; // only workers [1, i) exist
+            rp_pool_destroy(pool);
+            return RP_ERR(RP_ERR_NOMEM, "thread pool: cannot start thread %d", i);
+        }
+    }
+    *out = pool;
+    return RP_OK;
+nomem:
+    rp_free(pool->threads);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    rp_free(pool);
+    return RP_ERR(RP_ERR_NOMEM, "thread pool: out of memory");
+}
+
+void rp_pool_destroy(rp_pool *pool)
+{
+    if (!pool)
+        return;
+    pthread_mutex_lock(&pool->mu);
+    atomic_store(&pool->stop, true);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 1; i < pool->n; i++)
+        pthread_join(pool->threads[i], NULL);
+    rp_free(pool->threads);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    rp_free(pool);
+}
+
+int rp_pool_size(const rp_pool *pool)
+{
+    return pool ? pool->n : 1;
+}
+
+void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx)
+{
+    if (!pool || pool->n == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    pool->fn = fn;
+    pool->ctx = ctx;
+    atomic_store(&pool->done, 0);
+    pthread_mutex_lock(&pool->mu);
+    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    fn(ctx, 0, pool->n);
+    while (atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1)
+        __builtin_ia32_pause();
+}
+
+int rp_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}

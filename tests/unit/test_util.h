@@ -1,0 +1,65 @@
+/*
+ * test_util.h - helpers shared by the cmocka test programs.
+ *
+ * rp_test_conformance(): the path of ../shared/conformance (or $RP_SHARED_DIR/conformance).
+ * Tests that need it skip with a message when it is absent, except under CI=true,
+ * where its absence fails the test, so a wrong path cannot pass.
+ * rp_test_source(rel): a path inside the source tree ($RP_SOURCE_DIR, set by CTest).
+ */
+#ifndef RP_TEST_UTIL_H
+#define RP_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+static inline const char *rp_test_source_dir(void)
+{
+    const char *s = getenv("RP_SOURCE_DIR");
+    return s && *s ? s : ".";
+}
+
+// A path under the source tree; returns a static buffer (one call at a time).
+static inline const char *rp_test_source(const char *rel)
+{
+    static char buf[4096];
+    snprintf(buf, sizeof(buf), "%s/%s", rp_test_source_dir(), rel);
+    return buf;
+}
+
+static inline const char *rp_test_conformance_dir(void)
+{
+    static char buf[4096];
+    const char *env = getenv("RP_SHARED_DIR");
+    if (env && *env)
+        snprintf(buf, sizeof(buf), "%s/conformance", env);
+    else
+        snprintf(buf, sizeof(buf), "%s/../shared/conformance", rp_test_source_dir());
+    struct stat st;
+    if (stat(buf, &st) == 0 && S_ISDIR(st.st_mode))
+        return buf;
+    return NULL;
+}
+
+// Use at the top of a test: binds `var` to the conformance dir or skips/fails.
+#define RP_TEST_NEED_CONFORMANCE(var)                                                                                  \
+    const char *var = rp_test_conformance_dir();                                                                       \
+    do {                                                                                                               \
+        if (!var) {                                                                                                    \
+            const char *ci = getenv("CI");                                                                             \
+            if (ci && strcmp(ci, "true") == 0)                                                                         \
+                fail_msg("../shared/conformance is missing (looked next to %s); under CI=true that is a failure",     \
+                         rp_test_source_dir());                                                                        \
+            print_message("skipping: ../shared/conformance not found next to %s\n", rp_test_source_dir());            \
+            skip();                                                                                                    \
+        }                                                                                                              \
+    } while (0)
+
+#endif
