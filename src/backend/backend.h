@@ -68,6 +68,7 @@ typedef struct rp_backend_ops {
     void (*free)(rp_backend *be, void *ptr);
     rp_status (*upload)(rp_backend *be, void *dst, const void *src, size_t bytes);
     rp_status (*download)(rp_backend *be, void *dst, const void *src, size_t bytes);
+    rp_status (*copy)(rp_backend *be, void *dst, const void *src, size_t bytes); // within backend memory
 
     // Makes a weight tensor from host data (rows of `type`). The CPU backend aliases
     // host_data, which must outlive the tensor; others copy it.

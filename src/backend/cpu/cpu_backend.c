@@ -1,0 +1,348 @@
+/*
+ * cpu_backend.c - the CPU backend: fills the backend vtable for x86-64 CPUs.
+ *
+ * Buffers are 64-byte aligned heap memory; weight tensors alias the host data
+ * they are made from (the model's mmap or its quantized copy). Matmuls go to the
+ * kernels in matmul.c (scalar reference + AVX2, chosen at run time); the other
+ * ops live here. Every op splits its outputs over the thread pool and reduces
+ * each output in a fixed order, so results do not depend on the batch or the
+ * thread count (see backend.h).
+ *
+ * Scratch memory (quantized activations, attention scores) grows by doubling
+ * when a larger batch or context first appears, and is never freed per step.
+ *
+ * Threads: driven by one thread; its pool's workers only run inside ops.
+ */
+#include "cpu_int.h"
+
+#include <math.h>
+
+typedef struct cpu_backend {
+    rp_backend base;
+    rp_pool *pool;
+    void *mm_scratch; // quantized activations for matmul
+    size_t mm_scratch_size;
+    float *scores; // attention scores, scores_per_thread floats per thread
+    size_t scores_per_thread;
+} cpu_backend;
+
+static cpu_backend *cpu(rp_backend *be)
+{
+    return (cpu_backend *)be;
+}
+
+// Grows a 64-byte aligned scratch buffer to at least `need` bytes.
+static rp_status grow(void **buf, size_t *size, size_t need)
+{
+    if (need <= *size)
+        return RP_OK;
+    size_t n = *size ? *size : 4096;
+    while (n < need)
+        n *= 2;
+    void *p = rp_malloc_aligned(n);
+    if (!p)
+        return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of scratch", n);
+    rp_free_aligned(*buf);
+    *buf = p;
+    *size = n;
+    return RP_OK;
+}
+
+static void cpu_destroy(rp_backend *be)
+{
+    cpu_backend *c = cpu(be);
+    rp_pool_destroy(c->pool);
+    rp_free_aligned(c->mm_scratch);
+    rp_free_aligned(c->scores);
+    rp_free(c);
+}
+
+static rp_status cpu_alloc(rp_backend *be, size_t bytes, void **out)
+{
+    *out = rp_malloc_aligned(bytes);
+    if (!*out)
+        return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+    memset(*out, 0, bytes);
+    return RP_OK;
+}
+
+static void cpu_free(rp_backend *be, void *ptr)
+{
+    rp_free_aligned(ptr);
+}
+
+static rp_status cpu_copy(rp_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return RP_OK;
+}
+
+static rp_status cpu_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, int64_t ne1, const void *host_data,
+                                 rp_tensor *out)
+{
+    size_t row;
+    if (!rp_dtype_row_bytes(type, ne0, &row) || ne1 <= 0 || !rp_mul_size(row, (size_t)ne1, &out->nbytes))
+        return RP_ERR(RP_ERR_INVALID, "cpu backend: bad tensor shape %lld x %lld of %s", (long long)ne0,
+                      (long long)ne1, rp_dtype_name(type));
+    out->type = type;
+    out->ne[0] = ne0;
+    out->ne[1] = ne1;
+    out->data = host_data;
+    return RP_OK;
+}
+
+static void cpu_tensor_deinit(rp_backend *be, rp_tensor *t)
+{
+    memset(t, 0, sizeof(*t));
+}
+
+static bool cpu_supports_type(rp_backend *be, rp_dtype type)
+{
+    switch (type) {
+    case RP_DTYPE_F32:
+    case RP_DTYPE_F16:
+    case RP_DTYPE_BF16:
+    case RP_DTYPE_Q8_0:
+    case RP_DTYPE_Q4_0:
+    case RP_DTYPE_Q5_0:
+    case RP_DTYPE_Q4_K:
+    case RP_DTYPE_Q5_K:
+    case RP_DTYPE_Q6_K: return true;
+    default: return false;
+    }
+}
+
+/* ---- ops ---- */
+
+static rp_status cpu_get_rows(rp_backend *be, const rp_tensor *table, const int32_t *tokens, int n, float *out)
+{
+    size_t row_bytes;
+    rp_dtype_row_bytes(table->type, table->ne[0], &row_bytes);
+    for (int t = 0; t < n; t++) {
+        if (tokens[t] < 0 || tokens[t] >= table->ne[1])
+            return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%lld)", tokens[t],
+                          (long long)table->ne[1]);
+        const uint8_t *row = (const uint8_t *)table->data + (size_t)tokens[t] * row_bytes;
+        rp_dequantize(table->type, row, out + (size_t)t * table->ne[0], table->ne[0]);
+    }
+    return RP_OK;
+}
+
+static rp_status cpu_matmul(rp_backend *be, const rp_tensor *w, const float *x, int n, float *y)
+{
+    cpu_backend *c = cpu(be);
+    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(w->type, w->ne[0], n));
+    if (st)
+        return st;
+    rp_cpu_matmul(c->pool, w, x, n, y, c->mm_scratch);
+    return RP_OK;
+}
+
+static rp_status cpu_add_bias(rp_backend *be, float *y, const float *b, int n, int width)
+{
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < width; i++)
+            y[(size_t)t * width + i] += b[i];
+    return RP_OK;
+}
+
+static rp_status cpu_rmsnorm(rp_backend *be, const float *x, const float *w, float eps, int rows, int width,
+                             float *out)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * width;
+        float *o = out + (size_t)r * width;
+        double ss = 0;
+        for (int i = 0; i < width; i++)
+            ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / width + eps));
+        for (int i = 0; i < width; i++)
+            o[i] = (xr[i] * inv) * w[i];
+    }
+    return RP_OK;
+}
+
+static rp_status cpu_rope(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
+                          const float *inv_freq, rp_rope_style style)
+{
+    int half = head_dim / 2;
+    float cs[512], sn[512]; // head_dim <= 1024 is checked at model load
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < half; i++) {
+            // As transformers: the angle is a float32 product, cos/sin of that float.
+            float a = (float)pos[t] * inv_freq[i];
+            cs[i] = cosf(a);
+            sn[i] = sinf(a);
+        }
+        for (int h = 0; h < n_head; h++) {
+            float *v = x + ((size_t)t * n_head + h) * head_dim;
+            for (int i = 0; i < half; i++) {
+                int i0 = style == RP_ROPE_NEOX ? i : 2 * i;
+                int i1 = style == RP_ROPE_NEOX ? i + half : 2 * i + 1;
+                float x0 = v[i0], x1 = v[i1];
+                v[i0] = x0 * cs[i] - x1 * sn[i];
+                v[i1] = x1 * cs[i] + x0 * sn[i];
+            }
+        }
+    }
+    return RP_OK;
+}
+
+typedef struct attn_job {
+    cpu_backend *c;
+    const float *q;
+    rp_kv_layer *kv;
+    const rp_attn_info *info;
+    int n_head, n_kv_head, head_dim;
+    float scale;
+    float *out;
+} attn_job;
+
+static void attn_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    const rp_attn_info *info = j->info;
+    int hd = j->head_dim, bs = info->block_size;
+    int group = j->n_head / j->n_kv_head;
+    size_t kv_stride = (size_t)j->n_kv_head * hd; // floats per token slot
+    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
+    int64_t lo, hi;
+    rp_split_range((int64_t)info->n_tokens * j->n_head, ith, nth, &lo, &hi);
+    for (int64_t w = lo; w < hi; w++) {
+        int t = (int)(w / j->n_head), h = (int)(w % j->n_head), kvh = h / group;
+        const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
+        const int32_t *bt = info->block_table[t];
+        int len = info->pos[t] + 1;
+        float mx = -INFINITY;
+        for (int p = 0; p < len; p++) {
+            const float *k = j->kv->k + ((size_t)bt[p / bs] * bs + p % bs) * kv_stride + (size_t)kvh * hd;
+            float s = 0;
+            for (int i = 0; i < hd; i++)
+                s += q[i] * k[i];
+            s *= j->scale;
+            scores[p] = s;
+            if (s > mx)
+                mx = s;
+        }
+        float sum = 0;
+        for (int p = 0; p < len; p++) {
+            scores[p] = expf(scores[p] - mx);
+            sum += scores[p];
+        }
+        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
+        for (int i = 0; i < hd; i++)
+            o[i] = 0;
+        for (int p = 0; p < len; p++) {
+            const float *v = j->kv->v + ((size_t)bt[p / bs] * bs + p % bs) * kv_stride + (size_t)kvh * hd;
+            float wgt = scores[p];
+            for (int i = 0; i < hd; i++)
+                o[i] += wgt * v[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++)
+            o[i] *= inv;
+    }
+}
+
+static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
+                               const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
+                               float *out)
+{
+    cpu_backend *c = cpu(be);
+    size_t width = (size_t)n_kv_head * head_dim;
+    int max_len = 0;
+    for (int t = 0; t < info->n_tokens; t++) {
+        memcpy(kv->k + (size_t)info->slot[t] * width, k + (size_t)t * width, width * sizeof(float));
+        memcpy(kv->v + (size_t)info->slot[t] * width, v + (size_t)t * width, width * sizeof(float));
+        if (info->pos[t] + 1 > max_len)
+            max_len = info->pos[t] + 1;
+    }
+    int nth = rp_pool_size(c->pool);
+    if ((size_t)max_len > c->scores_per_thread) {
+        size_t per = c->scores_per_thread ? c->scores_per_thread : 1024;
+        while (per < (size_t)max_len)
+            per *= 2;
+        float *s = rp_malloc_aligned(per * (size_t)nth * sizeof(float));
+        if (!s)
+            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+        rp_free_aligned(c->scores);
+        c->scores = s;
+        c->scores_per_thread = per;
+    }
+    attn_job j = {c, q, kv, info, n_head, n_kv_head, head_dim, scale, out};
+    rp_pool_run(c->pool, attn_worker, &j);
+    return RP_OK;
+}
+
+static rp_status cpu_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out)
+{
+    for (size_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+    return RP_OK;
+}
+
+static rp_status cpu_add(rp_backend *be, float *y, const float *x, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        y[i] += x[i];
+    return RP_OK;
+}
+
+static rp_status cpu_synchronize(rp_backend *be)
+{
+    return RP_OK;
+}
+
+static const rp_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .tensor_init = cpu_tensor_init,
+    .tensor_deinit = cpu_tensor_deinit,
+    .supports_type = cpu_supports_type,
+    .get_rows = cpu_get_rows,
+    .matmul = cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .add = cpu_add,
+    .synchronize = cpu_synchronize,
+};
+
+rp_status rp_backend_cpu_create(int n_threads, rp_backend **out)
+{
+    *out = NULL;
+    if (n_threads <= 0)
+        n_threads = rp_cpu_count();
+    cpu_backend *c = rp_calloc(1, sizeof(*c));
+    if (!c)
+        return RP_ERR(RP_ERR_NOMEM, "cpu backend: out of memory");
+    c->base.ops = &cpu_ops;
+    rp_status st = rp_pool_create(n_threads, &c->pool);
+    if (st) {
+        rp_free(c);
+        return st;
+    }
+    *out = &c->base;
+    return RP_OK;
+}
+
+int rp_backend_cpu_threads(const rp_backend *be)
+{
+    return rp_pool_size(((const cpu_backend *)be)->pool);
+}
+
+void rp_backend_destroy(rp_backend *be)
+{
+    if (be)
+        be->ops->destroy(be);
+}

@@ -1,0 +1,51 @@
+/*
+ * main.c - the `rapid` command: dispatches to the subcommands.
+ *
+ * Only subcommands that work appear in the help. Exit codes: 0 success,
+ * 1 failure (with a message), 2 bad usage.
+ */
+#include "cli.h"
+
+#include "../base/base.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: rapid <command> [options]\n"
+               "\n"
+               "Rapid %s - a fast local LLM inference engine.\n"
+               "\n"
+               "commands:\n"
+               "  run MODEL -p PROMPT     generate text from a prompt (MODEL: a Hugging Face folder or a .gguf file)\n"
+               "  tokenize MODEL TEXT     print the token ids of TEXT\n"
+               "\n"
+               "  rapid <command> --help  options of a command\n"
+               "  rapid --version         print the version\n",
+               RP_VERSION);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+        printf("rapid %s\n", RP_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "run") == 0)
+        return rp_cli_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0)
+        return rp_cli_tokenize(argc - 1, argv + 1);
+    fprintf(stderr, "rapid: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

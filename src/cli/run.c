@@ -1,0 +1,340 @@
+/*
+ * run.c - `rapid run`: load a model, generate from one prompt, print as it goes.
+ *
+ * The prompt is tokenized with the model's own tokenizer (special tokens added
+ * as the tokenizer says), prefilled in chunks of up to --batch tokens, then
+ * decoded one token per forward until -n tokens or an end-of-generation token.
+ * Text is printed through the incremental detokenizer, so the output is always
+ * valid UTF-8; one stats line goes to stderr at the end.
+ */
+#include "cli.h"
+
+#include "../model/model.h"
+#include "../sample/sample.h"
+#include "../tokenizer/tokenizer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define KV_BLOCK 16
+
+static void run_usage(FILE *f)
+{
+    fprintf(f, "usage: rapid run MODEL -p PROMPT [options]\n"
+               "\n"
+               "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file.\n"
+               "\n"
+               "options:\n"
+               "  -p, --prompt TEXT       the prompt (required, or --file)\n"
+               "  -f, --file PATH         read the prompt from a file\n"
+               "  -n, --n-predict N       tokens to generate (default 128)\n"
+               "      --temp T            temperature, 0 = greedy (default 0)\n"
+               "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
+               "      --top-p P           nucleus sampling (default 1 = off)\n"
+               "      --min-p P           drop tokens below P x the top probability (default 0 = off)\n"
+               "      --repeat-penalty R  repetition penalty (default 1 = off)\n"
+               "      --presence-penalty X, --frequency-penalty X   OpenAI-style penalties (default 0)\n"
+               "      --seed S            random seed for sampling (default 0)\n"
+               "      --quant q8|q4       quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "  -t, --threads N         CPU threads (default: all cores)\n"
+               "      --ctx N             context length (default: prompt + N, at most the model's)\n"
+               "      --ignore-eos        keep generating past end-of-generation tokens\n"
+               "  -h, --help              this help\n");
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end)
+        return false;
+    *out = v;
+    return true;
+}
+
+typedef struct run_opts {
+    const char *model, *prompt, *file;
+    int n_predict, threads, ctx;
+    bool ignore_eos;
+    rp_dtype quant;
+    rp_sample_params sp;
+} run_opts;
+
+// Returns 0 when parsed, 2 on bad usage, -1 when help was printed.
+static int parse_args(int argc, char **argv, run_opts *o)
+{
+    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_QUANT, O_CTX, O_IGNORE };
+    static const struct option longs[] = {
+        {"prompt", required_argument, 0, 'p'},
+        {"file", required_argument, 0, 'f'},
+        {"n-predict", required_argument, 0, 'n'},
+        {"threads", required_argument, 0, 't'},
+        {"temp", required_argument, 0, O_TEMP},
+        {"top-k", required_argument, 0, O_TOPK},
+        {"top-p", required_argument, 0, O_TOPP},
+        {"min-p", required_argument, 0, O_MINP},
+        {"repeat-penalty", required_argument, 0, O_REP},
+        {"presence-penalty", required_argument, 0, O_PRES},
+        {"frequency-penalty", required_argument, 0, O_FREQ},
+        {"seed", required_argument, 0, O_SEED},
+        {"quant", required_argument, 0, O_QUANT},
+        {"ctx", required_argument, 0, O_CTX},
+        {"ignore-eos", no_argument, 0, O_IGNORE},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    o->n_predict = 128;
+    o->quant = RP_DTYPE_F32;
+    rp_sample_params_default(&o->sp);
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":p:f:n:t:h", longs, NULL)) != -1) {
+        bool ok = true;
+        switch (c) {
+        case 'p': o->prompt = optarg; break;
+        case 'f': o->file = optarg; break;
+        case 'n': ok = parse_int(optarg, 0, 1 << 24, &o->n_predict); break;
+        case 't': ok = parse_int(optarg, 1, 1024, &o->threads); break;
+        case O_TEMP: ok = parse_float(optarg, &o->sp.temperature); break;
+        case O_TOPK: ok = parse_int(optarg, 0, 1 << 24, &o->sp.top_k); break;
+        case O_TOPP: ok = parse_float(optarg, &o->sp.top_p); break;
+        case O_MINP: ok = parse_float(optarg, &o->sp.min_p); break;
+        case O_REP: ok = parse_float(optarg, &o->sp.repetition_penalty); break;
+        case O_PRES: ok = parse_float(optarg, &o->sp.presence_penalty); break;
+        case O_FREQ: ok = parse_float(optarg, &o->sp.frequency_penalty); break;
+        case O_SEED: {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(optarg, &end, 10);
+            ok = !errno && end != optarg && !*end && optarg[0] != '-';
+            o->sp.seed = v;
+            break;
+        }
+        case O_QUANT:
+            if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
+                o->quant = RP_DTYPE_Q8_0;
+            else if (strcmp(optarg, "q4") == 0 || strcmp(optarg, "q4_0") == 0)
+                o->quant = RP_DTYPE_Q4_0;
+            else
+                ok = false;
+            break;
+        case O_CTX: ok = parse_int(optarg, 1, 1 << 24, &o->ctx); break;
+        case O_IGNORE: o->ignore_eos = true; break;
+        case 'h': run_usage(stdout); return -1;
+        case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
+        default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "rapid run: invalid value '%s' for %s\n\n", optarg, argv[optind - 1]);
+            run_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1 || (!o->prompt && !o->file) || (o->prompt && o->file)) {
+        fprintf(stderr, "rapid run: %s\n\n",
+                optind != argc - 1 ? "expected one MODEL" : "give the prompt with -p or --file (one of them)");
+        run_usage(stderr);
+        return 2;
+    }
+    o->model = argv[optind];
+    if (rp_sample_params_validate(&o->sp) != RP_OK) {
+        fprintf(stderr, "rapid run: %s\n\n", rp_error_message());
+        run_usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "rapid: %s%s%s\n", what ? what : "", what ? ": " : "", rp_error_message());
+    return 1;
+}
+
+// Writes text and flushes, so generation shows as it happens.
+static void emit(const char *text, size_t len)
+{
+    if (len) {
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+    }
+}
+
+static bool is_stop(const rp_tokenizer *tok, const rp_model_config *cfg, int32_t id)
+{
+    if (rp_tok_is_eog(tok, id))
+        return true;
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_ids[i] == id)
+            return true;
+    return false;
+}
+
+int rp_cli_run(int argc, char **argv)
+{
+    run_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+
+    rp_model *model = NULL;
+    rp_tokenizer *tok = NULL;
+    rp_kv_pool *kv = NULL;
+    rp_sampler *smp = NULL;
+    int32_t *ids = NULL;
+    float *logits = NULL;
+    char *prompt_buf = NULL;
+    rp_kv_seq seq;
+    rp_kv_seq_init(&seq);
+    rp_detok dt;
+    bool dt_live = false;
+    rc = 1;
+
+    const char *prompt = o.prompt;
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    if (o.file) {
+        if (rp_file_read(o.file, &prompt_buf, &prompt_len)) {
+            fail(NULL);
+            goto done;
+        }
+        prompt = prompt_buf;
+    }
+    rp_model_params mp;
+    rp_model_params_default(&mp);
+    mp.n_threads = o.threads;
+    mp.quant = o.quant;
+    if (rp_model_load(o.model, &mp, &model)) {
+        fail(NULL);
+        goto done;
+    }
+    const rp_model_config *cfg = rp_model_get_config(model);
+    if (rp_tok_load_file(o.model, &tok)) {
+        fail("tokenizer");
+        goto done;
+    }
+    size_t n_prompt;
+    if (rp_tok_encode(tok, prompt, prompt_len, true, &ids, &n_prompt)) {
+        fail("tokenizing the prompt");
+        goto done;
+    }
+    if (n_prompt == 0) {
+        fprintf(stderr, "rapid: the prompt is empty (no tokens)\n");
+        goto done;
+    }
+    int ctx = o.ctx ? o.ctx : (int)n_prompt + o.n_predict;
+    if (ctx > cfg->max_ctx)
+        ctx = cfg->max_ctx;
+    if ((int)n_prompt >= ctx) {
+        fprintf(stderr, "rapid: the prompt (%zu tokens) does not fit the context (%d tokens)\n", n_prompt, ctx);
+        goto done;
+    }
+    if (rp_model_kv_create(model, KV_BLOCK, (ctx + KV_BLOCK - 1) / KV_BLOCK, &kv) ||
+        rp_sampler_create(&o.sp, cfg->n_vocab, &smp)) {
+        fail(NULL);
+        goto done;
+    }
+    logits = rp_malloc((size_t)cfg->n_vocab * sizeof(float));
+    int32_t *pos = rp_malloc(512 * sizeof(int32_t)), *seqi = rp_calloc(512, sizeof(int32_t));
+    bool *want = rp_calloc(512, sizeof(bool));
+    if (!logits || !pos || !seqi || !want) {
+        rp_free(pos);
+        rp_free(seqi);
+        rp_free(want);
+        fprintf(stderr, "rapid: out of memory\n");
+        goto done;
+    }
+    rp_kv_seq *seqs[1] = {&seq};
+    rp_status st = RP_OK;
+
+    // Prefill in chunks; only the prompt's last token produces logits.
+    double t0 = rp_time_s();
+    for (size_t at = 0; at < n_prompt && !st; at += 512) {
+        int n = (int)(n_prompt - at < 512 ? n_prompt - at : 512);
+        for (int i = 0; i < n; i++) {
+            pos[i] = (int32_t)(at + i);
+            want[i] = at + i == n_prompt - 1;
+            rp_sampler_accept(smp, ids[at + i], true);
+        }
+        rp_batch b = {n, ids + at, pos, seqi, want, seqs, 1};
+        st = rp_kv_seq_reserve(kv, &seq, (int32_t)(at + n));
+        if (!st)
+            st = rp_model_forward(model, kv, &b, logits);
+    }
+    double t1 = rp_time_s();
+    int n_gen = 0;
+    double t_first = t1;
+    rp_detok_init(&dt, tok);
+    dt_live = true;
+    for (int32_t p = (int32_t)n_prompt; !st && n_gen < o.n_predict && p < ctx; p++) {
+        int32_t next = rp_sampler_sample(smp, logits);
+        rp_sampler_accept(smp, next, false);
+        n_gen++;
+        if (n_gen == 1)
+            t_first = rp_time_s();
+        if (!o.ignore_eos && is_stop(tok, cfg, next))
+            break;
+        const char *text;
+        size_t len;
+        if ((st = rp_detok_push(&dt, next, &text, &len)))
+            break;
+        emit(text, len);
+        if (n_gen == o.n_predict || p + 1 >= ctx)
+            break;
+        pos[0] = p;
+        want[0] = true;
+        rp_batch b = {1, &next, pos, seqi, want, seqs, 1};
+        st = rp_kv_seq_reserve(kv, &seq, p + 1);
+        if (!st)
+            st = rp_model_forward(model, kv, &b, logits);
+    }
+    double t2 = rp_time_s();
+    rp_free(pos);
+    rp_free(seqi);
+    rp_free(want);
+    if (!st) {
+        const char *text;
+        size_t len;
+        if (!rp_detok_flush(&dt, &text, &len))
+            emit(text, len);
+    }
+    printf("\n");
+    if (st) {
+        fail("generation");
+        goto done;
+    }
+    // Decode speed counts the forwards after the first sampled token (each makes one token).
+    double dec_s = t2 - t_first;
+    fprintf(stderr, "prompt: %zu tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s | %s, %d threads\n", n_prompt,
+            n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen, n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0,
+            rp_model_describe(model), rp_backend_cpu_threads(rp_model_backend(model)));
+    rc = 0;
+done:
+    if (dt_live)
+        rp_detok_deinit(&dt);
+    if (kv)
+        rp_kv_seq_deinit(kv, &seq);
+    rp_kv_pool_destroy(kv);
+    rp_sampler_destroy(smp);
+    rp_free(logits);
+    rp_free(ids);
+    rp_free(prompt_buf);
+    rp_tok_destroy(tok);
+    rp_model_destroy(model);
+    return rc;
+}

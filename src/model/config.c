@@ -1,0 +1,345 @@
+/*
+ * config.c - architecture hyper-parameters from config.json or GGUF metadata.
+ *
+ * Both sources fill one rp_model_config, which rp_config_validate then checks
+ * for consistency (divisibility, positive sizes, limits the kernels rely on),
+ * so a malformed file becomes a clear error naming the field, never a crash.
+ * config.json comes in two rope layouts: the classic `rope_theta` +
+ * `rope_scaling` keys that most published checkpoints use, and the
+ * `rope_parameters` object that current transformers writes; both are read.
+ */
+#include "model_int.h"
+
+#include "../gguf/gguf.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---- config.json ---- */
+
+static bool js_int(json_t *o, const char *key, int *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX)
+        return false;
+    *out = (int)json_integer_value(v);
+    return true;
+}
+
+static bool js_num(json_t *o, const char *key, float *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!json_is_number(v))
+        return false;
+    *out = (float)json_number_value(v);
+    return true;
+}
+
+static rp_status need_int(const char *path, json_t *o, const char *key, int *out)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v)
+        return RP_ERR(RP_ERR_INVALID, "%s: missing \"%s\"", path, key);
+    if (!js_int(o, key, out))
+        return RP_ERR(RP_ERR_INVALID, "%s: \"%s\" is not an integer", path, key);
+    return RP_OK;
+}
+
+static rp_status arch_from_name(const char *path, const char *name, rp_model_config *cfg)
+{
+    static const struct {
+        const char *name;
+        rp_arch arch;
+        const char *short_name;
+    } known[] = {
+        {"LlamaForCausalLM", RP_ARCH_LLAMA, "llama"},       {"llama", RP_ARCH_LLAMA, "llama"},
+        {"MistralForCausalLM", RP_ARCH_MISTRAL, "mistral"}, {"mistral", RP_ARCH_MISTRAL, "mistral"},
+        {"Qwen2ForCausalLM", RP_ARCH_QWEN2, "qwen2"},       {"qwen2", RP_ARCH_QWEN2, "qwen2"},
+        {"Qwen3ForCausalLM", RP_ARCH_QWEN3, "qwen3"},       {"qwen3", RP_ARCH_QWEN3, "qwen3"},
+    };
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(name, known[i].name) == 0) {
+            cfg->arch = known[i].arch;
+            snprintf(cfg->arch_name, sizeof(cfg->arch_name), "%s", known[i].short_name);
+            return RP_OK;
+        }
+    return RP_ERR(RP_ERR_UNSUPPORTED,
+                  "%s: architecture \"%s\" is not supported (supported: Llama, Mistral, Qwen2, Qwen3)", path, name);
+}
+
+// Reads rope scaling from a classic rope_scaling object or a rope_parameters object.
+static rp_status rope_scaling_from_json(const char *path, json_t *rs, rp_model_config *cfg)
+{
+    json_t *t = json_object_get(rs, "rope_type");
+    if (!t)
+        t = json_object_get(rs, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "default";
+    if (strcmp(type, "default") == 0)
+        return RP_OK;
+    if (!js_num(rs, "factor", &cfg->rope_factor) || !(cfg->rope_factor > 0))
+        return RP_ERR(RP_ERR_INVALID, "%s: rope scaling \"%s\" needs a positive \"factor\"", path, type);
+    if (strcmp(type, "linear") == 0) {
+        cfg->rope_scaling = RP_ROPE_SCALING_LINEAR;
+        return RP_OK;
+    }
+    if (strcmp(type, "llama3") == 0) {
+        cfg->rope_scaling = RP_ROPE_SCALING_LLAMA3;
+        if (!js_num(rs, "low_freq_factor", &cfg->rope_low_freq_factor) ||
+            !js_num(rs, "high_freq_factor", &cfg->rope_high_freq_factor) ||
+            !js_int(rs, "original_max_position_embeddings", &cfg->rope_orig_ctx))
+            return RP_ERR(RP_ERR_INVALID,
+                          "%s: llama3 rope scaling needs low_freq_factor, high_freq_factor and "
+                          "original_max_position_embeddings",
+                          path);
+        if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor) || cfg->rope_orig_ctx <= 0)
+            return RP_ERR(RP_ERR_INVALID, "%s: llama3 rope scaling has inconsistent factors", path);
+        return RP_OK;
+    }
+    return RP_ERR(RP_ERR_UNSUPPORTED, "%s: rope scaling type \"%s\" is not supported (default, linear, llama3 are)",
+                  path, type);
+}
+
+rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->bos_id = -1;
+    if (!json_is_object(root))
+        return RP_ERR(RP_ERR_INVALID, "%s: not a JSON object", path);
+    json_t *archs = json_object_get(root, "architectures");
+    json_t *mt = json_object_get(root, "model_type");
+    rp_status st;
+    if (json_is_array(archs) && json_is_string(json_array_get(archs, 0)))
+        st = arch_from_name(path, json_string_value(json_array_get(archs, 0)), cfg);
+    else if (json_is_string(mt))
+        st = arch_from_name(path, json_string_value(mt), cfg);
+    else
+        st = RP_ERR(RP_ERR_INVALID, "%s: neither \"architectures\" nor \"model_type\" names the architecture", path);
+    if (st)
+        return st;
+    json_t *act = json_object_get(root, "hidden_act");
+    if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (silu is)", path,
+                      json_string_value(act));
+    if ((st = need_int(path, root, "vocab_size", &cfg->n_vocab)) ||
+        (st = need_int(path, root, "hidden_size", &cfg->dim)) ||
+        (st = need_int(path, root, "num_hidden_layers", &cfg->n_layer)) ||
+        (st = need_int(path, root, "num_attention_heads", &cfg->n_head)) ||
+        (st = need_int(path, root, "intermediate_size", &cfg->ffn_dim)))
+        return st;
+    if (!js_int(root, "num_key_value_heads", &cfg->n_kv_head))
+        cfg->n_kv_head = cfg->n_head;
+    if (!js_int(root, "head_dim", &cfg->head_dim))
+        cfg->head_dim = cfg->n_head > 0 ? cfg->dim / cfg->n_head : 0;
+    cfg->norm_eps = 1e-6f;
+    js_num(root, "rms_norm_eps", &cfg->norm_eps);
+    cfg->max_ctx = 4096;
+    js_int(root, "max_position_embeddings", &cfg->max_ctx);
+    json_t *tie = json_object_get(root, "tie_word_embeddings");
+    cfg->tied_embeddings = json_is_true(tie);
+    cfg->qkv_bias = cfg->arch == RP_ARCH_QWEN2 || json_is_true(json_object_get(root, "attention_bias"));
+    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3;
+    cfg->rope_style = RP_ROPE_NEOX;
+    cfg->rope_theta = 10000.0f;
+    cfg->rope_factor = 1.0f;
+    json_t *rp = json_object_get(root, "rope_parameters");
+    if (json_is_object(rp)) {
+        js_num(rp, "rope_theta", &cfg->rope_theta);
+        if ((st = rope_scaling_from_json(path, rp, cfg)))
+            return st;
+    } else {
+        js_num(root, "rope_theta", &cfg->rope_theta);
+        json_t *rs = json_object_get(root, "rope_scaling");
+        if (json_is_object(rs) && (st = rope_scaling_from_json(path, rs, cfg)))
+            return st;
+    }
+    // Sliding-window attention is not implemented: stay within the window, where it is exact.
+    int window;
+    json_t *usw = json_object_get(root, "use_sliding_window");
+    bool sliding = cfg->arch == RP_ARCH_MISTRAL || json_is_true(usw);
+    if (sliding && js_int(root, "sliding_window", &window) && window > 0 && window < cfg->max_ctx) {
+        RP_LOGW("%s: sliding-window attention (window %d) is not implemented; context capped at %d tokens", path,
+                window, window);
+        cfg->max_ctx = window;
+    }
+    return RP_OK;
+}
+
+// generation_config.json: bos_token_id and eos_token_id (an id or a list). Optional file.
+rp_status rp_config_read_generation(const char *dir, rp_model_config *cfg)
+{
+    char *path = rp_path_join(dir, "generation_config.json");
+    if (!path)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    if (!rp_file_exists(path)) {
+        rp_free(path);
+        return RP_OK;
+    }
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    if (!root) {
+        rp_status st = RP_ERR(RP_ERR_INVALID, "%s:%d:%d: %s", path, jerr.line, jerr.column, jerr.text);
+        rp_free(path);
+        return st;
+    }
+    json_t *bos = json_object_get(root, "bos_token_id");
+    if (json_is_integer(bos))
+        cfg->bos_id = (int32_t)json_integer_value(bos);
+    json_t *eos = json_object_get(root, "eos_token_id");
+    cfg->n_eos = 0;
+    if (json_is_integer(eos)) {
+        cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(eos);
+    } else if (json_is_array(eos)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(eos, i, v) {
+            if (json_is_integer(v) && cfg->n_eos < (int)(sizeof(cfg->eos_ids) / sizeof(cfg->eos_ids[0])))
+                cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(v);
+        }
+    }
+    json_decref(root);
+    rp_free(path);
+    return RP_OK;
+}
+
+/* ---- GGUF metadata ---- */
+
+static bool gg_int(const rp_gguf *g, const char *arch, const char *key, int *out)
+{
+    char full[128];
+    int64_t v;
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    if (!rp_gguf_get_int(g, full, &v) || v < INT32_MIN || v > INT32_MAX)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool gg_float(const rp_gguf *g, const char *arch, const char *key, float *out)
+{
+    char full[128];
+    double v;
+    snprintf(full, sizeof(full), "%s.%s", arch, key);
+    if (!rp_gguf_get_float(g, full, &v))
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
+{
+    const char *path = rp_gguf_path(g);
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->bos_id = -1;
+    size_t alen;
+    const char *a = rp_gguf_get_str(g, "general.architecture", &alen);
+    if (!a)
+        return RP_ERR(RP_ERR_INVALID, "%s: missing general.architecture", path);
+    char arch[32];
+    snprintf(arch, sizeof(arch), "%.*s", (int)(alen < 31 ? alen : 31), a);
+    rp_status st = arch_from_name(path, arch, cfg);
+    if (st)
+        return st;
+    static const char *required[] = {"embedding_length", "block_count", "feed_forward_length",
+                                     "attention.head_count"};
+    int *dst[] = {&cfg->dim, &cfg->n_layer, &cfg->ffn_dim, &cfg->n_head};
+    for (int i = 0; i < 4; i++)
+        if (!gg_int(g, arch, required[i], dst[i]))
+            return RP_ERR(RP_ERR_INVALID, "%s: missing or invalid %s.%s", path, arch, required[i]);
+    if (!gg_int(g, arch, "attention.head_count_kv", &cfg->n_kv_head))
+        cfg->n_kv_head = cfg->n_head;
+    if (!gg_int(g, arch, "attention.key_length", &cfg->head_dim))
+        cfg->head_dim = cfg->n_head > 0 ? cfg->dim / cfg->n_head : 0;
+    int rope_dim;
+    if (gg_int(g, arch, "rope.dimension_count", &rope_dim) && rope_dim != cfg->head_dim)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: partial rotary embedding (%d of %d dims) is not supported", path,
+                      rope_dim, cfg->head_dim);
+    cfg->norm_eps = 1e-6f;
+    gg_float(g, arch, "attention.layer_norm_rms_epsilon", &cfg->norm_eps);
+    cfg->max_ctx = 4096;
+    gg_int(g, arch, "context_length", &cfg->max_ctx);
+    cfg->rope_theta = 10000.0f;
+    gg_float(g, arch, "rope.freq_base", &cfg->rope_theta);
+    cfg->rope_factor = 1.0f;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", arch);
+    size_t tlen;
+    const char *stype = rp_gguf_get_str(g, key, &tlen);
+    if (stype && !(tlen == 4 && memcmp(stype, "none", 4) == 0)) {
+        if (tlen == 6 && memcmp(stype, "linear", 6) == 0) {
+            cfg->rope_scaling = RP_ROPE_SCALING_LINEAR;
+            if (!gg_float(g, arch, "rope.scaling.factor", &cfg->rope_factor) || !(cfg->rope_factor > 0))
+                return RP_ERR(RP_ERR_INVALID, "%s: linear rope scaling without a positive factor", path);
+        } else {
+            return RP_ERR(RP_ERR_UNSUPPORTED, "%s: rope scaling \"%.*s\" is not supported", path, (int)tlen, stype);
+        }
+    }
+    // llama.cpp's converter permutes Llama Q/K rows for adjacent-pair rope; Qwen keeps HF's layout.
+    cfg->rope_style = cfg->arch == RP_ARCH_LLAMA || cfg->arch == RP_ARCH_MISTRAL ? RP_ROPE_NORM : RP_ROPE_NEOX;
+    cfg->qkv_bias = rp_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
+    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3;
+    cfg->tied_embeddings = rp_gguf_find_tensor(g, "output.weight") == NULL;
+    const rp_gguf_tensor *emb = rp_gguf_find_tensor(g, "token_embd.weight");
+    if (!emb)
+        return RP_ERR(RP_ERR_INVALID, "%s: missing tensor token_embd.weight", path);
+    cfg->n_vocab = (int)emb->ne[1];
+    int64_t v;
+    if (rp_gguf_get_int(g, "tokenizer.ggml.bos_token_id", &v))
+        cfg->bos_id = (int32_t)v;
+    if (rp_gguf_get_int(g, "tokenizer.ggml.eos_token_id", &v))
+        cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    if (rp_gguf_get_int(g, "tokenizer.ggml.eot_token_id", &v) && (cfg->n_eos == 0 || cfg->eos_ids[0] != v))
+        cfg->eos_ids[cfg->n_eos++] = (int32_t)v;
+    return RP_OK;
+}
+
+/* ---- checks and rope ---- */
+
+rp_status rp_config_validate(const char *path, rp_model_config *cfg)
+{
+    if (cfg->n_vocab <= 0 || cfg->dim <= 0 || cfg->n_layer <= 0 || cfg->n_head <= 0 || cfg->n_kv_head <= 0 ||
+        cfg->head_dim <= 0 || cfg->ffn_dim <= 0)
+        return RP_ERR(RP_ERR_INVALID, "%s: sizes must be positive (vocab %d, hidden %d, layers %d, heads %d/%d, "
+                                      "head_dim %d, ffn %d)",
+                      path, cfg->n_vocab, cfg->dim, cfg->n_layer, cfg->n_head, cfg->n_kv_head, cfg->head_dim,
+                      cfg->ffn_dim);
+    if (cfg->n_head % cfg->n_kv_head != 0)
+        return RP_ERR(RP_ERR_INVALID, "%s: %d attention heads is not a multiple of %d key/value heads", path,
+                      cfg->n_head, cfg->n_kv_head);
+    if (cfg->head_dim % 2 != 0 || cfg->head_dim > 1024)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: head_dim %d is not supported (even, at most 1024)", path,
+                      cfg->head_dim);
+    if (cfg->n_layer > 1024 || cfg->dim > (1 << 20) || cfg->ffn_dim > (1 << 22) || cfg->n_vocab > (1 << 24))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: model dimensions beyond supported limits", path);
+    if (!(cfg->norm_eps > 0) || !(cfg->rope_theta > 0) || !isfinite(cfg->rope_theta))
+        return RP_ERR(RP_ERR_INVALID, "%s: rms_norm_eps and rope_theta must be positive", path);
+    if (cfg->max_ctx <= 0)
+        cfg->max_ctx = 4096;
+    return RP_OK;
+}
+
+void rp_config_inv_freq(const rp_model_config *cfg, const float *freq_factors, float *inv_freq)
+{
+    int half = cfg->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        // As transformers: base ** (2i/d) in float32.
+        float expo = (float)(2 * i) / (float)cfg->head_dim;
+        float f = 1.0f / powf(cfg->rope_theta, expo);
+        if (freq_factors)
+            f /= freq_factors[i];
+        if (cfg->rope_scaling == RP_ROPE_SCALING_LINEAR) {
+            f /= cfg->rope_factor;
+        } else if (cfg->rope_scaling == RP_ROPE_SCALING_LLAMA3 && !freq_factors) {
+            float lo_wav = (float)cfg->rope_orig_ctx / cfg->rope_low_freq_factor;
+            float hi_wav = (float)cfg->rope_orig_ctx / cfg->rope_high_freq_factor;
+            float wav = 2.0f * (float)M_PI / f;
+            if (wav > lo_wav) {
+                f = f / cfg->rope_factor;
+            } else if (wav >= hi_wav) { // medium band: interpolate
+                float smooth = ((float)cfg->rope_orig_ctx / wav - cfg->rope_low_freq_factor) /
+                               (cfg->rope_high_freq_factor - cfg->rope_low_freq_factor);
+                f = (1.0f - smooth) * f / cfg->rope_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}

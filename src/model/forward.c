@@ -1,0 +1,110 @@
+/*
+ * forward.c - the decoder forward pass over one flattened batch.
+ *
+ * One pass serves prefill chunks, decode tokens and (later) draft tokens to
+ * verify, from any number of sequences: every op works on (n_tokens, width)
+ * activations, and only attention looks at which sequence a token belongs to
+ * (through its block table and position). Per layer:
+ *
+ *   h = rmsnorm(x) ; q,k,v = h·Wqᵀ (+b), h·Wkᵀ (+b), h·Wvᵀ (+b)
+ *   [Qwen3: per-head rmsnorm of q and k] ; rope(q, k)
+ *   x += attention(q, K, V)·Woᵀ
+ *   h = rmsnorm(x) ; x += (silu(h·Wgateᵀ) * h·Wupᵀ)·Wdownᵀ
+ *
+ * then the final norm and the output head for the tokens that want logits
+ * (gathered first, so a prefill chunk computes one row, not hundreds).
+ */
+#include "model_int.h"
+
+#include <math.h>
+
+static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_attn_info *ai, int n,
+                               const int32_t *pos)
+{
+    const rp_model_config *c = &m->cfg;
+    const rp_layer *L = &m->layers[l];
+    const rp_backend_ops *o = m->be->ops;
+    rp_backend *be = m->be;
+    rp_scratch *s = &m->s;
+    int qd = c->n_head * c->head_dim, kvd = c->n_kv_head * c->head_dim;
+    rp_status st;
+#define TRY(call)                                                                                                      \
+    if ((st = (call)))                                                                                                 \
+    return st
+    TRY(o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
+    TRY(o->matmul(be, &L->wq, s->h, n, s->q));
+    TRY(o->matmul(be, &L->wk, s->h, n, s->k));
+    TRY(o->matmul(be, &L->wv, s->h, n, s->v));
+    if (L->bq) {
+        TRY(o->add_bias(be, s->q, L->bq, n, qd));
+        TRY(o->add_bias(be, s->k, L->bk, n, kvd));
+        TRY(o->add_bias(be, s->v, L->bv, n, kvd));
+    }
+    if (L->q_norm) {
+        TRY(o->rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
+        TRY(o->rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
+    }
+    TRY(o->rope(be, s->q, pos, n, c->n_head, c->head_dim, m->inv_freq, c->rope_style));
+    TRY(o->rope(be, s->k, pos, n, c->n_kv_head, c->head_dim, m->inv_freq, c->rope_style));
+    float scale = (float)(1.0 / sqrt((double)c->head_dim));
+    TRY(o->attention(be, s->q, s->k, s->v, kv, ai, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
+    TRY(o->matmul(be, &L->wo, s->att, n, s->h));
+    TRY(o->add(be, s->x, s->h, (size_t)n * c->dim));
+    TRY(o->rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
+    TRY(o->matmul(be, &L->w_gate, s->h, n, s->gate));
+    TRY(o->matmul(be, &L->w_up, s->h, n, s->up));
+    TRY(o->silu_mul(be, s->gate, s->up, (size_t)n * c->ffn_dim, s->gate));
+    TRY(o->matmul(be, &L->w_down, s->gate, n, s->h));
+    TRY(o->add(be, s->x, s->h, (size_t)n * c->dim));
+#undef TRY
+    return RP_OK;
+}
+
+rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits)
+{
+    const rp_model_config *c = &m->cfg;
+    const rp_backend_ops *o = m->be->ops;
+    rp_backend *be = m->be;
+    int n = b->n_tokens;
+    if (n <= 0)
+        return RP_OK;
+    if (n > m->params.max_batch)
+        return RP_ERR(RP_ERR_RANGE, "batch of %d tokens exceeds the maximum of %d", n, m->params.max_batch);
+    int n_out = 0;
+    for (int t = 0; t < n; t++) {
+        if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
+            return RP_ERR(RP_ERR_INVALID, "token %d names sequence %d of %d", t, b->seq[t], b->n_seqs);
+        const rp_kv_seq *sq = b->seqs[b->seq[t]];
+        if (b->pos[t] < 0 || b->pos[t] >= sq->n_tokens)
+            return RP_ERR(RP_ERR_RANGE, "position %d outside the sequence's %d KV slots", b->pos[t], sq->n_tokens);
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab)
+            return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%d)", b->tokens[t], c->n_vocab);
+        m->tmp_slot[t] = rp_kv_seq_slot(kv, sq, b->pos[t]);
+        m->tmp_bt[t] = sq->blocks;
+        if (b->want_logits[t])
+            m->tmp_rows[n_out++] = t;
+    }
+    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
+    rp_status st = o->get_rows(be, &m->tok_embd, b->tokens, n, m->s.x);
+    for (int l = 0; l < c->n_layer && !st; l++)
+        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
+    if (st)
+        return st;
+    // Gather the rows that want logits (in order, so in place), then norm and project in chunks.
+    for (int i = 0; i < n_out; i++)
+        if (m->tmp_rows[i] != i)
+            st = o->copy(be, m->s.x + (size_t)i * c->dim, m->s.x + (size_t)m->tmp_rows[i] * c->dim,
+                           (size_t)c->dim * sizeof(float));
+    if (st)
+        return st;
+    if (n_out > 0 && (st = o->rmsnorm(be, m->s.x, m->out_norm, c->norm_eps, n_out, c->dim, m->s.h)))
+        return st;
+    for (int r = 0; r < n_out; r += RP_LOGIT_ROWS) {
+        int rows = n_out - r < RP_LOGIT_ROWS ? n_out - r : RP_LOGIT_ROWS;
+        if ((st = o->matmul(be, &m->output, m->s.h + (size_t)r * c->dim, rows, m->s.logits)) ||
+            (st = o->download(be, logits + (size_t)r * c->n_vocab, m->s.logits,
+                              (size_t)rows * c->n_vocab * sizeof(float))))
+            return st;
+    }
+    return o->synchronize(be);
+}

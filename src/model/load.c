@@ -1,0 +1,397 @@
+/*
+ * load.c - loading weights from a Hugging Face folder or a GGUF file.
+ *
+ * Both formats are read through one view of a tensor (name, type, shape with
+ * ne[0] contiguous, data in the file's mapping). The loader asks for each
+ * tensor the architecture needs by name, checks its shape against the config,
+ * and hands it to the backend; nothing is copied except what --quant quantizes
+ * and the small norm/bias vectors (converted to f32). Tensors nobody asked for
+ * (e.g. `mtp.*` layers) are listed and skipped.
+ */
+#include "model_int.h"
+
+#include "../gguf/gguf.h"
+#include "../safetensors/safetensors.h"
+
+#include <stdio.h>
+
+typedef struct src_tensor {
+    const char *name;
+    rp_dtype type;
+    int n_dims;
+    int64_t ne[4]; // ne[0] contiguous
+    const void *data;
+} src_tensor;
+
+// Where tensors come from during one load.
+typedef struct source {
+    rp_model *m;
+    const char *path; // for messages
+    const char *(*name_of)(const char *canonical, int layer, char *buf, size_t cap);
+    const void **used; // identities of the tensors taken
+    int n_used, cap_used;
+} source;
+
+/* ---- ownership helpers ---- */
+
+static rp_status push_ptr(void ***arr, int *n, int *cap, void *p)
+{
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 32;
+        void **na = rp_realloc(*arr, (size_t)nc * sizeof(void *));
+        if (!na)
+            return RP_ERR(RP_ERR_NOMEM, "out of memory");
+        *arr = na;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = p;
+    return RP_OK;
+}
+
+rp_status rp_model_keep(rp_model *m, void *host_buffer)
+{
+    rp_status st = push_ptr(&m->owned, &m->n_owned, &m->cap_owned, host_buffer);
+    if (st)
+        rp_free_aligned(host_buffer);
+    return st;
+}
+
+static rp_status shape_error(const source *src, const char *name, const int64_t *ne, int n_dims, int64_t e0,
+                             int64_t e1)
+{
+    return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has shape [%lld, %lld]%s, expected [%lld, %lld] (cols, rows)",
+                  src->path, name, (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1), n_dims > 2 ? "..." : "",
+                  (long long)e0, (long long)e1);
+}
+
+rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
+                               const void *data, bool quantizable, rp_tensor *out)
+{
+    rp_backend *be = m->be;
+    rp_dtype q = m->params.quant;
+    bool is_float = type == RP_DTYPE_F32 || type == RP_DTYPE_F16 || type == RP_DTYPE_BF16;
+    if (quantizable && is_float && q != RP_DTYPE_F32 && ne0 % rp_dtype_block(q) == 0) {
+        size_t row_bytes, total;
+        if (!rp_dtype_row_bytes(q, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
+            return RP_ERR(RP_ERR_INVALID, "tensor '%s' too large to quantize", name);
+        uint8_t *buf = rp_malloc_aligned(total);
+        float *row = rp_malloc((size_t)ne0 * sizeof(float));
+        if (!buf || !row) {
+            rp_free_aligned(buf);
+            rp_free(row);
+            return RP_ERR(RP_ERR_NOMEM, "out of memory quantizing '%s'", name);
+        }
+        size_t src_row;
+        rp_dtype_row_bytes(type, ne0, &src_row);
+        rp_status st = RP_OK;
+        for (int64_t r = 0; r < ne1 && !st; r++) {
+            rp_dequantize(type, (const uint8_t *)data + (size_t)r * src_row, row, ne0);
+            st = rp_quantize(q, row, buf + (size_t)r * row_bytes, ne0);
+        }
+        rp_free(row);
+        if (st || (st = rp_model_keep(m, buf))) {
+            if (st != RP_ERR_NOMEM)
+                rp_free_aligned(buf);
+            return st;
+        }
+        data = buf;
+        type = q;
+    }
+    if (!be->ops->supports_type(be, type))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported by the %s backend", name,
+                      rp_dtype_name(type), be->ops->name);
+    rp_status st = be->ops->tensor_init(be, type, ne0, ne1, data, out);
+    if (st)
+        return st;
+    m->weight_bytes += out->nbytes;
+    return RP_OK;
+}
+
+rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data,
+                               float **out)
+{
+    rp_backend *be = m->be;
+    float *host = rp_malloc((size_t)n * sizeof(float));
+    if (!host)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    rp_dequantize(type, data, host, n);
+    void *dev = NULL;
+    rp_status st = be->ops->alloc(be, (size_t)n * sizeof(float), &dev);
+    if (!st)
+        st = be->ops->upload(be, dev, host, (size_t)n * sizeof(float));
+    rp_free(host);
+    if (!st)
+        st = push_ptr(&m->dev_owned, &m->n_dev_owned, &m->cap_dev_owned, dev);
+    if (st) {
+        if (dev)
+            be->ops->free(be, dev);
+        return rp_error_prefix(st, "tensor '%s'", name);
+    }
+    *out = dev;
+    return RP_OK;
+}
+
+/* ---- the two formats ---- */
+
+static bool find_tensor(source *src, const char *name, src_tensor *t)
+{
+    rp_model *m = src->m;
+    if (m->gguf) {
+        const rp_gguf_tensor *g = rp_gguf_find_tensor(m->gguf, name);
+        if (!g)
+            return false;
+        t->name = g->name;
+        t->type = g->type;
+        t->n_dims = g->n_dims;
+        memcpy(t->ne, g->ne, sizeof(t->ne));
+        t->data = g->data;
+        return true;
+    }
+    const rp_st_tensor *s = rp_st_find(m->st, name);
+    if (!s)
+        return false;
+    t->name = s->name;
+    t->type = s->supported ? s->type : (rp_dtype)-1;
+    t->n_dims = s->n_dims;
+    for (int d = 0; d < 4; d++) // safetensors shapes are outermost first
+        t->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
+    t->data = s->data;
+    return true;
+}
+
+static rp_status mark_used(source *src, const void *id)
+{
+    return push_ptr((void ***)&src->used, &src->n_used, &src->cap_used, (void *)id);
+}
+
+// Fetches tensor `canonical` (GGUF naming, layer substituted) checking its shape.
+// e1 == 0 asks for a vector of e0 elements. *found false (no error) when optional and absent.
+static rp_status get(source *src, const char *canonical, int layer, int64_t e0, int64_t e1, bool required,
+                     src_tensor *t, bool *found)
+{
+    char buf[160];
+    const char *name = src->name_of(canonical, layer, buf, sizeof(buf));
+    *found = false;
+    if (!find_tensor(src, name, t)) {
+        if (required)
+            return RP_ERR(RP_ERR_INVALID, "%s: missing tensor '%s'", src->path, name);
+        return RP_OK;
+    }
+    if ((int)t->type < 0 || !rp_dtype_valid((int)t->type))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has an unsupported data type", src->path, name);
+    int64_t rows = 1;
+    for (int d = 1; d < t->n_dims; d++)
+        rows *= t->ne[d];
+    bool ok = e1 == 0 ? (t->ne[0] == e0 && rows == 1) : (t->ne[0] == e0 && rows == e1 && t->n_dims == 2);
+    if (!ok)
+        return shape_error(src, name, t->ne, t->n_dims, e0, e1 ? e1 : 1);
+    *found = true;
+    return mark_used(src, t->data);
+}
+
+static rp_status get_weight(source *src, const char *canonical, int layer, int64_t e0, int64_t e1, rp_tensor *out)
+{
+    src_tensor t;
+    bool found;
+    rp_status st = get(src, canonical, layer, e0, e1, true, &t, &found);
+    if (!st)
+        st = rp_model_make_weight(src->m, t.name, t.type, e0, e1, t.data, true, out);
+    return st ? rp_error_prefix(st, "%s", src->path) : RP_OK;
+}
+
+static rp_status get_vector(source *src, const char *canonical, int layer, int64_t n, bool required, float **out)
+{
+    src_tensor t;
+    bool found;
+    *out = NULL;
+    rp_status st = get(src, canonical, layer, n, 0, required, &t, &found);
+    if (!st && found && rp_dtype_is_quant(t.type))
+        st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: vector '%s' is quantized", src->path, t.name);
+    if (!st && found)
+        st = rp_model_make_vector(src->m, t.name, t.type, n, t.data, out);
+    return st;
+}
+
+/* Canonical names are GGUF's; HF names are derived from them. */
+static const char *gguf_name(const char *canonical, int layer, char *buf, size_t cap)
+{
+    if (layer < 0)
+        return canonical;
+    snprintf(buf, cap, "blk.%d.%s", layer, canonical);
+    return buf;
+}
+
+static const char *hf_name(const char *canonical, int layer, char *buf, size_t cap)
+{
+    static const char *map[][2] = {
+        {"token_embd.weight", "model.embed_tokens.weight"},
+        {"output_norm.weight", "model.norm.weight"},
+        {"output.weight", "lm_head.weight"},
+        {"attn_norm.weight", "input_layernorm.weight"},
+        {"ffn_norm.weight", "post_attention_layernorm.weight"},
+        {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},
+        {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"},
+        {"attn_q.bias", "self_attn.q_proj.bias"},
+        {"attn_k.bias", "self_attn.k_proj.bias"},
+        {"attn_v.bias", "self_attn.v_proj.bias"},
+        {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},
+        {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"},
+    };
+    const char *hf = canonical;
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strcmp(canonical, map[i][0]) == 0)
+            hf = map[i][1];
+    if (layer < 0)
+        return hf;
+    snprintf(buf, cap, "model.layers.%d.%s", layer, hf);
+    return buf;
+}
+
+/* ---- the architecture's tensors ---- */
+
+static rp_status load_tensors(source *src)
+{
+    rp_model *m = src->m;
+    rp_model_config *c = &m->cfg;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
+    rp_status st;
+    if ((st = get_weight(src, "token_embd.weight", -1, c->dim, c->n_vocab, &m->tok_embd)) ||
+        (st = get_vector(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
+        return st;
+    src_tensor t;
+    bool has_output;
+    if ((st = get(src, "output.weight", -1, c->dim, c->n_vocab, false, &t, &has_output)))
+        return st;
+    if (has_output) {
+        if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_vocab, t.data, true, &m->output)))
+            return st;
+        c->tied_embeddings = false;
+    } else {
+        m->output = m->tok_embd;
+        c->tied_embeddings = true;
+    }
+    m->layers = rp_calloc((size_t)c->n_layer, sizeof(rp_layer));
+    if (!m->layers)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    for (int l = 0; l < c->n_layer; l++) {
+        rp_layer *L = &m->layers[l];
+        if ((st = get_vector(src, "attn_norm.weight", l, c->dim, true, &L->attn_norm)) ||
+            (st = get_vector(src, "ffn_norm.weight", l, c->dim, true, &L->ffn_norm)) ||
+            (st = get_weight(src, "attn_q.weight", l, c->dim, q_dim, &L->wq)) ||
+            (st = get_weight(src, "attn_k.weight", l, c->dim, kv_dim, &L->wk)) ||
+            (st = get_weight(src, "attn_v.weight", l, c->dim, kv_dim, &L->wv)) ||
+            (st = get_weight(src, "attn_output.weight", l, q_dim, c->dim, &L->wo)) ||
+            (st = get_weight(src, "ffn_gate.weight", l, c->dim, c->ffn_dim, &L->w_gate)) ||
+            (st = get_weight(src, "ffn_up.weight", l, c->dim, c->ffn_dim, &L->w_up)) ||
+            (st = get_weight(src, "ffn_down.weight", l, c->ffn_dim, c->dim, &L->w_down)) ||
+            (st = get_vector(src, "attn_q.bias", l, q_dim, c->qkv_bias, &L->bq)) ||
+            (st = get_vector(src, "attn_k.bias", l, kv_dim, c->qkv_bias, &L->bk)) ||
+            (st = get_vector(src, "attn_v.bias", l, kv_dim, c->qkv_bias, &L->bv)) ||
+            (st = get_vector(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
+            (st = get_vector(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
+            return st;
+    }
+    // Rope frequencies: llama.cpp stores Llama-3 scaling as per-pair factors.
+    m->inv_freq = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
+    if (!m->inv_freq)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    bool has_factors = false;
+    float *factors = NULL;
+    if (m->gguf) {
+        if ((st = get(src, "rope_freqs.weight", -1, c->head_dim / 2, 0, false, &t, &has_factors)))
+            return st;
+        if (has_factors) {
+            factors = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
+            if (!factors)
+                return RP_ERR(RP_ERR_NOMEM, "out of memory");
+            rp_dequantize(t.type, t.data, factors, c->head_dim / 2);
+        }
+    }
+    rp_config_inv_freq(c, factors, m->inv_freq);
+    rp_free(factors);
+    return RP_OK;
+}
+
+// Lists the file's tensors that the architecture did not use.
+static void list_unused(source *src)
+{
+    rp_model *m = src->m;
+    int64_t n = m->gguf ? rp_gguf_n_tensors(m->gguf) : rp_st_n_tensors(m->st);
+    int unused = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const char *name;
+        const void *id;
+        if (m->gguf) {
+            const rp_gguf_tensor *t = rp_gguf_tensor_at(m->gguf, i);
+            name = t->name;
+            id = t->data;
+        } else {
+            const rp_st_tensor *t = rp_st_tensor_at(m->st, i);
+            name = t->name;
+            id = t->data;
+        }
+        bool used = false;
+        for (int j = 0; j < src->n_used && !used; j++)
+            used = src->used[j] == id;
+        if (!used) {
+            if (unused++ < 8 && !m->params.quiet)
+                RP_LOGI("skipping tensor '%s' (not used by the %s architecture)", name, m->cfg.arch_name);
+        }
+    }
+    if (unused > 8 && !m->params.quiet)
+        RP_LOGI("skipping %d unused tensors in all", unused);
+}
+
+static rp_status load_from(rp_model *m, const char *path, const char *(*name_of)(const char *, int, char *, size_t))
+{
+    source src = {.m = m, .path = path, .name_of = name_of};
+    rp_status st = load_tensors(&src);
+    if (!st)
+        list_unused(&src);
+    rp_free(src.used);
+    return st;
+}
+
+rp_status rp_model_load_hf(rp_model *m, const char *dir)
+{
+    char *cfg_path = rp_path_join(dir, "config.json");
+    if (!cfg_path)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    json_error_t jerr;
+    json_t *root = json_load_file(cfg_path, JSON_REJECT_DUPLICATES, &jerr);
+    rp_status st;
+    if (!root) {
+        st = rp_file_exists(cfg_path)
+                 ? RP_ERR(RP_ERR_INVALID, "%s:%d:%d: %s", cfg_path, jerr.line, jerr.column, jerr.text)
+                 : RP_ERR(RP_ERR_IO, "%s: no config.json (is this a Hugging Face model folder?)", dir);
+        rp_free(cfg_path);
+        return st;
+    }
+    st = rp_config_from_hf_json(cfg_path, root, &m->cfg);
+    json_decref(root);
+    if (!st)
+        st = rp_config_read_generation(dir, &m->cfg);
+    if (!st)
+        st = rp_config_validate(cfg_path, &m->cfg);
+    rp_free(cfg_path);
+    if (st)
+        return st;
+    if ((st = rp_st_open_dir(dir, &m->st)))
+        return st;
+    return load_from(m, dir, hf_name);
+}
+
+rp_status rp_model_load_gguf(rp_model *m, const char *path)
+{
+    rp_status st = rp_gguf_open(path, &m->gguf);
+    if (st)
+        return st;
+    if ((st = rp_config_from_gguf(m->gguf, &m->cfg)) || (st = rp_config_validate(path, &m->cfg)))
+        return st;
+    return load_from(m, path, gguf_name);
+}

@@ -1,0 +1,158 @@
+/*
+ * model.c - model lifetime: load (dispatching on the path), scratch, destroy.
+ */
+#include "model_int.h"
+
+#include "../gguf/gguf.h"
+#include "../safetensors/safetensors.h"
+
+#include <stdio.h>
+
+void rp_model_params_default(rp_model_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->quant = RP_DTYPE_F32;
+    p->max_batch = 512;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static rp_status alloc_scratch(rp_model *m)
+{
+    const rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    size_t B = (size_t)m->params.max_batch;
+    size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
+    struct {
+        float **p;
+        size_t n;
+    } bufs[] = {
+        {&m->s.x, B * c->dim},       {&m->s.h, B * c->dim},       {&m->s.q, B * qd},
+        {&m->s.k, B * kvd},          {&m->s.v, B * kvd},          {&m->s.att, B * qd},
+        {&m->s.gate, B * c->ffn_dim}, {&m->s.up, B * c->ffn_dim}, {&m->s.logits, (size_t)RP_LOGIT_ROWS * c->n_vocab},
+    };
+    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+        void *p;
+        rp_status st = be->ops->alloc(be, bufs[i].n * sizeof(float), &p);
+        if (st)
+            return rp_error_prefix(st, "activation scratch");
+        *bufs[i].p = p;
+    }
+    m->tmp_slot = rp_malloc(B * sizeof(int32_t));
+    m->tmp_bt = rp_malloc(B * sizeof(int32_t *));
+    m->tmp_rows = rp_malloc(B * sizeof(int32_t));
+    if (!m->tmp_slot || !m->tmp_bt || !m->tmp_rows)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
+rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out)
+{
+    *out = NULL;
+    rp_model *m = rp_calloc(1, sizeof(*m));
+    if (!m || !(m->path = rp_strdup(path))) {
+        rp_free(m);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    rp_model_params_default(&m->params);
+    if (params)
+        m->params = *params;
+    if (m->params.max_batch <= 0)
+        m->params.max_batch = 512;
+    rp_status st;
+    if (m->params.quant != RP_DTYPE_F32 && m->params.quant != RP_DTYPE_Q8_0 && m->params.quant != RP_DTYPE_Q4_0) {
+        st = RP_ERR(RP_ERR_INVALID, "quantization on load supports q8 and q4");
+        goto fail;
+    }
+    if ((st = rp_backend_cpu_create(m->params.n_threads, &m->be)))
+        goto fail;
+    double t0 = rp_time_s();
+    if (rp_dir_exists(path))
+        st = rp_model_load_hf(m, path);
+    else if (ends_with(path, ".gguf") || rp_file_exists(path))
+        st = rp_model_load_gguf(m, path);
+    else
+        st = RP_ERR(RP_ERR_IO, "%s: no such model folder or file", path);
+    if (st || (st = alloc_scratch(m)))
+        goto fail;
+    const rp_model_config *c = &m->cfg;
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers, dim %d, %d/%d heads, vocab %d, %s weights, %.0f MB", c->arch_name,
+             c->n_layer, c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(m->layers[0].wq.type),
+             m->weight_bytes / 1e6);
+    if (!m->params.quiet)
+        RP_LOGI("loaded %s (%s) in %.2f s", path, m->desc, rp_time_s() - t0);
+    *out = m;
+    return RP_OK;
+fail:
+    rp_model_destroy(m);
+    return st;
+}
+
+void rp_model_destroy(rp_model *m)
+{
+    if (!m)
+        return;
+    rp_backend *be = m->be;
+    if (be) {
+        float *bufs[] = {m->s.x, m->s.h, m->s.q, m->s.k, m->s.v, m->s.att, m->s.gate, m->s.up, m->s.logits};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+            if (bufs[i])
+                be->ops->free(be, bufs[i]);
+        for (int i = 0; i < m->n_dev_owned; i++)
+            be->ops->free(be, m->dev_owned[i]);
+        rp_backend_destroy(be);
+    }
+    for (int i = 0; i < m->n_owned; i++)
+        rp_free_aligned(m->owned[i]);
+    rp_free(m->owned);
+    rp_free(m->dev_owned);
+    rp_free(m->layers);
+    rp_free(m->inv_freq);
+    rp_free(m->tmp_slot);
+    rp_free(m->tmp_bt);
+    rp_free(m->tmp_rows);
+    if (m->gguf)
+        rp_gguf_close(m->gguf);
+    if (m->st)
+        rp_st_close(m->st);
+    rp_free(m->path);
+    rp_free(m);
+}
+
+const rp_model_config *rp_model_get_config(const rp_model *m)
+{
+    return &m->cfg;
+}
+
+rp_backend *rp_model_backend(rp_model *m)
+{
+    return m->be;
+}
+
+size_t rp_model_weight_bytes(const rp_model *m)
+{
+    // The embedding table is only read one row per token; the output head whole.
+    size_t b = m->weight_bytes;
+    if (!m->cfg.tied_embeddings)
+        b -= m->tok_embd.nbytes;
+    return b;
+}
+
+const char *rp_model_describe(const rp_model *m)
+{
+    return m->desc;
+}
+
+const char *rp_model_path(const rp_model *m)
+{
+    return m->path;
+}
+
+rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out)
+{
+    return rp_kv_pool_create(m->be, m->cfg.n_layer, m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks, out);
+}

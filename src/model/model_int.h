@@ -1,0 +1,84 @@
+/*
+ * model_int.h - the model's internals, shared by config.c, load_*.c and forward.c.
+ */
+#ifndef RP_MODEL_INT_H
+#define RP_MODEL_INT_H
+
+#include "model.h"
+
+#include <jansson.h>
+
+// Logit rows computed per chunk: bounds the scratch for big vocabularies.
+#define RP_LOGIT_ROWS 16
+
+typedef struct rp_gguf rp_gguf;
+typedef struct rp_st_set rp_st_set;
+
+typedef struct rp_layer {
+    float *attn_norm;       // (dim) f32, backend memory
+    float *ffn_norm;        // (dim)
+    float *q_norm, *k_norm; // (head_dim) Qwen3, else NULL
+    float *bq, *bk, *bv;    // (n_head*head_dim), (n_kv_head*head_dim) x2: Qwen2, else NULL
+    rp_tensor wq;           // (n_head*head_dim, dim)
+    rp_tensor wk;           // (n_kv_head*head_dim, dim)
+    rp_tensor wv;           // (n_kv_head*head_dim, dim)
+    rp_tensor wo;           // (dim, n_head*head_dim)
+    rp_tensor w_gate;       // (ffn_dim, dim)
+    rp_tensor w_up;         // (ffn_dim, dim)
+    rp_tensor w_down;       // (dim, ffn_dim)
+} rp_layer;
+
+// Activation scratch for max_batch tokens, backend memory.
+typedef struct rp_scratch {
+    float *x;      // (max_batch, dim) residual stream
+    float *h;      // (max_batch, dim) normed input
+    float *q;      // (max_batch, n_head*head_dim)
+    float *k, *v;  // (max_batch, n_kv_head*head_dim)
+    float *att;    // (max_batch, n_head*head_dim)
+    float *gate;   // (max_batch, ffn_dim)
+    float *up;     // (max_batch, ffn_dim)
+    float *logits; // (RP_LOGIT_ROWS, n_vocab)
+} rp_scratch;
+
+struct rp_model {
+    char *path;
+    rp_model_config cfg;
+    rp_model_params params;
+    rp_backend *be;
+    rp_gguf *gguf;       // when loaded from GGUF
+    rp_st_set *st;       // when loaded from safetensors
+    void **owned;        // host buffers owned by the model (quantized or converted weights)
+    int n_owned, cap_owned;
+    void **dev_owned;    // backend buffers owned by the model (norms, biases)
+    int n_dev_owned, cap_dev_owned;
+    rp_tensor tok_embd;  // (n_vocab, dim)
+    rp_tensor output;    // (n_vocab, dim), == tok_embd when tied
+    float *out_norm;     // (dim)
+    float *inv_freq;     // (head_dim/2) host memory
+    rp_layer *layers;    // (n_layer)
+    rp_scratch s;
+    int32_t *tmp_slot;   // (max_batch) host
+    const int32_t **tmp_bt; // (max_batch) host
+    int32_t *tmp_rows;   // (max_batch) host: rows wanting logits
+    size_t weight_bytes;
+    char desc[256];
+};
+
+// config.c
+rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config *cfg);
+rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg);
+rp_status rp_config_read_generation(const char *dir, rp_model_config *cfg);
+rp_status rp_config_validate(const char *path, rp_model_config *cfg);
+// Fills inv_freq[head_dim/2] from the rope settings (freq_factors: GGUF rope_freqs, or NULL).
+void rp_config_inv_freq(const rp_model_config *cfg, const float *freq_factors, float *inv_freq);
+
+// load.c
+rp_status rp_model_keep(rp_model *m, void *host_buffer); // takes ownership
+rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
+                               const void *data, bool quantizable, rp_tensor *out);
+rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data,
+                               float **out);
+rp_status rp_model_load_hf(rp_model *m, const char *dir);
+rp_status rp_model_load_gguf(rp_model *m, const char *path);
+
+#endif

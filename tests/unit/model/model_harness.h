@@ -1,0 +1,123 @@
+/*
+ * model_harness.h - helpers for model tests: run prompts through rp_model_forward
+ * with explicit batching, greedy generation, and reading reference JSON.
+ */
+#ifndef RP_MODEL_HARNESS_H
+#define RP_MODEL_HARNESS_H
+
+#include "test_util.h"
+
+#include "model/model.h"
+
+#include <jansson.h>
+#include <math.h>
+
+// Logits of every position of `ids` (n tokens), prefilled in chunks of `chunk`
+// tokens, into out (n x n_vocab). Fails the test on error.
+static void harness_prefill_all(rp_model *m, const int32_t *ids, int n, int chunk, float *out)
+{
+    rp_kv_pool *kv;
+    assert_int_equal(rp_model_kv_create(m, 16, (n + 15) / 16 + 1, &kv), RP_OK);
+    rp_kv_seq seq;
+    rp_kv_seq_init(&seq);
+    rp_kv_seq *seqs[1] = {&seq};
+    int32_t *pos = calloc((size_t)n, sizeof(int32_t)), *sq = calloc((size_t)n, sizeof(int32_t));
+    bool *want = calloc((size_t)n, sizeof(bool));
+    int V = rp_model_get_config(m)->n_vocab;
+    for (int at = 0; at < n; at += chunk) {
+        int c = n - at < chunk ? n - at : chunk;
+        for (int i = 0; i < c; i++) {
+            pos[i] = at + i;
+            want[i] = true;
+        }
+        assert_int_equal(rp_kv_seq_reserve(kv, &seq, at + c), RP_OK);
+        rp_batch b = {c, ids + at, pos, sq, want, seqs, 1};
+        rp_status st = rp_model_forward(m, kv, &b, out + (size_t)at * V);
+        if (st)
+            fail_msg("forward: %s", rp_error_message());
+    }
+    free(pos);
+    free(sq);
+    free(want);
+    rp_kv_seq_deinit(kv, &seq);
+    rp_kv_pool_destroy(kv);
+}
+
+static int harness_argmax(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+// Greedy generation of n_gen tokens after prompt; out_logits (optional) gets the
+// logits after the prompt (n_vocab floats).
+static void harness_greedy(rp_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
+                           float *first_logits)
+{
+    int V = rp_model_get_config(m)->n_vocab;
+    int total = n_prompt + n_gen;
+    rp_kv_pool *kv;
+    assert_int_equal(rp_model_kv_create(m, 16, (total + 15) / 16 + 1, &kv), RP_OK);
+    rp_kv_seq seq;
+    rp_kv_seq_init(&seq);
+    rp_kv_seq *seqs[1] = {&seq};
+    int32_t *pos = calloc((size_t)n_prompt, sizeof(int32_t)), *sq = calloc((size_t)n_prompt, sizeof(int32_t));
+    bool *want = calloc((size_t)n_prompt, sizeof(bool));
+    float *logits = malloc((size_t)V * sizeof(float));
+    for (int i = 0; i < n_prompt; i++) {
+        pos[i] = i;
+        want[i] = i == n_prompt - 1;
+    }
+    assert_int_equal(rp_kv_seq_reserve(kv, &seq, n_prompt), RP_OK);
+    rp_batch b = {n_prompt, prompt, pos, sq, want, seqs, 1};
+    if (rp_model_forward(m, kv, &b, logits))
+        fail_msg("forward: %s", rp_error_message());
+    if (first_logits)
+        memcpy(first_logits, logits, (size_t)V * sizeof(float));
+    for (int g = 0; g < n_gen; g++) {
+        for (int i = 0; i < V; i++)
+            assert_false(isnan(logits[i]));
+        out[g] = harness_argmax(logits, V);
+        if (g == n_gen - 1)
+            break;
+        int32_t p = n_prompt + g;
+        assert_int_equal(rp_kv_seq_reserve(kv, &seq, p + 1), RP_OK);
+        rp_batch d = {1, &out[g], &p, sq, want + n_prompt - 1, seqs, 1};
+        if (rp_model_forward(m, kv, &d, logits))
+            fail_msg("forward: %s", rp_error_message());
+    }
+    free(pos);
+    free(sq);
+    free(want);
+    free(logits);
+    rp_kv_seq_deinit(kv, &seq);
+    rp_kv_pool_destroy(kv);
+}
+
+// Reads a JSON int array into a malloc'd int32 array.
+static int32_t *harness_ids(json_t *arr, int *n)
+{
+    *n = (int)json_array_size(arr);
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
+    for (int i = 0; i < *n; i++)
+        v[i] = (int32_t)json_integer_value(json_array_get(arr, (size_t)i));
+    return v;
+}
+
+static rp_model *harness_load(const char *path, int threads, rp_dtype quant)
+{
+    rp_model_params p;
+    rp_model_params_default(&p);
+    p.n_threads = threads;
+    p.quant = quant;
+    p.quiet = true;
+    rp_model *m = NULL;
+    if (rp_model_load(path, &p, &m))
+        fail_msg("loading %s: %s", path, rp_error_message());
+    return m;
+}
+
+#endif
