@@ -106,4 +106,10 @@ typedef struct rp_batch {
 // batch's tokens is written first, so a sequence's tokens may all be in one batch.
 rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits);
 
+// Writes the model of a Hugging Face folder as a model-only GGUF file with
+// llama.cpp's conventions (tensor names, metadata keys, Llama Q/K permutation,
+// rope_freqs for Llama-3 scaling), matrices as `type` (F32, F16, BF16, Q8_0 or
+// Q4_0; rows that are not a whole number of blocks stay F32), vectors as F32.
+rp_status rp_model_convert_gguf(const char *hf_dir, const char *out_path, rp_dtype type);
+
 #endif
