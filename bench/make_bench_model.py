@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""make_bench_model.py - a ~0.5B Qwen2-shaped model with random weights, for benchmarks.
+
+Usage: python3 bench/make_bench_model.py OUTDIR
+
+Writes a Hugging Face snapshot folder with the exact tensor shapes of
+Qwen2-0.5B (hidden 896, 24 layers, 14 heads / 2 KV heads, head_dim 64,
+intermediate 4864, vocab 151936, tied embeddings, rope_theta 1e6, q/k/v bias):
+
+  config.json             Qwen2ForCausalLM config
+  generation_config.json  bos/eos ids
+  model.safetensors       all tensors in BF16 (~0.99 GB), written by hand
+  tokenizer.json          a minimal byte-level BPE: ids 0-255 are the 256 bytes
+                          (GPT-2 byte-to-unicode alphabet), no merges, plus the
+                          Qwen special tokens <|endoftext|> 151643,
+                          <|im_start|> 151644, <|im_end|> 151645. Text round-trips,
+                          one token per byte; it is NOT Qwen's real tokenizer.
+  tokenizer_config.json   the special tokens and a ChatML chat template
+
+The weights are random, so the text is noise: this model is for speed (the
+decode step reads exactly as many bytes as the real Qwen2-0.5B), never for
+quality. Needs only the Python standard library (no numpy/torch), so it runs
+anywhere; ~1 GB takes ~10 s (os.urandom bound).
+
+BF16 values: random bytes, with the high byte of every value remapped through
+a table so the sign is random and the exponent lands in a narrow band:
+|w| in [2^-9, 2^-3) = [0.002, 0.125), mostly [0.008, 0.03) (rms ~0.03).
+Norm weights are 1.0-1.12; biases use the weight distribution.
+"""
+import json
+import os
+import struct
+import sys
+import time
+
+HIDDEN = 896
+LAYERS = 24
+HEADS = 14
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS  # 64
+INTERMEDIATE = 4864
+VOCAB = 151936
+BOS = EOS = 151643  # <|endoftext|>
+IM_START, IM_END = 151644, 151645
+
+CHUNK = 32 << 20  # bytes generated per os.urandom call
+
+
+def tensor_list():
+    """[(name, shape, kind)] in file order; kind: 'w' weight/bias, 'norm'."""
+    kv = KV_HEADS * HEAD_DIM
+    t = [("model.embed_tokens.weight", [VOCAB, HIDDEN], "w")]
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        t += [
+            (p + "input_layernorm.weight", [HIDDEN], "norm"),
+            (p + "self_attn.q_proj.weight", [HEADS * HEAD_DIM, HIDDEN], "w"),
+            (p + "self_attn.q_proj.bias", [HEADS * HEAD_DIM], "w"),
+            (p + "self_attn.k_proj.weight", [kv, HIDDEN], "w"),
+            (p + "self_attn.k_proj.bias", [kv], "w"),
+            (p + "self_attn.v_proj.weight", [kv, HIDDEN], "w"),
+            (p + "self_attn.v_proj.bias", [kv], "w"),
+            (p + "self_attn.o_proj.weight", [HIDDEN, HEADS * HEAD_DIM], "w"),
+            (p + "post_attention_layernorm.weight", [HIDDEN], "norm"),
+            (p + "mlp.gate_proj.weight", [INTERMEDIATE, HIDDEN], "w"),
+            (p + "mlp.up_proj.weight", [INTERMEDIATE, HIDDEN], "w"),
+            (p + "mlp.down_proj.weight", [HIDDEN, INTERMEDIATE], "w"),
+        ]
+    t.append(("model.norm.weight", [HIDDEN], "norm"))
+    return t  # tied embeddings: no lm_head.weight
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# High byte of a little-endian bf16 = sign bit + top 7 exponent bits. The low
+# 3 random bits pick the exponent band: 59 (1/8), 60 (6/8), 61 (1/8), i.e. a
+# biased exponent of 118-123 with the low byte's top bit.
+_BANDS = [59, 60, 60, 60, 60, 60, 60, 61]
+HI_TABLE = bytes((b & 0x80) | _BANDS[b & 7] for b in range(256))
+# Norm weights: 0x3F80 = 1.0; keep 4 random mantissa bits -> [1.0, 1.12).
+NORM_LO_TABLE = bytes(0x80 | (b & 0x0F) for b in range(256))
+
+
+def write_weight_bytes(f, nbytes):
+    left = nbytes
+    while left:
+        n = min(left, CHUNK)
+        buf = bytearray(os.urandom(n))
+        buf[1::2] = buf[1::2].translate(HI_TABLE)
+        f.write(buf)
+        left -= n
+
+
+def write_norm_bytes(f, nbytes):
+    buf = bytearray(os.urandom(nbytes))
+    buf[0::2] = buf[0::2].translate(NORM_LO_TABLE)
+    buf[1::2] = b"\x3f" * (nbytes // 2)
+    f.write(buf)
+
+
+def write_safetensors(path, tensors):
+    header = {"__metadata__": {"format": "pt"}}
+    off = 0
+    for name, shape, _ in tensors:
+        size = numel(shape) * 2
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + size]}
+        off += size
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * (-len(hjson) % 8)  # pad to 8 bytes, as the safetensors library does
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for name, shape, kind in tensors:
+            size = numel(shape) * 2
+            (write_norm_bytes if kind == "norm" else write_weight_bytes)(f, size)
+    return off
+
+
+def config():
+    return {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "attention_dropout": 0.0,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "hidden_act": "silu",
+        "hidden_size": HIDDEN,
+        "initializer_range": 0.02,
+        "intermediate_size": INTERMEDIATE,
+        "max_position_embeddings": 32768,
+        "max_window_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": LAYERS,
+        "num_key_value_heads": KV_HEADS,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "sliding_window": 32768,
+        "use_sliding_window": False,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": VOCAB,
+    }
+
+
+def bytes_to_unicode():
+    """GPT-2's byte -> printable character map used by byte-level BPE."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
+    bs += list(range(ord("\xae"), ord("\xff") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+SPECIALS = [(BOS, "<|endoftext|>"), (IM_START, "<|im_start|>"), (IM_END, "<|im_end|>")]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def tokenizer_json():
+    b2u = bytes_to_unicode()
+    vocab = {b2u[b]: b for b in range(256)}
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+             "normalized": False, "special": True}
+            for i, s in SPECIALS
+        ],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": "",
+            "end_of_word_suffix": "",
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "vocab": vocab,
+            "merges": [],
+        },
+    }
+
+
+def tokenizer_config():
+    return {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {
+            str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
+                     "single_word": False, "special": True}
+            for i, s in SPECIALS
+        },
+        "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+        "bos_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|endoftext|>",
+        "model_max_length": 32768,
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "Qwen2Tokenizer",
+    }
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1].startswith("-"):
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        sys.exit(2)
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    tensors = tensor_list()
+    nbytes = write_safetensors(os.path.join(out, "model.safetensors"), tensors)
+    write_json(os.path.join(out, "config.json"), config())
+    write_json(os.path.join(out, "generation_config.json"),
+               {"bos_token_id": BOS, "eos_token_id": EOS, "max_new_tokens": 2048})
+    write_json(os.path.join(out, "tokenizer.json"), tokenizer_json())
+    write_json(os.path.join(out, "tokenizer_config.json"), tokenizer_config())
+    n_params = sum(numel(s) for _, s, _ in tensors)
+    print(f"{out}: {len(tensors)} tensors, {n_params / 1e6:.1f}M params, "
+          f"{nbytes / 1e9:.3f} GB of BF16, {time.time() - t0:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
