@@ -28,7 +28,7 @@ static void check_model_dir(const char *dir)
         fail_msg("%s: %s", path, e.text);
     rp_model *m = harness_load(dir, 2, RP_DTYPE_F32);
     int V = rp_model_get_config(m)->n_vocab;
-    json_t *cases = json_object_get(ref, "cases");
+    json_t *cases = json_object_get(ref, "prompts");
     assert_true(json_array_size(cases) > 0);
     size_t ci;
     json_t *c;
