@@ -539,10 +539,10 @@ static rp_status append_ids(int32_t **v, int *n, const int32_t *add, int n_add, 
     int32_t *p = rp_realloc(*v, ((size_t)*n + (size_t)n_add + 1) * sizeof(int32_t));
     if (!p)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    if (front) {
+    if (n_add > 0 && front) {
         memmove(p + n_add, p, (size_t)*n * sizeof(int32_t));
         memcpy(p, add, (size_t)n_add * sizeof(int32_t));
-    } else {
+    } else if (n_add > 0) {
         memcpy(p + *n, add, (size_t)n_add * sizeof(int32_t));
     }
     *v = p;
