@@ -306,9 +306,11 @@ static rp_status parse_tensor(cursor *c, rp_gguf *g, int64_t idx)
         uint64_t ne = 1;
         if (d < (int)n_dims && !rd_u64(c, &ne))
             return bad(c, "truncated tensor shape");
-        if (ne == 0 || ne > ((uint64_t)1 << 40) || !rp_mul_size(n_elems, (size_t)ne, &n_elems))
+        if (ne == 0 || ne > ((uint64_t)1 << 40))
             return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has invalid dimension %d (%llu)", c->path, t->name, d,
                           (unsigned long long)ne);
+        if (!rp_mul_size(n_elems, (size_t)ne, &n_elems))
+            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s': element count overflows", c->path, t->name);
         t->ne[d] = (int64_t)ne;
     }
     if (!rd_u32(c, &type) || !rd_u64(c, &off))
@@ -393,9 +395,9 @@ static rp_status parse(rp_gguf *g)
                           (size_t)off, g->alignment);
         if (!rp_add_size(data_start, off, &end) || !rp_add_size(end, t->size, &end) || end > g->map.size)
             return RP_ERR(RP_ERR_INVALID,
-                          "%s: truncated: tensor '%s' (%zu bytes at offset %zu) ends past the end of the file (%zu "
-                          "bytes)",
-                          path, t->name, t->size, data_start + (size_t)off, g->map.size);
+                          "%s: truncated: tensor '%s' (%zu bytes at data offset %zu, data starting at byte %zu) ends "
+                          "past the end of the file (%zu bytes)",
+                          path, t->name, t->size, (size_t)off, data_start, g->map.size);
         t->data = base + data_start + off;
     }
     return RP_OK;
