@@ -357,7 +357,8 @@ static rp_status parse_shard(rp_st_set *s, const shard *sh)
         if (st)
             goto done;
     }
-    qsort(s->tensors + first, (size_t)(s->n_tensors - first), sizeof(rp_st_tensor), cmp_tensor);
+    if (s->n_tensors > first)
+        qsort(s->tensors + first, (size_t)(s->n_tensors - first), sizeof(rp_st_tensor), cmp_tensor);
 done:
     json_decref(root);
     return st;
