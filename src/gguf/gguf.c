@@ -11,9 +11,10 @@
  *
  * The parser reads through a bounds-checked cursor, so no field can make it read
  * past the mapping; every failure names the file, the field and the offset.
- * Counts are bounded by the bytes left before anything is allocated, and keys and
- * tensor names go into hash indexes, so a hostile header can neither exhaust
- * memory nor make duplicate detection or lookups quadratic.
+ * Arrays of entries grow as entries are parsed (memory follows the bytes read,
+ * never a count field), and keys and tensor names go into hash indexes, so a
+ * hostile header can neither exhaust memory nor make duplicate detection or
+ * lookups quadratic.
  */
 #include "gguf.h"
 
@@ -99,6 +100,21 @@ static int64_t nx_get(const name_index *x, const char *key)
         if (strcmp(x->keys[i], key) == 0)
             return x->vals[i];
     return -1;
+}
+
+// Returns p grown to hold `need` elements of `elem` bytes (capacity *cap, doubled
+// as needed), or NULL on OOM with p untouched. Arrays grow as entries are parsed,
+// so memory follows the bytes actually read, never a count field that a corrupt
+// file can set to anything.
+static void *grow(void *p, int64_t *cap, size_t elem, int64_t need)
+{
+    if (need <= *cap)
+        return p;
+    int64_t nc = *cap ? *cap * 2 : 64;
+    void *q = rp_realloc(p, (size_t)nc * elem);
+    if (q)
+        *cap = nc;
+    return q;
 }
 
 typedef struct cursor {
@@ -201,12 +217,14 @@ static rp_status parse_kv(cursor *c, kv *e)
             // Each string needs at least its 8-byte length: bound n before allocating.
             if (e->n > (uint64_t)(c->end - c->p) / 8)
                 return bad(c, "truncated string array");
-            e->strs = rp_malloc(sizeof(*e->strs) * (e->n ? e->n : 1));
-            if (!e->strs)
-                return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", c->path);
+            int64_t cap = 0;
             for (uint64_t i = 0; i < e->n; i++) {
                 const uint8_t *s;
                 uint64_t n;
+                const uint8_t **strs = grow(e->strs, &cap, sizeof(*e->strs), (int64_t)i + 1);
+                if (!strs)
+                    return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", c->path);
+                e->strs = strs;
                 e->strs[i] = c->p;
                 if (!rd_str(c, &s, &n))
                     return bad(c, "truncated string in array");
@@ -350,24 +368,26 @@ static rp_status parse(rp_gguf *g)
     }
     if (!rd_u64(&c, &n_tensors) || !rd_u64(&c, &n_kv))
         return bad(&c, "truncated header");
-    // Every kv needs >= 14 bytes and every tensor info >= 33: bound counts before allocating.
+    // Every kv needs >= 14 bytes and every tensor info >= 33: a cheap early check.
     if (n_kv > g->map.size / 14 || n_tensors > g->map.size / 33)
         return bad(&c, "metadata or tensor count larger than the file");
-    g->kvs = rp_calloc(n_kv ? n_kv : 1, sizeof(kv));
-    g->tensors = rp_calloc(n_tensors ? n_tensors : 1, sizeof(rp_gguf_tensor));
-    g->tensor_names = rp_calloc(n_tensors ? n_tensors : 1, sizeof(char *));
-    if (!g->kvs || !g->tensors || !g->tensor_names || !nx_init(&g->key_ix, (int64_t)n_kv) ||
-        !nx_init(&g->tensor_ix, (int64_t)n_tensors))
-        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
-    // Counts are set before parsing so rp_gguf_close frees what a failed parse allocated.
-    g->n_kv = (int64_t)n_kv;
-    g->n_tensors = (int64_t)n_tensors;
-    for (int64_t i = 0; i < g->n_kv; i++) {
+    // n_kv/n_tensors count entries as they are parsed, so rp_gguf_close frees what a failed parse allocated.
+    int64_t cap_kv = 0, cap_t = 0, cap_n = 0;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        kv *kvs = grow(g->kvs, &cap_kv, sizeof(kv), (int64_t)i + 1);
+        if (!kvs)
+            return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+        g->kvs = kvs;
+        memset(&g->kvs[i], 0, sizeof(kv));
+        g->n_kv = (int64_t)i + 1;
         if ((st = parse_kv(&c, &g->kvs[i])))
             return st;
+    }
+    if (!nx_init(&g->key_ix, g->n_kv))
+        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    for (int64_t i = 0; i < g->n_kv; i++)
         if (nx_put(&g->key_ix, g->kvs[i].key, i) >= 0)
             return RP_ERR(RP_ERR_INVALID, "%s: duplicate metadata key '%s'", path, g->kvs[i].key);
-    }
     g->alignment = 32;
     const kv *al = find(g, "general.alignment");
     if (al) {
@@ -376,12 +396,25 @@ static rp_status parse(rp_gguf *g)
             return RP_ERR(RP_ERR_INVALID, "%s: general.alignment is not a power of two up to 65536", path);
         g->alignment = (size_t)a;
     }
-    for (int64_t i = 0; i < g->n_tensors; i++) {
-        if ((st = parse_tensor(&c, g, i)))
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        rp_gguf_tensor *ts = grow(g->tensors, &cap_t, sizeof(rp_gguf_tensor), (int64_t)i + 1);
+        if (ts)
+            g->tensors = ts;
+        char **names = ts ? grow(g->tensor_names, &cap_n, sizeof(char *), (int64_t)i + 1) : NULL;
+        if (!names)
+            return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+        g->tensor_names = names;
+        memset(&g->tensors[i], 0, sizeof(rp_gguf_tensor));
+        g->tensor_names[i] = NULL;
+        g->n_tensors = (int64_t)i + 1;
+        if ((st = parse_tensor(&c, g, (int64_t)i)))
             return st;
+    }
+    if (!nx_init(&g->tensor_ix, g->n_tensors))
+        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    for (int64_t i = 0; i < g->n_tensors; i++)
         if (nx_put(&g->tensor_ix, g->tensors[i].name, i) >= 0)
             return RP_ERR(RP_ERR_INVALID, "%s: duplicate tensor '%s'", path, g->tensors[i].name);
-    }
     size_t hdr = (size_t)(c.p - c.base);
     size_t data_start = (hdr + g->alignment - 1) / g->alignment * g->alignment;
     if (g->n_tensors > 0 && data_start > g->map.size)
