@@ -11,6 +11,10 @@
  *
  * The parser reads through a bounds-checked cursor, so no field can make it read
  * past the mapping; every failure names the file, the field and the offset.
+ * Arrays of entries grow as entries are parsed (memory follows the bytes read,
+ * never a count field), and keys and tensor names go into hash indexes, so a
+ * hostile header can neither exhaust memory nor make duplicate detection or
+ * lookups quadratic.
  */
 #include "gguf.h"
 
@@ -18,6 +22,13 @@
 
 #define MAX_KEY_LEN 65535
 #define MAX_ELEMS ((uint64_t)1 << 40)
+
+// Open-addressing hash from a name to its index (keys and tensor names).
+typedef struct name_index {
+    const char **keys; // (cap) NULL when the slot is free; borrowed from the owner
+    int64_t *vals;     // (cap)
+    size_t cap;        // a power of two, at least twice the number of entries
+} name_index;
 
 typedef struct kv {
     const char *key; // NUL-terminated copy
@@ -31,6 +42,8 @@ typedef struct kv {
 struct rp_gguf {
     char *path;
     rp_mapping map;
+    bool owns_map; // false for rp_gguf_open_memory
+    name_index key_ix, tensor_ix;
     uint32_t version;
     int64_t n_kv;
     kv *kvs;
@@ -39,6 +52,70 @@ struct rp_gguf {
     char **tensor_names;
     size_t alignment;
 };
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; // FNV-1a
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return h;
+}
+
+static bool nx_init(name_index *x, int64_t n)
+{
+    size_t cap = 16;
+    while (cap < (size_t)n * 2)
+        cap *= 2;
+    x->keys = rp_calloc(cap, sizeof(*x->keys));
+    x->vals = rp_calloc(cap, sizeof(*x->vals));
+    x->cap = cap;
+    return x->keys && x->vals;
+}
+
+static void nx_free(name_index *x)
+{
+    rp_free(x->keys);
+    rp_free(x->vals);
+    memset(x, 0, sizeof(*x));
+}
+
+// Inserts key -> val; returns -1, or the value already stored under key (then nothing changes).
+static int64_t nx_put(name_index *x, const char *key, int64_t val)
+{
+    size_t i = (size_t)hash_name(key) & (x->cap - 1);
+    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
+        if (strcmp(x->keys[i], key) == 0)
+            return x->vals[i];
+    x->keys[i] = key;
+    x->vals[i] = val;
+    return -1;
+}
+
+static int64_t nx_get(const name_index *x, const char *key)
+{
+    if (!x->cap)
+        return -1;
+    size_t i = (size_t)hash_name(key) & (x->cap - 1);
+    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
+        if (strcmp(x->keys[i], key) == 0)
+            return x->vals[i];
+    return -1;
+}
+
+// Returns p grown to hold `need` elements of `elem` bytes (capacity *cap, doubled
+// as needed), or NULL on OOM with p untouched. Arrays grow as entries are parsed,
+// so memory follows the bytes actually read, never a count field that a corrupt
+// file can set to anything.
+static void *grow(void *p, int64_t *cap, size_t elem, int64_t need)
+{
+    if (need <= *cap)
+        return p;
+    int64_t nc = *cap ? *cap * 2 : 64;
+    void *q = rp_realloc(p, (size_t)nc * elem);
+    if (q)
+        *cap = nc;
+    return q;
+}
 
 typedef struct cursor {
     const uint8_t *p, *end, *base;
@@ -140,12 +217,14 @@ static rp_status parse_kv(cursor *c, kv *e)
             // Each string needs at least its 8-byte length: bound n before allocating.
             if (e->n > (uint64_t)(c->end - c->p) / 8)
                 return bad(c, "truncated string array");
-            e->strs = rp_malloc(sizeof(*e->strs) * (e->n ? e->n : 1));
-            if (!e->strs)
-                return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", c->path);
+            int64_t cap = 0;
             for (uint64_t i = 0; i < e->n; i++) {
                 const uint8_t *s;
                 uint64_t n;
+                const uint8_t **strs = grow(e->strs, &cap, sizeof(*e->strs), (int64_t)i + 1);
+                if (!strs)
+                    return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", c->path);
+                e->strs = strs;
                 e->strs[i] = c->p;
                 if (!rd_str(c, &s, &n))
                     return bad(c, "truncated string in array");
@@ -245,9 +324,11 @@ static rp_status parse_tensor(cursor *c, rp_gguf *g, int64_t idx)
         uint64_t ne = 1;
         if (d < (int)n_dims && !rd_u64(c, &ne))
             return bad(c, "truncated tensor shape");
-        if (ne == 0 || ne > ((uint64_t)1 << 40) || !rp_mul_size(n_elems, (size_t)ne, &n_elems))
+        if (ne == 0 || ne > ((uint64_t)1 << 40))
             return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has invalid dimension %d (%llu)", c->path, t->name, d,
                           (unsigned long long)ne);
+        if (!rp_mul_size(n_elems, (size_t)ne, &n_elems))
+            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s': element count overflows", c->path, t->name);
         t->ne[d] = (int64_t)ne;
     }
     if (!rd_u32(c, &type) || !rd_u64(c, &off))
@@ -266,7 +347,96 @@ static rp_status parse_tensor(cursor *c, rp_gguf *g, int64_t idx)
     return RP_OK;
 }
 
-rp_status rp_gguf_open(const char *path, rp_gguf **out)
+// Parses and validates g->map (set by the caller); g->path names it in messages.
+static rp_status parse(rp_gguf *g)
+{
+    static const uint8_t empty[1];
+    const char *path = g->path;
+    rp_status st;
+    const uint8_t *base = g->map.data ? g->map.data : empty; // an empty file maps to NULL
+    cursor c = {base, base + g->map.size, base, path};
+    const uint8_t *magic;
+    uint64_t n_tensors, n_kv;
+    if (!take(&c, 4, &magic) || memcmp(magic, "GGUF", 4) != 0)
+        return RP_ERR(RP_ERR_INVALID, "%s: not a GGUF file (bad magic)", path);
+    if (!rd_u32(&c, &g->version))
+        return bad(&c, "truncated header");
+    if (g->version != 2 && g->version != 3) {
+        if ((g->version & 0xffff) == 0 && g->version >> 16)
+            return RP_ERR(RP_ERR_UNSUPPORTED, "%s: big-endian GGUF files are not supported", path);
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", path, g->version);
+    }
+    if (!rd_u64(&c, &n_tensors) || !rd_u64(&c, &n_kv))
+        return bad(&c, "truncated header");
+    // Every kv needs >= 14 bytes and every tensor info >= 33: a cheap early check.
+    if (n_kv > g->map.size / 14 || n_tensors > g->map.size / 33)
+        return bad(&c, "metadata or tensor count larger than the file");
+    // n_kv/n_tensors count entries as they are parsed, so rp_gguf_close frees what a failed parse allocated.
+    int64_t cap_kv = 0, cap_t = 0, cap_n = 0;
+    for (uint64_t i = 0; i < n_kv; i++) {
+        kv *kvs = grow(g->kvs, &cap_kv, sizeof(kv), (int64_t)i + 1);
+        if (!kvs)
+            return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+        g->kvs = kvs;
+        memset(&g->kvs[i], 0, sizeof(kv));
+        g->n_kv = (int64_t)i + 1;
+        if ((st = parse_kv(&c, &g->kvs[i])))
+            return st;
+    }
+    if (!nx_init(&g->key_ix, g->n_kv))
+        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    for (int64_t i = 0; i < g->n_kv; i++)
+        if (nx_put(&g->key_ix, g->kvs[i].key, i) >= 0)
+            return RP_ERR(RP_ERR_INVALID, "%s: duplicate metadata key '%s'", path, g->kvs[i].key);
+    g->alignment = 32;
+    const kv *al = find(g, "general.alignment");
+    if (al) {
+        int64_t a;
+        if (al->type == RP_GGUF_BOOL || !read_int(al->type, al->val, &a) || a <= 0 || (a & (a - 1)) || a > 65536)
+            return RP_ERR(RP_ERR_INVALID, "%s: general.alignment is not a power of two up to 65536", path);
+        g->alignment = (size_t)a;
+    }
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        rp_gguf_tensor *ts = grow(g->tensors, &cap_t, sizeof(rp_gguf_tensor), (int64_t)i + 1);
+        if (ts)
+            g->tensors = ts;
+        char **names = ts ? grow(g->tensor_names, &cap_n, sizeof(char *), (int64_t)i + 1) : NULL;
+        if (!names)
+            return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+        g->tensor_names = names;
+        memset(&g->tensors[i], 0, sizeof(rp_gguf_tensor));
+        g->tensor_names[i] = NULL;
+        g->n_tensors = (int64_t)i + 1;
+        if ((st = parse_tensor(&c, g, (int64_t)i)))
+            return st;
+    }
+    if (!nx_init(&g->tensor_ix, g->n_tensors))
+        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        if (nx_put(&g->tensor_ix, g->tensors[i].name, i) >= 0)
+            return RP_ERR(RP_ERR_INVALID, "%s: duplicate tensor '%s'", path, g->tensors[i].name);
+    size_t hdr = (size_t)(c.p - c.base);
+    size_t data_start = (hdr + g->alignment - 1) / g->alignment * g->alignment;
+    if (g->n_tensors > 0 && data_start > g->map.size)
+        return RP_ERR(RP_ERR_INVALID, "%s: truncated: no tensor data after the header", path);
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        rp_gguf_tensor *t = &g->tensors[i];
+        uintptr_t off = (uintptr_t)t->data;
+        size_t end;
+        if (off % g->alignment != 0)
+            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' offset %zu is not aligned to %zu", path, t->name,
+                          (size_t)off, g->alignment);
+        if (!rp_add_size(data_start, off, &end) || !rp_add_size(end, t->size, &end) || end > g->map.size)
+            return RP_ERR(RP_ERR_INVALID,
+                          "%s: truncated: tensor '%s' (%zu bytes at data offset %zu, data starting at byte %zu) ends "
+                          "past the end of the file (%zu bytes)",
+                          path, t->name, t->size, (size_t)off, data_start, g->map.size);
+        t->data = base + data_start + off;
+    }
+    return RP_OK;
+}
+
+static rp_status open_common(const char *path, const void *data, size_t size, rp_gguf **out)
 {
     *out = NULL;
     rp_gguf *g = rp_calloc(1, sizeof(*g));
@@ -274,94 +444,33 @@ rp_status rp_gguf_open(const char *path, rp_gguf **out)
         rp_free(g);
         return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
     }
-    rp_status st = rp_file_map(path, &g->map);
-    if (st)
-        goto fail;
-    cursor c = {g->map.data, g->map.data + g->map.size, g->map.data, path};
-    const uint8_t *magic;
-    uint64_t n_tensors, n_kv;
-    if (!take(&c, 4, &magic) || memcmp(magic, "GGUF", 4) != 0) {
-        st = RP_ERR(RP_ERR_INVALID, "%s: not a GGUF file (bad magic)", path);
-        goto fail;
-    }
-    if (!rd_u32(&c, &g->version) || !rd_u64(&c, &n_tensors) || !rd_u64(&c, &n_kv)) {
-        st = bad(&c, "truncated header");
-        goto fail;
-    }
-    if (g->version != 2 && g->version != 3) {
-        st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: GGUF version %u is not supported (2 and 3 are)", path, g->version);
-        goto fail;
-    }
-    // Every kv needs >= 12 bytes and every tensor info >= 24: bound counts before allocating.
-    if (n_kv > g->map.size / 12 || n_tensors > g->map.size / 24) {
-        st = bad(&c, "metadata or tensor count larger than the file");
-        goto fail;
-    }
-    g->n_kv = (int64_t)n_kv;
-    g->n_tensors = (int64_t)n_tensors;
-    g->kvs = rp_calloc(n_kv ? n_kv : 1, sizeof(kv));
-    g->tensors = rp_calloc(n_tensors ? n_tensors : 1, sizeof(rp_gguf_tensor));
-    g->tensor_names = rp_calloc(n_tensors ? n_tensors : 1, sizeof(char *));
-    if (!g->kvs || !g->tensors || !g->tensor_names) {
-        st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
-    }
-    for (int64_t i = 0; i < g->n_kv; i++) {
-        if ((st = parse_kv(&c, &g->kvs[i])))
+    rp_status st;
+    if (data) {
+        g->map.data = data;
+        g->map.size = size;
+    } else {
+        if ((st = rp_file_map(path, &g->map)))
             goto fail;
-        for (int64_t j = 0; j < i; j++)
-            if (strcmp(g->kvs[j].key, g->kvs[i].key) == 0) {
-                st = RP_ERR(RP_ERR_INVALID, "%s: duplicate metadata key '%s'", path, g->kvs[i].key);
-                goto fail;
-            }
+        g->owns_map = true;
     }
-    g->alignment = 32;
-    const kv *al = find(g, "general.alignment");
-    if (al) {
-        int64_t a;
-        if (!read_int(al->type, al->val, &a) || a <= 0 || (a & (a - 1)) || a > 65536) {
-            st = RP_ERR(RP_ERR_INVALID, "%s: general.alignment is not a power of two", path);
-            goto fail;
-        }
-        g->alignment = (size_t)a;
-    }
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        if ((st = parse_tensor(&c, g, i)))
-            goto fail;
-    size_t hdr = (size_t)(c.p - c.base);
-    size_t data_start = (hdr + g->alignment - 1) / g->alignment * g->alignment;
-    if (g->n_tensors > 0 && data_start > g->map.size) {
-        st = RP_ERR(RP_ERR_INVALID, "%s: truncated: no tensor data after the header", path);
+    if ((st = parse(g)))
         goto fail;
-    }
-    for (int64_t i = 0; i < g->n_tensors; i++) {
-        rp_gguf_tensor *t = &g->tensors[i];
-        uintptr_t off = (uintptr_t)t->data;
-        size_t end;
-        if (off % g->alignment != 0) {
-            st = RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' offset %zu is not aligned to %zu", path, t->name,
-                        (size_t)off, g->alignment);
-            goto fail;
-        }
-        if (!rp_add_size(data_start, off, &end) || !rp_add_size(end, t->size, &end) || end > g->map.size) {
-            st = RP_ERR(RP_ERR_INVALID, "%s: truncated: tensor '%s' (%zu bytes at offset %zu) ends past the end of "
-                                        "the file (%zu bytes)",
-                        path, t->name, t->size, data_start + (size_t)off, g->map.size);
-            goto fail;
-        }
-        t->data = g->map.data + data_start + off;
-    }
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        for (int64_t j = 0; j < i; j++)
-            if (strcmp(g->tensors[i].name, g->tensors[j].name) == 0) {
-                st = RP_ERR(RP_ERR_INVALID, "%s: duplicate tensor '%s'", path, g->tensors[i].name);
-                goto fail;
-            }
     *out = g;
     return RP_OK;
 fail:
     rp_gguf_close(g);
     return st;
+}
+
+rp_status rp_gguf_open(const char *path, rp_gguf **out)
+{
+    return open_common(path, NULL, 0, out);
+}
+
+rp_status rp_gguf_open_memory(const void *data, size_t size, const char *name, rp_gguf **out)
+{
+    static const uint8_t empty[1];
+    return open_common(name, size ? data : empty, size, out);
 }
 
 void rp_gguf_close(rp_gguf *g)
@@ -379,7 +488,10 @@ void rp_gguf_close(rp_gguf *g)
     rp_free(g->kvs);
     rp_free(g->tensors);
     rp_free(g->tensor_names);
-    rp_file_unmap(&g->map);
+    nx_free(&g->key_ix);
+    nx_free(&g->tensor_ix);
+    if (g->owns_map)
+        rp_file_unmap(&g->map);
     rp_free(g->path);
     rp_free(g);
 }
@@ -406,10 +518,7 @@ const char *rp_gguf_key_name(const rp_gguf *g, int64_t i)
 
 int64_t rp_gguf_find_key(const rp_gguf *g, const char *key)
 {
-    for (int64_t i = 0; i < g->n_kv; i++)
-        if (g->kvs[i].key && strcmp(g->kvs[i].key, key) == 0)
-            return i;
-    return -1;
+    return nx_get(&g->key_ix, key);
 }
 
 rp_gguf_type rp_gguf_key_type(const rp_gguf *g, int64_t i)
@@ -505,8 +614,6 @@ const rp_gguf_tensor *rp_gguf_tensor_at(const rp_gguf *g, int64_t i)
 
 const rp_gguf_tensor *rp_gguf_find_tensor(const rp_gguf *g, const char *name)
 {
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        if (strcmp(g->tensors[i].name, name) == 0)
-            return &g->tensors[i];
-    return NULL;
+    int64_t i = nx_get(&g->tensor_ix, name);
+    return i < 0 ? NULL : &g->tensors[i];
 }

@@ -48,9 +48,13 @@ typedef struct rp_gguf_tensor {
 
 typedef struct rp_gguf rp_gguf;
 
-// Opens and validates `path`. On error returns RP_ERR_IO/INVALID/UNSUPPORTED with
-// a message naming the file. *out is NULL on error.
+// Opens and validates `path`. On error returns RP_ERR_IO/INVALID/UNSUPPORTED (or
+// RP_ERR_NOMEM) with a message naming the file. *out is NULL on error.
 rp_status rp_gguf_open(const char *path, rp_gguf **out);
+// The same over `size` bytes at `data`, which the caller keeps alive and unchanged
+// until rp_gguf_close; `name` stands for the file in messages. For tests and fuzzing
+// (an exact-size heap buffer lets ASan see any read past the end).
+rp_status rp_gguf_open_memory(const void *data, size_t size, const char *name, rp_gguf **out);
 void rp_gguf_close(rp_gguf *g);
 const char *rp_gguf_path(const rp_gguf *g);
 uint32_t rp_gguf_version(const rp_gguf *g);
@@ -80,6 +84,12 @@ const rp_gguf_tensor *rp_gguf_find_tensor(const rp_gguf *g, const char *name);
 
 /* ---- writer ---- */
 
+// Collects key/values and tensors, then writes a v3 file. Keys are written in the
+// order added, then tensor infos in the order added, then the data, each tensor
+// padded to the alignment: general.alignment if added (a u32 power of two), else 32.
+// Every add copies its arguments; an add that fails leaves the writer unchanged.
+// Errors: RP_ERR_INVALID for a duplicate key or tensor name, a bad type or shape;
+// RP_ERR_NOMEM. One thread at a time.
 typedef struct rp_gguf_writer rp_gguf_writer;
 
 rp_status rp_gguf_writer_create(rp_gguf_writer **out);
@@ -89,6 +99,8 @@ rp_status rp_gguf_writer_add_u32(rp_gguf_writer *w, const char *key, uint32_t va
 rp_status rp_gguf_writer_add_i32(rp_gguf_writer *w, const char *key, int32_t val);
 rp_status rp_gguf_writer_add_f32(rp_gguf_writer *w, const char *key, float val);
 rp_status rp_gguf_writer_add_bool(rp_gguf_writer *w, const char *key, bool val);
+// A scalar of any numeric or bool type; *val is that type in host order (uint8_t for bool).
+rp_status rp_gguf_writer_add_val(rp_gguf_writer *w, const char *key, rp_gguf_type type, const void *val);
 // Array of n strings / of n numbers of elem_type (values packed as that type, little-endian).
 rp_status rp_gguf_writer_add_str_arr(rp_gguf_writer *w, const char *key, const char *const *vals, uint64_t n);
 rp_status rp_gguf_writer_add_arr(rp_gguf_writer *w, const char *key, rp_gguf_type elem_type, const void *vals,
@@ -96,6 +108,8 @@ rp_status rp_gguf_writer_add_arr(rp_gguf_writer *w, const char *key, rp_gguf_typ
 // Adds a tensor; `data` (rows of ne[0] elements of `type`) is copied.
 rp_status rp_gguf_writer_add_tensor(rp_gguf_writer *w, const char *name, rp_dtype type, int n_dims,
                                     const int64_t *ne, const void *data);
+// Writes the file to a temporary name beside `path`, then renames it over `path`,
+// so `path` is never left half-written. RP_ERR_IO names the file on failure.
 rp_status rp_gguf_writer_write(rp_gguf_writer *w, const char *path);
 
 #endif
