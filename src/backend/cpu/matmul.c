@@ -259,11 +259,22 @@ static rp_dtype partner_type(rp_dtype wtype)
     }
 }
 
+// Bytes per quantized activation row: the partner type's row, or the AVX2 kernels' layout.
+static bool act_row_bytes(rp_dtype wtype, int64_t ne0, bool simd, size_t *out)
+{
+    if (!rp_dtype_row_bytes(partner_type(wtype), ne0, out))
+        return false;
+    size_t simd_bytes = simd ? rp_mm_act_bytes_avx2(wtype, ne0) : 0;
+    if (simd_bytes)
+        *out = simd_bytes;
+    return true;
+}
+
 size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
 {
-    rp_dtype pt = partner_type(wtype);
-    size_t row, total;
-    if (pt == RP_DTYPE_F32 || n <= 0 || !rp_dtype_row_bytes(pt, ne0, &row) || !rp_mul_size(row, (size_t)n, &total))
+    size_t a, b, total;
+    if (partner_type(wtype) == RP_DTYPE_F32 || n <= 0 || !act_row_bytes(wtype, ne0, false, &a) ||
+        !act_row_bytes(wtype, ne0, true, &b) || !rp_mul_size(a > b ? a : b, (size_t)n, &total))
         return 0;
     return total;
 }
@@ -275,6 +286,7 @@ typedef struct mm_job {
     float *y;
     uint8_t *xq;        // quantized activations (scratch), or NULL for float weights
     rp_dtype xtype;     // partner type
+    bool simd_act;      // activations in the AVX2 kernels' own layout
     size_t xstride;     // bytes per activation row as the kernel reads it
     size_t wstride;     // bytes per weight row
     rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
@@ -289,7 +301,9 @@ static void quantize_task(void *p, int ith, int nth)
     for (int64_t t = lo; t < hi; t++) {
         const float *src = j->x + t * ne0;
         uint8_t *dst = j->xq + (size_t)t * j->xstride;
-        if (j->xtype == RP_DTYPE_Q8_0)
+        if (j->simd_act)
+            rp_mm_quantize_act_avx2(src, ne0, dst);
+        else if (j->xtype == RP_DTYPE_Q8_0)
             rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, ne0);
         else
             rp_quant_row_q8_K(src, (rp_block_q8_K *)dst, ne0);
@@ -340,11 +354,11 @@ void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, flo
     if (n <= 0 || w->ne[1] <= 0)
         return;
     mm_job j = {.w = w, .x = x, .n = n, .y = y, .xtype = partner_type(w->type)};
-    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && rp_dtype_row_bytes(j.xtype, w->ne[0], &j.xstride);
-    RP_ASSERT(ok);
     j.dot = scalar_dot(w->type);
-    RP_ASSERT(j.dot != NULL);
     j.kern = use_avx2() ? rp_mm_kernel_avx2(w->type) : NULL;
+    j.simd_act = j.kern && rp_mm_act_bytes_avx2(w->type, w->ne[0]) > 0;
+    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && act_row_bytes(w->type, w->ne[0], j.kern, &j.xstride);
+    RP_ASSERT(ok && j.dot != NULL);
     if (j.xtype != RP_DTYPE_F32) {
         RP_ASSERT(scratch != NULL);
         j.xq = scratch;

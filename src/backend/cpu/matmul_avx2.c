@@ -26,6 +26,10 @@
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
+#ifndef RP_PF_DIST
+#define RP_PF_DIST 1024 // bytes ahead of the weight stream to prefetch
+#endif
+
 // Fixed-order horizontal sum of 8 floats.
 RP_INLINE float hsum8(__m256 v)
 {
@@ -71,6 +75,9 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             __m256 wv[4];
+            _mm_prefetch((const char *)(w + r * ws) + i * (wt == W_F32 ? 4 : 2) + RP_PF_DIST, _MM_HINT_T0);
+            if (wt == W_F32)
+                _mm_prefetch((const char *)(w + r * ws) + i * 4 + 64 + RP_PF_DIST, _MM_HINT_T0);
 #pragma GCC unroll 8
             for (int k = 0; k < 4; k++)
                 wv[k] = load_w8(w + r * ws, i + 8 * k, wt);
@@ -121,6 +128,77 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
 
 enum { W_Q8_0, W_Q4_0, W_Q5_0 };
 
+// Activation row layout (see rp_mm_act_bytes_avx2): nbp = blocks rounded up to 4, zero padded.
+RP_INLINE int64_t act_nbp(int64_t ne0)
+{
+    return (ne0 / RP_QK + 3) / 4 * 4;
+}
+
+size_t rp_mm_act_bytes_avx2(rp_dtype wtype, int64_t ne0)
+{
+    if (wtype != RP_DTYPE_Q8_0 && wtype != RP_DTYPE_Q4_0 && wtype != RP_DTYPE_Q5_0)
+        return 0;
+    return (size_t)act_nbp(ne0) * (32 + 4 + 8);
+}
+
+RP_INLINE int hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+void rp_mm_quantize_act_avx2(const float *x, int64_t ne0, uint8_t *out)
+{
+    int64_t nb = ne0 / RP_QK, nbp = act_nbp(ne0);
+    int8_t *qs = (int8_t *)out;
+    float *dv = (float *)(out + nbp * 32);
+    int32_t *hs = (int32_t *)(out + nbp * 36);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 half = _mm256_set1_ps(0.49999997f); // roundf: add just under 1/2 away from zero, truncate
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 32 * b + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        // as the reference quantizer: scale rounded to fp16, elements divided by the unrounded one
+        float d = amax / 127;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        dv[b] = _cvtsh_ss(_cvtss_sh(d, 0));
+        __m256 idv = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            __m256 t = _mm256_mul_ps(v[k], idv);
+            t = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half));
+            q[k] = _mm256_cvttps_epi32(t);
+        }
+        int lo = hsum_i32(_mm256_add_epi32(q[0], q[1])), hi = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(qs + 32 * b), _mm256_permutevar8x32_epi32(p, perm));
+        hs[(b / 4) * 8 + b % 4] = lo;
+        hs[(b / 4) * 8 + 4 + b % 4] = hi;
+    }
+    for (int64_t b = nb; b < nbp; b++) {
+        memset(qs + 32 * b, 0, 32);
+        dv[b] = 0.0f;
+        hs[(b / 4) * 8 + b % 4] = 0;
+        hs[(b / 4) * 8 + 4 + b % 4] = 0;
+    }
+}
+
+RP_INLINE int blk_bytes(int wt)
+{
+    return wt == W_Q8_0 ? 34 : wt == W_Q4_0 ? 18 : 22;
+}
+
 // 0xFF in byte i where bit i of the 32-bit mask is set.
 RP_INLINE __m256i bytes_from_bits(uint32_t bits)
 {
@@ -130,50 +208,68 @@ RP_INLINE __m256i bytes_from_bits(uint32_t bits)
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
 }
 
-// Signed 8-bit weights of block ib (32 values, element order) and its scale.
-RP_INLINE __m256i load_wq(const uint8_t *row, int64_t ib, int wt, float *d)
+// The 32 quants of a block in element order: signed for Q8_0, unsigned (q + 8 / q + 16) for Q4_0/Q5_0.
+RP_INLINE __m256i load_wq(const uint8_t *blk, int wt)
 {
-    if (wt == W_Q8_0) {
-        const rp_block_q8_0 *b = (const rp_block_q8_0 *)row + ib;
-        *d = fp16_f32(b->d);
-        return _mm256_loadu_si256((const __m256i *)b->qs);
-    }
+    if (wt == W_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(blk + 2));
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    if (wt == W_Q4_0) {
-        const rp_block_q4_0 *b = (const rp_block_q4_0 *)row + ib;
-        *d = fp16_f32(b->d);
-        __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-    }
-    const rp_block_q5_0 *b = (const rp_block_q5_0 *)row + ib;
-    *d = fp16_f32(b->d);
-    uint32_t qh;
-    memcpy(&qh, b->qh, 4);
-    __m128i q = _mm_loadu_si128((const __m128i *)b->qs);
+    __m128i q = _mm_loadu_si128((const __m128i *)(blk + blk_bytes(wt) - 16));
     __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-    // without the 5th bit the value is q - 16: set the high nibble to all ones (two's complement)
-    __m256i hi = _mm256_andnot_si256(bytes_from_bits(qh), _mm256_set1_epi8((char)0xF0));
-    return _mm256_or_si256(v, hi);
+    if (wt == W_Q4_0)
+        return v;
+    uint32_t qh;
+    memcpy(&qh, blk + 2, 4);
+    return _mm256_or_si256(v, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
 }
 
-// One block ib of every row and token into accumulator k (0: even blocks, 1: odd).
-RP_INLINE void q32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ib,
-                        __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2], const int NR, const int NT, const int wt, const int k)
+RP_INLINE uint16_t blk_d(const uint8_t *blk)
+{
+    uint16_t d;
+    memcpy(&d, blk, 2);
+    return d;
+}
+
+// One group of 4 blocks (g) of every row and token. wg[r]: the group's first weight block of row r.
+// Per (row, token): 4 integer block dots packed into one vector (lane k: block k's first 16
+// elements, lane 4+k: its last 16), the offset of unsigned quants removed with the activation's
+// half sums, converted once and multiplied-added with the 4 blocks' scale products.
+RP_INLINE void q32_group(const uint8_t *const *wg, const uint8_t *x, size_t xs, int64_t nbp, int64_t g,
+                         __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT], const int NR, const int NT, const int wt)
 {
     const __m256i ones = _mm256_set1_epi16(1);
+    const int bs = blk_bytes(wt);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-        float dw;
-        __m256i qw = load_wq(w + r * ws, ib, wt, &dw);
-        __m256i aw = _mm256_sign_epi8(qw, qw);
+        const uint8_t *b = wg[r];
+        _mm_prefetch((const char *)b + RP_PF_DIST, _MM_HINT_T0);
+        if (wt == W_Q8_0)
+            _mm_prefetch((const char *)b + 64 + RP_PF_DIST, _MM_HINT_T0);
+        __m256i q[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            q[k] = load_wq(b + k * bs, wt);
+        __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)blk_d(b), (short)blk_d(b + bs), (short)blk_d(b + 2 * bs),
+                                                (short)blk_d(b + 3 * bs), 0, 0, 0, 0));
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
-            const rp_block_q8_0 *bx = (const rp_block_q8_0 *)(x + t * xs) + ib;
-            __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)bx->qs), qw);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sy), ones);
-            __m256 d = _mm256_set1_ps(dw * fp16_f32(bx->d));
-            acc[r][t][k] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r][t][k]);
+            const uint8_t *xa = x + t * xs;
+            const int8_t *yq = (const int8_t *)xa + g * 128;
+            __m256i p[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(yq + 32 * k));
+                __m256i s16 = wt == W_Q8_0 ? _mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(yv, q[k]))
+                                           : _mm256_maddubs_epi16(q[k], yv);
+                p[k] = _mm256_madd_epi16(s16, ones);
+            }
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            if (wt != W_Q8_0) {
+                __m256i hs = _mm256_loadu_si256((const __m256i *)(xa + nbp * 36 + g * 32));
+                h = _mm256_sub_epi32(h, _mm256_slli_epi32(hs, wt == W_Q4_0 ? 3 : 4));
+            }
+            __m128 d4 = _mm_mul_ps(dw, _mm_loadu_ps((const float *)(xa + nbp * 32) + g * 4));
+            acc[r][t] = _mm256_fmadd_ps(_mm256_set_m128(d4, d4), _mm256_cvtepi32_ps(h), acc[r][t]);
         }
     }
 }
@@ -181,24 +277,35 @@ RP_INLINE void q32_step(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
                         const int NR, const int NT, const int wt)
 {
-    __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2];
+    __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++)
-            acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
-    int64_t nb = ne0 / RP_QK, ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        q32_step(w, ws, x, xs, ib, acc, NR, NT, wt, 0);
-        q32_step(w, ws, x, xs, ib + 1, acc, NR, NT, wt, 1);
+            acc[r][t] = _mm256_setzero_ps();
+    const int bs = blk_bytes(wt);
+    int64_t nb = ne0 / RP_QK, nbp = act_nbp(ne0), ng = nb / 4;
+    const uint8_t *wg[RP_MM_MAX_NR];
+    for (int64_t g = 0; g < ng; g++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
+            wg[r] = w + r * ws + g * 4 * bs;
+        q32_group(wg, x, xs, nbp, g, acc, NR, NT, wt);
     }
-    if (ib < nb)
-        q32_step(w, ws, x, xs, ib, acc, NR, NT, wt, 0);
+    if (nb % 4) { // last partial group: zero blocks (scale 0) after the row's end
+        uint8_t tail[RP_MM_MAX_NR][4 * 34];
+        for (int r = 0; r < NR; r++) {
+            memset(tail[r], 0, sizeof(tail[r]));
+            memcpy(tail[r], w + r * ws + ng * 4 * bs, (size_t)(nb % 4) * bs);
+            wg[r] = tail[r];
+        }
+        q32_group(wg, x, xs, nbp, ng, acc, NR, NT, wt);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++)
-            y[t * ldy + r] = hsum8(_mm256_add_ps(acc[r][t][0], acc[r][t][1]));
+            y[t * ldy + r] = hsum8(acc[r][t]);
 }
 
 /* ---- K-quants × Q8_K ---- */
@@ -219,14 +326,6 @@ RP_INLINE void k4_scales(const uint8_t *s12, uint8_t sc[8], uint8_t m[8])
     memcpy(sc + 4, &s1, 4);
     memcpy(m, &m0, 4);
     memcpy(m + 4, &m1, 4);
-}
-
-RP_INLINE int hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
 }
 
 RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,

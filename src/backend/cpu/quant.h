@@ -121,4 +121,13 @@ typedef void (*rp_mm_kernel)(const uint8_t *w, size_t wstride, int nr, const uin
 // The AVX2 kernel for a weight type, NULL when there is none (matmul_avx2.c).
 rp_mm_kernel rp_mm_kernel_avx2(rp_dtype wtype);
 
+// The AVX2 kernels for Q8_0/Q4_0/Q5_0 read activations in their own layout rather than
+// Q8_0 blocks: per token row, with nbp = blocks rounded up to a multiple of 4 (zero padded),
+//   int8 qs[32*nbp] | float d[nbp] | int32 halfsum[nbp/4][8]
+// where d is the Q8_0 scale (fp16-rounded, as the reference quantizer stores it) and
+// halfsum[g] holds Σqs over the first 16 elements of blocks 4g..4g+3, then over their last 16.
+// rp_mm_act_bytes_avx2 is the row size, 0 for weight types that use the partner type as is.
+size_t rp_mm_act_bytes_avx2(rp_dtype wtype, int64_t ne0);
+void rp_mm_quantize_act_avx2(const float *x, int64_t ne0, uint8_t *out);
+
 #endif
