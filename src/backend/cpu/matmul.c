@@ -1,0 +1,368 @@
+/*
+ * matmul.c - y = x · Wᵀ on the CPU: threading, activation quantization, the scalar
+ * reference kernels and the choice of SIMD kernels.
+ *
+ * A matmul runs in two pool runs. First, for quantized weights, the threads split
+ * the tokens and quantize each activation row to the weight's partner type
+ * (Q8_0 or Q8_K) into the caller's scratch. Then the threads split the weight
+ * rows and each computes its rows for every token through a tile kernel
+ * (rp_mm_kernel, quant.h) that handles up to RP_MM_MAX_NR rows × RP_MM_MAX_NT
+ * tokens per call, so a weight row is read once per token tile. Decode (n = 1)
+ * walks rows two at a time; prefill walks a block of rows that fits in L2 once
+ * per token tile.
+ *
+ * Determinism: each output y[t][r] is one kernel's dot of row r with token t,
+ * and kernels promise the same operation sequence for every (r, t) whatever the
+ * tile shape, so results do not depend on n, t or the thread split.
+ *
+ * The scalar kernels are the reference the SIMD ones are tested against: float
+ * weights accumulate in double; quantized weights do ggml's integer block dots
+ * and accumulate the scaled block sums in float, in block order.
+ */
+#include "cpu_int.h"
+#include "quant.h"
+
+#include <stdatomic.h>
+
+/* ---- scalar reference dots: one weight row · one activation row ---- */
+
+static float dot_f32(const void *w, const void *x, int64_t ne0)
+{
+    const float *a = w, *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < ne0; i++)
+        s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+static float dot_f16(const void *w, const void *x, int64_t ne0)
+{
+    const rp_fp16 *a = w;
+    const float *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < ne0; i++)
+        s += (double)rp_fp16_to_f32(a[i]) * b[i];
+    return (float)s;
+}
+
+static float dot_bf16(const void *w, const void *x, int64_t ne0)
+{
+    const rp_bf16 *a = w;
+    const float *b = x;
+    double s = 0;
+    for (int64_t i = 0; i < ne0; i++)
+        s += (double)rp_bf16_to_f32(a[i]) * b[i];
+    return (float)s;
+}
+
+static float dot_q8_0(const void *w, const void *x, int64_t ne0)
+{
+    const rp_block_q8_0 *a = w, *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < ne0 / RP_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < RP_QK; j++)
+            isum += a[i].qs[j] * b[i].qs[j];
+        s += isum * (rp_fp16_to_f32(a[i].d) * rp_fp16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+static float dot_q4_0(const void *w, const void *x, int64_t ne0)
+{
+    const rp_block_q4_0 *a = w;
+    const rp_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < ne0 / RP_QK; i++) {
+        int isum = 0;
+        for (int j = 0; j < RP_QK / 2; j++) {
+            isum += ((a[i].qs[j] & 0xF) - 8) * b[i].qs[j];
+            isum += ((a[i].qs[j] >> 4) - 8) * b[i].qs[j + RP_QK / 2];
+        }
+        s += isum * (rp_fp16_to_f32(a[i].d) * rp_fp16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+static float dot_q5_0(const void *w, const void *x, int64_t ne0)
+{
+    const rp_block_q5_0 *a = w;
+    const rp_block_q8_0 *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < ne0 / RP_QK; i++) {
+        uint32_t qh;
+        memcpy(&qh, a[i].qh, 4);
+        int isum = 0;
+        for (int j = 0; j < RP_QK / 2; j++) {
+            int q0 = (a[i].qs[j] & 0xF) | (int)(((qh >> j) & 1) << 4);
+            int q1 = (a[i].qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+            isum += (q0 - 16) * b[i].qs[j] + (q1 - 16) * b[i].qs[j + RP_QK / 2];
+        }
+        s += isum * (rp_fp16_to_f32(a[i].d) * rp_fp16_to_f32(b[i].d));
+    }
+    return s;
+}
+
+// Q4_K and Q5_K: sum_j d*sc[j]*Σq·y - dmin*m[j]*Σy, the Σy from the Q8_K bsums.
+static float dot_qk45(const void *w, const void *x, int64_t ne0, bool five)
+{
+    const rp_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < ne0 / RP_QK_K; i++) {
+        const uint8_t *scales, *qs, *qh = NULL;
+        rp_fp16 d16, dmin16;
+        if (five) {
+            const rp_block_q5_K *a = (const rp_block_q5_K *)w + i;
+            scales = a->scales, qs = a->qs, qh = a->qh, d16 = a->d, dmin16 = a->dmin;
+        } else {
+            const rp_block_q4_K *a = (const rp_block_q4_K *)w + i;
+            scales = a->scales, qs = a->qs, d16 = a->d, dmin16 = a->dmin;
+        }
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            rp_q4k_scale_min(j, scales, &sc, &m);
+            const uint8_t *q = qs + 32 * (j / 2);
+            const int8_t *y = b[i].qs + 32 * j;
+            int shift = (j & 1) * 4;
+            int dot = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (q[l] >> shift) & 0xF;
+                if (qh && (qh[l] >> j) & 1)
+                    v += 16;
+                dot += v * y[l];
+            }
+            sumi += sc * dot;
+            summ += m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
+        }
+        float d = b[i].d * rp_fp16_to_f32(d16);
+        float dmin = b[i].d * rp_fp16_to_f32(dmin16);
+        s += d * sumi - dmin * summ;
+    }
+    return s;
+}
+
+static float dot_q4_K(const void *w, const void *x, int64_t ne0)
+{
+    return dot_qk45(w, x, ne0, false);
+}
+
+static float dot_q5_K(const void *w, const void *x, int64_t ne0)
+{
+    return dot_qk45(w, x, ne0, true);
+}
+
+static float dot_q6_K(const void *w, const void *x, int64_t ne0)
+{
+    const rp_block_q6_K *a = w;
+    const rp_block_q8_K *b = x;
+    float s = 0;
+    for (int64_t i = 0; i < ne0 / RP_QK_K; i++) {
+        int8_t q[RP_QK_K];
+        const uint8_t *ql = a[i].ql, *qh = a[i].qh;
+        for (int c = 0; c < 2; c++, ql += 64, qh += 32) {
+            int8_t *o = q + 128 * c;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int8_t)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        int sumi = 0;
+        for (int j = 0; j < RP_QK_K / 16; j++) {
+            int dot = 0;
+            for (int l = 0; l < 16; l++)
+                dot += q[16 * j + l] * b[i].qs[16 * j + l];
+            sumi += a[i].scales[j] * dot;
+        }
+        s += (b[i].d * rp_fp16_to_f32(a[i].d)) * sumi;
+    }
+    return s;
+}
+
+typedef float (*dot_fn)(const void *w, const void *x, int64_t ne0);
+
+static dot_fn scalar_dot(rp_dtype t)
+{
+    switch (t) {
+    case RP_DTYPE_F32:
+        return dot_f32;
+    case RP_DTYPE_F16:
+        return dot_f16;
+    case RP_DTYPE_BF16:
+        return dot_bf16;
+    case RP_DTYPE_Q8_0:
+        return dot_q8_0;
+    case RP_DTYPE_Q4_0:
+        return dot_q4_0;
+    case RP_DTYPE_Q5_0:
+        return dot_q5_0;
+    case RP_DTYPE_Q4_K:
+        return dot_q4_K;
+    case RP_DTYPE_Q5_K:
+        return dot_q5_K;
+    case RP_DTYPE_Q6_K:
+        return dot_q6_K;
+    default:
+        return NULL;
+    }
+}
+
+/* ---- dispatch ---- */
+
+static atomic_bool g_force_scalar;
+static atomic_int g_has_avx2 = -1; // -1 unknown, else 0/1
+
+static bool cpu_has_avx2(void)
+{
+    int v = atomic_load(&g_has_avx2);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        atomic_store(&g_has_avx2, v);
+    }
+    return v != 0;
+}
+
+static bool use_avx2(void)
+{
+    return !atomic_load(&g_force_scalar) && cpu_has_avx2();
+}
+
+const char *rp_cpu_simd_name(void)
+{
+    return use_avx2() ? "avx2" : "scalar";
+}
+
+void rp_cpu_force_scalar(bool on)
+{
+    atomic_store(&g_force_scalar, on);
+}
+
+/* ---- the matmul ---- */
+
+// The activation type a weight type's kernels read: F32 for float weights.
+static rp_dtype partner_type(rp_dtype wtype)
+{
+    switch (wtype) {
+    case RP_DTYPE_Q8_0:
+    case RP_DTYPE_Q4_0:
+    case RP_DTYPE_Q5_0:
+        return RP_DTYPE_Q8_0;
+    case RP_DTYPE_Q4_K:
+    case RP_DTYPE_Q5_K:
+    case RP_DTYPE_Q6_K:
+        return RP_DTYPE_Q8_K;
+    default:
+        return RP_DTYPE_F32;
+    }
+}
+
+// Bytes per quantized activation row: the partner type's row, or the AVX2 kernels' layout.
+static bool act_row_bytes(rp_dtype wtype, int64_t ne0, bool simd, size_t *out)
+{
+    if (!rp_dtype_row_bytes(partner_type(wtype), ne0, out))
+        return false;
+    size_t simd_bytes = simd ? rp_mm_act_bytes_avx2(wtype, ne0) : 0;
+    if (simd_bytes)
+        *out = simd_bytes;
+    return true;
+}
+
+size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
+{
+    size_t a, b, total;
+    if (partner_type(wtype) == RP_DTYPE_F32 || n <= 0 || !act_row_bytes(wtype, ne0, false, &a) ||
+        !act_row_bytes(wtype, ne0, true, &b) || !rp_mul_size(a > b ? a : b, (size_t)n, &total))
+        return 0;
+    return total;
+}
+
+typedef struct mm_job {
+    const rp_tensor *w;
+    const float *x;
+    int n;
+    float *y;
+    uint8_t *xq;        // quantized activations (scratch), or NULL for float weights
+    rp_dtype xtype;     // partner type
+    bool simd_act;      // activations in the AVX2 kernels' own layout
+    size_t xstride;     // bytes per activation row as the kernel reads it
+    size_t wstride;     // bytes per weight row
+    rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
+    dot_fn dot;         // scalar reference dot
+} mm_job;
+
+static void quantize_task(void *p, int ith, int nth)
+{
+    mm_job *j = p;
+    int64_t lo, hi, ne0 = j->w->ne[0];
+    rp_split_range(j->n, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        const float *src = j->x + t * ne0;
+        uint8_t *dst = j->xq + (size_t)t * j->xstride;
+        if (j->simd_act)
+            rp_mm_quantize_act_avx2(src, ne0, dst);
+        else if (j->xtype == RP_DTYPE_Q8_0)
+            rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, ne0);
+        else
+            rp_quant_row_q8_K(src, (rp_block_q8_K *)dst, ne0);
+    }
+}
+
+static void matmul_task(void *p, int ith, int nth)
+{
+    mm_job *j = p;
+    int64_t rows = j->w->ne[1], ne0 = j->w->ne[0], lo, hi;
+    rp_split_range(rows, ith, nth, &lo, &hi);
+    const uint8_t *w = j->w->data;
+    const uint8_t *x = j->xq ? j->xq : (const uint8_t *)j->x;
+    size_t ldy = (size_t)rows;
+
+    if (!j->kern) { // scalar reference: one dot per output
+        for (int64_t r = lo; r < hi; r++)
+            for (int t = 0; t < j->n; t++)
+                j->y[(size_t)t * ldy + (size_t)r] = j->dot(w + (size_t)r * j->wstride, x + (size_t)t * j->xstride, ne0);
+        return;
+    }
+    if (j->n == 1) {
+        for (int64_t r = lo; r < hi; r += RP_MM_MAX_NR) {
+            int nr = (int)(hi - r < RP_MM_MAX_NR ? hi - r : RP_MM_MAX_NR);
+            j->kern(w + (size_t)r * j->wstride, j->wstride, nr, x, j->xstride, 1, ne0, j->y + r, ldy);
+        }
+        return;
+    }
+    // Prefill: a block of rows small enough to stay in L2 meets every token tile.
+    int64_t rb = (int64_t)((256u << 10) / (j->wstride ? j->wstride : 1));
+    if (rb < RP_MM_MAX_NR)
+        rb = RP_MM_MAX_NR;
+    for (int64_t r0 = lo; r0 < hi; r0 += rb) {
+        int64_t r1 = r0 + rb < hi ? r0 + rb : hi;
+        for (int t0 = 0; t0 < j->n; t0 += RP_MM_MAX_NT) {
+            int nt = j->n - t0 < RP_MM_MAX_NT ? j->n - t0 : RP_MM_MAX_NT;
+            for (int64_t r = r0; r < r1; r += RP_MM_MAX_NR) {
+                int nr = (int)(r1 - r < RP_MM_MAX_NR ? r1 - r : RP_MM_MAX_NR);
+                j->kern(w + (size_t)r * j->wstride, j->wstride, nr, x + (size_t)t0 * j->xstride, j->xstride, nt, ne0,
+                        j->y + (size_t)t0 * ldy + r, ldy);
+            }
+        }
+    }
+}
+
+void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch)
+{
+    if (n <= 0 || w->ne[1] <= 0)
+        return;
+    mm_job j = {.w = w, .x = x, .n = n, .y = y, .xtype = partner_type(w->type)};
+    j.dot = scalar_dot(w->type);
+    j.kern = use_avx2() ? rp_mm_kernel_avx2(w->type) : NULL;
+    j.simd_act = j.kern && rp_mm_act_bytes_avx2(w->type, w->ne[0]) > 0;
+    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && act_row_bytes(w->type, w->ne[0], j.kern, &j.xstride);
+    RP_ASSERT(ok && j.dot != NULL);
+    if (j.xtype != RP_DTYPE_F32) {
+        RP_ASSERT(scratch != NULL);
+        j.xq = scratch;
+        rp_pool_run(pool, quantize_task, &j);
+    }
+    rp_pool_run(pool, matmul_task, &j);
+}

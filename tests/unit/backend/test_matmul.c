@@ -1,0 +1,315 @@
+/*
+ * test_matmul.c - the CPU matmul kernels: SIMD vs scalar reference by normalized
+ * error for every weight type and several shapes, the scalar reference vs a
+ * float64 dot of the dequantized weights, and bitwise determinism of a token's
+ * output whatever the batch size, its place in the batch and the thread count.
+ */
+#include "test_util.h"
+
+#include "backend/cpu/cpu_int.h"
+#include "backend/cpu/quant.h"
+
+#include <math.h>
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_normal(void)
+{
+    float u1 = ((float)rng_u32() + 1.0f) / 4294967296.0f;
+    float u2 = (float)rng_u32() / 4294967296.0f;
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+static void fill_normal(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rng_normal();
+}
+
+static const rp_dtype all_types[] = {RP_DTYPE_F32,  RP_DTYPE_F16,  RP_DTYPE_BF16, RP_DTYPE_Q8_0, RP_DTYPE_Q4_0,
+                                     RP_DTYPE_Q5_0, RP_DTYPE_Q4_K, RP_DTYPE_Q5_K, RP_DTYPE_Q6_K};
+#define N_TYPES (sizeof(all_types) / sizeof(all_types[0]))
+
+// A random weight tensor of `type` (rows × ne0), quantized from N(0,1) floats.
+typedef struct wmat {
+    rp_tensor t;
+    void *data;
+} wmat;
+
+static void wmat_init(wmat *m, rp_dtype type, int64_t rows, int64_t ne0)
+{
+    size_t rb;
+    assert_true(rp_dtype_row_bytes(type, ne0, &rb));
+    float *src = malloc((size_t)(rows * ne0) * sizeof(float));
+    fill_normal(src, rows * ne0);
+    m->data = malloc(rb * (size_t)rows);
+    assert_int_equal(rp_quantize(type, src, m->data, rows * ne0), RP_OK);
+    free(src);
+    m->t = (rp_tensor){.type = type, .ne = {ne0, rows}, .data = m->data, .nbytes = rb * (size_t)rows};
+}
+
+static void run_matmul(rp_pool *pool, const wmat *m, const float *x, int n, float *y)
+{
+    size_t sb = rp_cpu_matmul_scratch_bytes(m->t.type, m->t.ne[0], n);
+    void *scratch = sb ? rp_malloc_aligned(sb) : NULL;
+    rp_cpu_matmul(pool, &m->t, x, n, y, scratch);
+    rp_free_aligned(scratch);
+}
+
+static double nerr(const float *a, const float *b, size_t n)
+{
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return sqrt(e / (s > 0 ? s : 1));
+}
+
+static bool is_quant(rp_dtype t)
+{
+    return rp_dtype_is_quant(t);
+}
+
+static void test_simd_name(void **state)
+{
+    (void)state;
+    const char *name = rp_cpu_simd_name();
+    assert_true(strcmp(name, "avx2") == 0 || strcmp(name, "scalar") == 0);
+    rp_cpu_force_scalar(true);
+    assert_string_equal(rp_cpu_simd_name(), "scalar");
+    rp_cpu_force_scalar(false);
+    assert_string_equal(rp_cpu_simd_name(), name);
+    print_message("cpu kernels: %s\n", name);
+}
+
+static void test_scratch_bytes(void **state)
+{
+    (void)state;
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_F32, 100, 4), 0);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 64, 4), 0);
+    // Q8_0 partners: room for Q8_0 blocks and for the AVX2 layout (blocks padded to 4, scales, half sums)
+    assert_true(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q8_0, 64, 3) >= 3 * 2 * 34);
+    assert_true(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q4_0, 64, 1) >= 2 * 34);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q5_0, 256, 2), 2 * rp_mm_act_bytes_avx2(RP_DTYPE_Q5_0, 256));
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q4_K, 512, 5), 5 * 2 * 292);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q6_K, 256, 1), 292);
+}
+
+// SIMD vs scalar reference, and scalar reference vs float64 on the dequantized weights.
+static void test_simd_vs_scalar(void **state)
+{
+    (void)state;
+    const int64_t rows_list[] = {1, 3, 8, 37};
+    const int64_t ne0_k[] = {256, 768};
+    const int64_t ne0_f[] = {8, 40, 100, 256, 777};
+    const int n_list[] = {1, 2, 3, 5, 9};
+    rp_pool *pool = NULL;
+    assert_int_equal(rp_pool_create(2, &pool), RP_OK);
+    bool simd = strcmp(rp_cpu_simd_name(), "scalar") != 0;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        rp_dtype type = all_types[ti];
+        int blk = rp_dtype_block(type);
+        const int64_t *ne0s = blk == 256 ? ne0_k : ne0_f;
+        size_t n_ne0 = blk == 256 ? 2 : 5;
+        double worst_simd = 0, worst_ref = 0;
+        for (size_t a = 0; a < n_ne0; a++) {
+            int64_t ne0 = ne0s[a];
+            if (ne0 % blk)
+                ne0 = (ne0 / blk + 1) * blk;
+            for (size_t b = 0; b < 4; b++) {
+                int64_t rows = rows_list[b];
+                wmat m;
+                wmat_init(&m, type, rows, ne0);
+                float *wf = malloc((size_t)(rows * ne0) * sizeof(float));
+                rp_dequantize(type, m.data, wf, rows * ne0);
+                for (size_t c = 0; c < 5; c++) {
+                    int n = n_list[c];
+                    float *x = malloc((size_t)(n * ne0) * sizeof(float));
+                    fill_normal(x, n * ne0);
+                    float *y_ref = malloc((size_t)(n * rows) * sizeof(float));
+                    float *y_simd = malloc((size_t)(n * rows) * sizeof(float));
+                    float *y_f64 = malloc((size_t)(n * rows) * sizeof(float));
+                    rp_cpu_force_scalar(true);
+                    run_matmul(pool, &m, x, n, y_ref);
+                    rp_cpu_force_scalar(false);
+                    run_matmul(pool, &m, x, n, y_simd);
+                    // the reference's exact value: the dequantized weights against the activations
+                    // as the kernels see them (rounded to the partner type for quantized weights)
+                    float *xr = malloc((size_t)(n * ne0) * sizeof(float));
+                    memcpy(xr, x, (size_t)(n * ne0) * sizeof(float));
+                    if (is_quant(type)) {
+                        rp_dtype pt = blk == 256 ? RP_DTYPE_Q8_K : RP_DTYPE_Q8_0;
+                        void *xq = malloc(rp_cpu_matmul_scratch_bytes(type, ne0, n));
+                        assert_int_equal(rp_quantize(pt, x, xq, n * ne0), RP_OK);
+                        rp_dequantize(pt, xq, xr, n * ne0);
+                        free(xq);
+                    }
+                    for (int t = 0; t < n; t++)
+                        for (int64_t r = 0; r < rows; r++) {
+                            double s = 0;
+                            for (int64_t i = 0; i < ne0; i++)
+                                s += (double)wf[r * ne0 + i] * xr[t * ne0 + i];
+                            y_f64[t * rows + r] = (float)s;
+                        }
+                    free(xr);
+                    double es = nerr(y_simd, y_ref, (size_t)(n * rows));
+                    double er = nerr(y_ref, y_f64, (size_t)(n * rows));
+                    worst_simd = es > worst_simd ? es : worst_simd;
+                    worst_ref = er > worst_ref ? er : worst_ref;
+                    // float weights: only summation order differs; quantized: the same integer
+                    // block sums, scaled and summed in another order
+                    double lim_simd = 1e-5;
+                    // the reference itself: float64 for float weights, float block sums for quantized
+                    double lim_ref = is_quant(type) ? 1e-5 : 1e-6;
+                    if (es > lim_simd)
+                        fail_msg("%s rows %lld ne0 %lld n %d: simd vs scalar error %g", rp_dtype_name(type),
+                                 (long long)rows, (long long)ne0, n, es);
+                    if (er > lim_ref)
+                        fail_msg("%s rows %lld ne0 %lld n %d: scalar vs float64 error %g", rp_dtype_name(type),
+                                 (long long)rows, (long long)ne0, n, er);
+                    free(x);
+                    free(y_ref);
+                    free(y_simd);
+                    free(y_f64);
+                }
+                free(wf);
+                free(m.data);
+            }
+        }
+        print_message("%-5s simd vs scalar %.2e, scalar vs f64 %.2e%s\n", rp_dtype_name(type), worst_simd, worst_ref,
+                      simd ? "" : " (no SIMD on this CPU)");
+    }
+    rp_pool_destroy(pool);
+}
+
+// y for a token is bitwise the same alone, at positions 0, 3, 7 of a batch of 8, with 1 or 2 threads.
+static void check_determinism(rp_dtype type, bool scalar)
+{
+    const int64_t rows = 37;
+    const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : 320;
+    const int n = 8;
+    wmat m;
+    wmat_init(&m, type, rows, ne0);
+    float *x = malloc((size_t)(n * ne0) * sizeof(float));
+    fill_normal(x, n * ne0);
+    float *yb1 = malloc((size_t)(n * rows) * sizeof(float));
+    float *yb2 = malloc((size_t)(n * rows) * sizeof(float));
+    float *ys = malloc((size_t)rows * sizeof(float));
+    rp_pool *p1 = NULL, *p2 = NULL;
+    assert_int_equal(rp_pool_create(1, &p1), RP_OK);
+    assert_int_equal(rp_pool_create(2, &p2), RP_OK);
+    rp_cpu_force_scalar(scalar);
+    run_matmul(p1, &m, x, n, yb1);
+    run_matmul(p2, &m, x, n, yb2);
+    assert_memory_equal(yb1, yb2, (size_t)(n * rows) * sizeof(float));
+    const int pos[] = {0, 3, 7};
+    for (int k = 0; k < 3; k++) {
+        for (int pi = 0; pi < 2; pi++) {
+            run_matmul(pi ? p2 : p1, &m, x + pos[k] * ne0, 1, ys);
+            if (memcmp(ys, yb1 + pos[k] * rows, (size_t)rows * sizeof(float)) != 0)
+                fail_msg("%s (%s): token %d alone differs from its result in a batch of %d (%d threads)",
+                         rp_dtype_name(type), scalar ? "scalar" : rp_cpu_simd_name(), pos[k], n, pi + 1);
+        }
+    }
+    // odd batch sizes tile differently (4 + 1, 3 + 2, ...): each prefix batch must agree too
+    for (int nb = 2; nb < n; nb++) {
+        run_matmul(p2, &m, x, nb, yb2);
+        assert_memory_equal(yb2, yb1, (size_t)(nb * rows) * sizeof(float));
+    }
+    rp_cpu_force_scalar(false);
+    rp_pool_destroy(p1);
+    rp_pool_destroy(p2);
+    free(x);
+    free(yb1);
+    free(yb2);
+    free(ys);
+    free(m.data);
+}
+
+static void test_determinism(void **state)
+{
+    (void)state;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        check_determinism(all_types[ti], false);
+        check_determinism(all_types[ti], true);
+    }
+}
+
+// The AVX2 activation quantizer gives the reference Q8_0 values, scales and half sums.
+static void test_act_quant(void **state)
+{
+    (void)state;
+    if (strcmp(rp_cpu_simd_name(), "avx2") != 0)
+        skip();
+    const int64_t ne0 = 32 * 7;
+    float x[32 * 7];
+    fill_normal(x, ne0);
+    x[3] = 0.0f;
+    for (int i = 64; i < 96; i++) // a block whose scale is exactly representable: ties in x/d
+        x[i] = (float)(i - 80) * 0.5f;
+    rp_block_q8_0 ref[7];
+    rp_quant_row_q8_0(x, ref, ne0);
+    size_t bytes = rp_mm_act_bytes_avx2(RP_DTYPE_Q4_0, ne0);
+    assert_int_equal(bytes, 8 * 44);
+    uint8_t *act = malloc(bytes);
+    memset(act, 0x5a, bytes);
+    rp_mm_quantize_act_avx2(x, ne0, act);
+    const int8_t *qs = (const int8_t *)act;
+    const float *d = (const float *)(act + 8 * 32);
+    const int32_t *hs = (const int32_t *)(act + 8 * 36);
+    for (int b = 0; b < 8; b++) {
+        int lo = 0, hi = 0;
+        for (int j = 0; j < 32; j++) {
+            int want = b < 7 ? ref[b].qs[j] : 0;
+            assert_int_equal(qs[32 * b + j], want);
+            if (j < 16)
+                lo += want;
+            else
+                hi += want;
+        }
+        assert_true(d[b] == (b < 7 ? rp_fp16_to_f32(ref[b].d) : 0.0f));
+        assert_int_equal(hs[(b / 4) * 8 + b % 4], lo);
+        assert_int_equal(hs[(b / 4) * 8 + 4 + b % 4], hi);
+    }
+    free(act);
+}
+
+// n = 0 writes nothing; a NULL pool runs on the calling thread.
+static void test_edges(void **state)
+{
+    (void)state;
+    wmat m;
+    wmat_init(&m, RP_DTYPE_Q8_0, 5, 64);
+    float y[10] = {42, 42, 42, 42, 42, 42, 42, 42, 42, 42};
+    float x[128];
+    fill_normal(x, 128);
+    rp_cpu_matmul(NULL, &m.t, x, 0, y, NULL);
+    for (int i = 0; i < 10; i++)
+        assert_true(y[i] == 42);
+    run_matmul(NULL, &m, x, 2, y);
+    float y2[10];
+    rp_pool *p = NULL;
+    assert_int_equal(rp_pool_create(2, &p), RP_OK);
+    run_matmul(p, &m, x, 2, y2);
+    assert_memory_equal(y, y2, sizeof(y));
+    rp_pool_destroy(p);
+    free(m.data);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_simd_name),     cmocka_unit_test(test_scratch_bytes), cmocka_unit_test(test_simd_vs_scalar),
+        cmocka_unit_test(test_determinism),   cmocka_unit_test(test_edges), cmocka_unit_test(test_act_quant),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
