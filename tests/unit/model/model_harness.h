@@ -14,7 +14,7 @@
 
 // Logits of every position of `ids` (n tokens), prefilled in chunks of `chunk`
 // tokens, into out (n x n_vocab). Fails the test on error.
-static void harness_prefill_all(rp_model *m, const int32_t *ids, int n, int chunk, float *out)
+static inline void harness_prefill_all(rp_model *m, const int32_t *ids, int n, int chunk, float *out)
 {
     rp_kv_pool *kv;
     assert_int_equal(rp_model_kv_create(m, 16, (n + 15) / 16 + 1, &kv), RP_OK);
@@ -43,7 +43,7 @@ static void harness_prefill_all(rp_model *m, const int32_t *ids, int n, int chun
     rp_kv_pool_destroy(kv);
 }
 
-static int harness_argmax(const float *x, int n)
+static inline int harness_argmax(const float *x, int n)
 {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -54,7 +54,7 @@ static int harness_argmax(const float *x, int n)
 
 // Greedy generation of n_gen tokens after prompt; out_logits (optional) gets the
 // logits after the prompt (n_vocab floats).
-static void harness_greedy(rp_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
+static inline void harness_greedy(rp_model *m, const int32_t *prompt, int n_prompt, int n_gen, int32_t *out,
                            float *first_logits)
 {
     int V = rp_model_get_config(m)->n_vocab;
@@ -98,7 +98,7 @@ static void harness_greedy(rp_model *m, const int32_t *prompt, int n_prompt, int
 }
 
 // Reads a JSON int array into a malloc'd int32 array.
-static int32_t *harness_ids(json_t *arr, int *n)
+static inline int32_t *harness_ids(json_t *arr, int *n)
 {
     *n = (int)json_array_size(arr);
     int32_t *v = malloc(sizeof(int32_t) * (size_t)(*n ? *n : 1));
@@ -107,7 +107,7 @@ static int32_t *harness_ids(json_t *arr, int *n)
     return v;
 }
 
-static rp_model *harness_load(const char *path, int threads, rp_dtype quant)
+static inline rp_model *harness_load(const char *path, int threads, rp_dtype quant)
 {
     rp_model_params p;
     rp_model_params_default(&p);

@@ -11,8 +11,12 @@
  */
 #include "model_harness.h"
 
-#define CLEAR_MARGIN 0.02f // logits; our float32 arithmetic differs from torch's by ~1e-5
-#define LOGIT_TOL 2e-3
+// These references differ from float32-exact arithmetic by up to ~0.016 of a logit
+// (measured: our logits agree with them to 0.003-0.016, while they agree with our
+// own CPU float32 transformers fixtures in tests/data/models to ~1e-6). A margin
+// is clear when it is well above that noise.
+#define CLEAR_MARGIN 0.05f
+#define LOGIT_TOL 0.05
 
 static const char *models[] = {"llama-spm", "llama3-bpe", "qwen2"};
 
@@ -47,20 +51,25 @@ static void check_against_transformers(const char *path, json_t *ref, int thread
         harness_greedy(m, prompt, n_prompt, n_exp, got, logits);
         int checked = 0;
         for (int i = 0; i < n_exp; i++) {
+            // A near-tie makes this token and everything after it unreliable.
+            if (json_number_value(json_array_get(margins, (size_t)i)) < CLEAR_MARGIN)
+                break;
             if (got[i] != exp[i])
                 fail_msg("%s, prompt %zu: token %d is %d, transformers gives %d (margin %.4f)", path, ci, i, got[i],
                          exp[i], json_number_value(json_array_get(margins, (size_t)i)));
             checked++;
-            if (json_number_value(json_array_get(margins, (size_t)i)) < CLEAR_MARGIN)
-                break; // a near-tie: later tokens may follow either branch
         }
         json_t *first = json_object_get(c, "last_logits_f32_first16");
+        double worst = 0;
         for (size_t i = 0; i < json_array_size(first); i++) {
             double want = json_number_value(json_array_get(first, i));
+            if (fabs(logits[i] - want) > worst)
+                worst = fabs(logits[i] - want);
             if (fabs(logits[i] - want) > LOGIT_TOL)
                 fail_msg("%s, prompt %zu: logit %zu is %.6f, transformers gives %.6f", path, ci, i, logits[i], want);
         }
-        print_message("  %s prompt %zu: %d/%d greedy tokens checked, logits match\n", path, ci, checked, n_exp);
+        print_message("  %s prompt %zu: %d/%d greedy tokens checked, logits within %.2g\n", path, ci, checked, n_exp,
+                      worst);
         free(prompt);
         free(exp);
     }

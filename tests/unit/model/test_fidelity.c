@@ -13,7 +13,7 @@
 
 #include <dirent.h>
 
-#define CLEAR_MARGIN 0.02f
+#define CLEAR_MARGIN 1e-3f // our float32 arithmetic agrees with these to ~1e-6
 #define MAX_NORM_ERR 1e-3
 
 static int n_models_checked;
@@ -70,11 +70,12 @@ static void check_model_dir(const char *dir)
         harness_greedy(m, prompt, n_prompt, n_exp, got, NULL);
         int checked = 0;
         for (int i = 0; i < n_exp; i++) {
+            // A near-tie makes this token and everything after it unreliable.
+            if (json_number_value(json_array_get(margins, (size_t)i)) < CLEAR_MARGIN)
+                break;
             if (got[i] != exp[i])
                 fail_msg("%s prompt %zu: greedy token %d is %d, transformers gives %d", dir, ci, i, got[i], exp[i]);
             checked++;
-            if (json_number_value(json_array_get(margins, (size_t)i)) < CLEAR_MARGIN)
-                break;
         }
         print_message("  %s prompt %zu: logit error %.2g, %d/%d greedy tokens checked\n", dir, ci, err, checked,
                       n_exp);
