@@ -277,10 +277,10 @@ static void test_roundtrip(void **state)
         int n_dims;
         int64_t ne[4];
     } specs[] = {
-        {"t.f32", RP_DTYPE_F32, 2, {3, 2}},         {"t.f16", RP_DTYPE_F16, 1, {7}},
-        {"t.bf16", RP_DTYPE_BF16, 3, {4, 1, 2}},    {"t.q8_0", RP_DTYPE_Q8_0, 2, {64, 3}},
-        {"t.q4_0", RP_DTYPE_Q4_0, 1, {32}},         {"t.q5_0", RP_DTYPE_Q5_0, 2, {32, 2}},
-        {"t.q4_k", RP_DTYPE_Q4_K, 1, {256}},        {"t.q5_k", RP_DTYPE_Q5_K, 2, {256, 2}},
+        {"t.f32", RP_DTYPE_F32, 2, {3, 2}},           {"t.f16", RP_DTYPE_F16, 1, {7}},
+        {"t.bf16", RP_DTYPE_BF16, 3, {4, 1, 2}},      {"t.q8_0", RP_DTYPE_Q8_0, 2, {64, 3}},
+        {"t.q4_0", RP_DTYPE_Q4_0, 1, {32}},           {"t.q5_0", RP_DTYPE_Q5_0, 2, {32, 2}},
+        {"t.q4_k", RP_DTYPE_Q4_K, 1, {256}},          {"t.q5_k", RP_DTYPE_Q5_K, 2, {256, 2}},
         {"t.q6_k", RP_DTYPE_Q6_K, 4, {256, 1, 1, 2}},
     };
     enum { NT = sizeof(specs) / sizeof(specs[0]) };
@@ -295,9 +295,8 @@ static void test_roundtrip(void **state)
         datas[i] = rp_malloc(sizes[i]);
         for (size_t j = 0; j < sizes[i]; j++)
             datas[i][j] = (uint8_t)(j * 31 + (size_t)i * 17);
-        assert_int_equal(rp_gguf_writer_add_tensor(w, specs[i].name, specs[i].type, specs[i].n_dims, specs[i].ne,
-                                                   datas[i]),
-                         RP_OK);
+        assert_int_equal(
+            rp_gguf_writer_add_tensor(w, specs[i].name, specs[i].type, specs[i].n_dims, specs[i].ne, datas[i]), RP_OK);
     }
     assert_int_equal(rp_gguf_writer_write(w, path), RP_OK);
     rp_gguf_writer_destroy(w);
@@ -568,8 +567,7 @@ static void test_flip_every_header_byte(void **state)
                 failures++;
                 assert_null(gg);
                 if (!strstr(rp_error_message(), path))
-                    fail_msg("byte %zu ^ %02x: message does not name the file: '%s'", i, xors[k],
-                             rp_error_message());
+                    fail_msg("byte %zu ^ %02x: message does not name the file: '%s'", i, xors[k], rp_error_message());
             }
             uint8_t *copy = rp_malloc(size);
             memcpy(copy, bytes, size);
@@ -707,8 +705,8 @@ static void test_crafted_headers(void **state)
     struct {
         uint32_t type;
         uint64_t val;
-    } aligns[] = {{RP_GGUF_UINT32, 0}, {RP_GGUF_UINT32, 3}, {RP_GGUF_UINT32, 1u << 20}, {RP_GGUF_BOOL, 1},
-                  {RP_GGUF_INT32, 0xffffffe0u}, {RP_GGUF_FLOAT32, 0x42000000}};
+    } aligns[] = {{RP_GGUF_UINT32, 0}, {RP_GGUF_UINT32, 3},          {RP_GGUF_UINT32, 1u << 20},
+                  {RP_GGUF_BOOL, 1},   {RP_GGUF_INT32, 0xffffffe0u}, {RP_GGUF_FLOAT32, 0x42000000}};
     for (size_t i = 0; i < sizeof(aligns) / sizeof(aligns[0]); i++) {
         b_head(&b, 3, 0, 1);
         b_str(&b, "general.alignment");
@@ -954,14 +952,10 @@ static void test_conformance_corrupt(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip),
-        cmocka_unit_test(test_alignment),
-        cmocka_unit_test(test_writer_rejects),
-        cmocka_unit_test(test_oom),
-        cmocka_unit_test(test_truncate_every_byte),
-        cmocka_unit_test(test_flip_every_header_byte),
-        cmocka_unit_test(test_crafted_headers),
-        cmocka_unit_test(test_conformance_files),
+        cmocka_unit_test(test_roundtrip),           cmocka_unit_test(test_alignment),
+        cmocka_unit_test(test_writer_rejects),      cmocka_unit_test(test_oom),
+        cmocka_unit_test(test_truncate_every_byte), cmocka_unit_test(test_flip_every_header_byte),
+        cmocka_unit_test(test_crafted_headers),     cmocka_unit_test(test_conformance_files),
         cmocka_unit_test(test_conformance_corrupt),
     };
     return cmocka_run_group_tests(tests, setup_all, teardown_all);

@@ -367,8 +367,9 @@ static void test_crafted(void **state)
          RP_ERR_UNSUPPORTED},
         {"offsets_reversed", "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", RP_ERR_INVALID},
         {"offsets_past_end", "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", RP_ERR_INVALID},
-        {"offsets_huge", "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[9223372036854775800,"
-                         "9223372036854775804]}}",
+        {"offsets_huge",
+         "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[9223372036854775800,"
+         "9223372036854775804]}}",
          RP_ERR_INVALID},
         {"offsets_size", "{\"t\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", RP_ERR_INVALID},
         {"offsets_size2", "{\"t\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[0,4]}}", RP_ERR_INVALID},
@@ -506,18 +507,21 @@ static void test_index_corrupt(void **state)
          NULL},
         {"value_dotdot", "{\"weight_map\": {\"w.f32\": \"..\"}}", RP_ERR_INVALID, NULL},
         {"value_empty", "{\"weight_map\": {\"w.f32\": \"\"}}", RP_ERR_INVALID, NULL},
-        {"dup_key", "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"w.f32\": "
-                    "\"model-00001-of-00002.safetensors\"}}",
+        {"dup_key",
+         "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"w.f32\": "
+         "\"model-00001-of-00002.safetensors\"}}",
          RP_ERR_INVALID, NULL},
         {"missing_shard", "{\"weight_map\": {\"w.f32\": \"model-00001-of-00003.safetensors\"}}", RP_ERR_IO,
          "model-00001-of-00003.safetensors"},
         {"wrong_shard", "{\"weight_map\": {\"w.f32\": \"model-00002-of-00002.safetensors\"}}", RP_ERR_INVALID, NULL},
-        {"absent_tensor", "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"w.nope\": "
-                          "\"model-00001-of-00002.safetensors\"}}",
+        {"absent_tensor",
+         "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"w.nope\": "
+         "\"model-00001-of-00002.safetensors\"}}",
          RP_ERR_INVALID, NULL},
         {"corrupt_shard", "{\"weight_map\": {\"w.f32\": \"bad.safetensors\"}}", RP_ERR_INVALID, "bad.safetensors"},
-        {"dup_across", "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"x\": "
-                       "\"copy.safetensors\"}}",
+        {"dup_across",
+         "{\"weight_map\": {\"w.f32\": \"model-00001-of-00002.safetensors\", \"x\": "
+         "\"copy.safetensors\"}}",
          RP_ERR_INVALID, "copy.safetensors"},
     };
     char p[700], idx[700];
@@ -586,8 +590,8 @@ static void test_truncate_every_byte(void **state)
     rp_free(bytes);
 }
 
-static void flip_check(const char *path, const uint8_t *bytes, size_t size, size_t from, size_t to,
-                       const uint8_t *xors, size_t n_xors, int *n_fail)
+static void flip_check(const char *path, const uint8_t *bytes, size_t size, size_t from, size_t to, const uint8_t *xors,
+                       size_t n_xors, int *n_fail)
 {
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
@@ -611,8 +615,7 @@ static void flip_check(const char *path, const uint8_t *bytes, size_t size, size
                 (*n_fail)++;
                 assert_null(s);
                 if (!strstr(rp_error_message(), path))
-                    fail_msg("byte %zu ^ %02x: message does not name the file: '%s'", i, xors[k],
-                             rp_error_message());
+                    fail_msg("byte %zu ^ %02x: message does not name the file: '%s'", i, xors[k], rp_error_message());
             }
             assert_int_equal(pwrite(fd, &bytes[i], 1, (off_t)i), 1);
         }
