@@ -267,8 +267,9 @@ rp_status rp_tok_decode(const rp_tokenizer *t, const int32_t *ids, size_t n, boo
             break;
         if (t->has_decoder || a.n == 0)
             st = slist_begin(&a);
+        const tok_entry *e = &t->vocab[id];
         if (!st)
-            st = slist_put(&a, t->vocab[id].text, t->vocab[id].len);
+            st = e->dec_text ? slist_put(&a, e->dec_text, e->dec_len) : slist_put(&a, e->text, e->len);
     }
     for (int k = 0; k < t->n_decs && !st; k++) {
         b.buf.len = 0;
@@ -302,10 +303,15 @@ rp_status rp_tok_decode(const rp_tokenizer *t, const int32_t *ids, size_t n, boo
 rp_status tok_make_piece(const rp_tokenizer *t, int32_t id, tok_buf *out)
 {
     const tok_entry *e = &t->vocab[id];
-    if (e->special || !t->has_decoder)
-        return tok_buf_put(out, e->text, e->len);
+    return tok_make_piece_text(t, e->special, e->text, e->len, out);
+}
+
+rp_status tok_make_piece_text(const rp_tokenizer *t, bool special, const char *text, size_t len, tok_buf *out)
+{
+    if (special || !t->has_decoder)
+        return tok_buf_put(out, text, len);
     tok_buf cur = {0}, nxt = {0};
-    rp_status st = tok_buf_put(&cur, e->text, e->len);
+    rp_status st = tok_buf_put(&cur, text, len);
     for (int k = 0; k < t->n_decs && !st; k++) {
         const tok_dec *d = &t->decs[k];
         const char *s = cur.p ? cur.p : "";

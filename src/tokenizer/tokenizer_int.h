@@ -43,6 +43,8 @@ typedef struct tok_entry {
     bool eog;
     char *piece;    // decoded bytes (see rp_tok_piece)
     uint32_t piece_len;
+    const char *dec_text; // normalized added token: the text decode starts from (owned by added[]), else NULL
+    uint32_t dec_len;
 } tok_entry;
 
 // string -> int32 map; keys are borrowed (must outlive the map).
@@ -233,6 +235,8 @@ rp_status tok_model_encode(const rp_tokenizer *t, tok_bpe_work *w, const char *s
 void tok_dec_free(tok_dec *d);
 // The piece of one token (decoder without the first-token rules).
 rp_status tok_make_piece(const rp_tokenizer *t, int32_t id, tok_buf *out);
+// The piece of a token whose vocabulary text is `text` (for added tokens stored normalized).
+rp_status tok_make_piece_text(const rp_tokenizer *t, bool special, const char *text, size_t len, tok_buf *out);
 
 /* encode.c */
 rp_status tok_build_matchers(rp_tokenizer *t);

@@ -513,9 +513,32 @@ rp_status tok_finish(rp_tokenizer *t)
         e->piece[piece.len] = 0;
         e->piece_len = (uint32_t)piece.len;
     }
-    rp_free(piece.p);
     if ((st = tok_build_matchers(t)))
-        return st;
+        goto fail;
+    // HF keeps a normalized added token in its normalized form: it decodes that way too.
+    for (int i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        if (!a->normalized || a->special || t->n_norms == 0 || a->id < 0 || a->id >= t->n_vocab)
+            continue;
+        tok_entry *e = &t->vocab[a->id];
+        piece.len = 0;
+        if ((st = tok_make_piece_text(t, false, a->content, a->len, &piece)))
+            goto fail;
+        char *np = rp_malloc(piece.len + 1);
+        if (!np) {
+            st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        if (piece.len)
+            memcpy(np, piece.p, piece.len);
+        np[piece.len] = 0;
+        rp_free(e->piece);
+        e->piece = np;
+        e->piece_len = (uint32_t)piece.len;
+        e->dec_text = a->content;
+        e->dec_len = (uint32_t)a->len;
+    }
+    rp_free(piece.p);
     tok_mark_eog_by_text(t);
     return RP_OK;
 fail:

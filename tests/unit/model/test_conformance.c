@@ -11,12 +11,14 @@
  */
 #include "model_harness.h"
 
-// These references differ from float32-exact arithmetic by up to ~0.016 of a logit
-// (measured: our logits agree with them to 0.003-0.016, while they agree with our
-// own CPU float32 transformers fixtures in tests/data/models to ~1e-6). A margin
-// is clear when it is well above that noise.
-#define CLEAR_MARGIN 0.05f
-#define LOGIT_TOL 0.05
+// The recorded references are not float32-exact: recomputed with transformers on
+// the CPU in float32 (tools/fixtures/check_conformance_reference.py, output in
+// tools/fixtures/conformance_check.log) they differ by up to 0.056 of a logit,
+// and that recomputation equals our logits to ~1e-5 (as our own fixtures in
+// tests/data/models do to ~1e-6). So: logits within that recorded noise, and
+// greedy tokens compared while the recorded margin is well above it.
+#define CLEAR_MARGIN 0.1f
+#define LOGIT_TOL 0.06
 
 static const char *models[] = {"llama-spm", "llama3-bpe", "qwen2"};
 
