@@ -101,6 +101,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
     o->n_predict = 128;
     o->quant = RP_DTYPE_F32;
     rp_sample_params_default(&o->sp);
+    o->sp.temperature = 0; // rapid run is greedy unless asked
     optind = 1;
     opterr = 0;
     int c;

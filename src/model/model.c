@@ -80,7 +80,7 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     if (st || (st = alloc_scratch(m)))
         goto fail;
     const rp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof(m->desc), "%s, %d layers, dim %d, %d/%d heads, vocab %d, %s weights, %.0f MB", c->arch_name,
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB", c->arch_name,
              c->n_layer, c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(m->layers[0].wq.type),
              m->weight_bytes / 1e6);
     if (!m->params.quiet)

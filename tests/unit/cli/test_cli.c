@@ -1,0 +1,130 @@
+/*
+ * test_cli.c - the `rapid` command end to end: exit codes, messages, and the
+ * text `rapid run` prints against the library's own greedy decode.
+ */
+#include "../model/model_harness.h"
+
+#include "tokenizer/tokenizer.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+// Runs `rapid ARGS` through the shell; stdout into out (NUL-terminated), stderr into err.
+static int run_rapid(const char *args, char *out, size_t out_cap, char *err, size_t err_cap)
+{
+    const char *bin = getenv("RP_BINARY");
+    assert_non_null(bin);
+    char errfile[64], cmd[8192];
+    snprintf(errfile, sizeof(errfile), "/tmp/rapid-test-cli-%d.err", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "'%s' %s 2>%s", bin, args, errfile);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, out_cap - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    FILE *e = fopen(errfile, "r");
+    n = e ? fread(err, 1, err_cap - 1, e) : 0;
+    err[n] = 0;
+    if (e)
+        fclose(e);
+    unlink(errfile);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char out[65536], err[65536];
+
+static void test_usage_errors(void **state)
+{
+    assert_int_equal(run_rapid("", out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "usage: rapid"));
+    assert_int_equal(run_rapid("frobnicate", out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "unknown command"));
+    assert_int_equal(run_rapid("run", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run model -p", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run model -p x -n abc", out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "invalid value 'abc'"));
+    assert_int_equal(run_rapid("run model -p x --temp -1", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run model -p x --quant q3", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run model -p x --bogus", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("tokenize", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("--help", out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "run MODEL"));
+    assert_int_equal(run_rapid("run --help", out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "--quant"));
+    assert_int_equal(run_rapid("--version", out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "rapid "));
+}
+
+static void test_bad_model_files(void **state)
+{
+    assert_int_equal(run_rapid("run /nonexistent/model -p hi", out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "/nonexistent/model"));
+    // A GGUF file cut short: one message naming the file, status 1.
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/rapid-test-cli-%d.gguf", (int)getpid());
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fwrite("GGUF\x03\x00\x00\x00\x05\x00", 1, 10, f);
+    fclose(f);
+    char args[256];
+    snprintf(args, sizeof(args), "run %s -p hi", path);
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, path));
+    snprintf(args, sizeof(args), "tokenize %s hello", path);
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, path));
+    unlink(path);
+}
+
+// `rapid run` greedy text equals the library's greedy tokens decoded, for 1 and 2 threads.
+static void test_run_matches_library(void **state)
+{
+    char model[4096];
+    snprintf(model, sizeof(model), "%s", rp_test_source("tests/data/models/qwen3"));
+    const char *prompt = "def fibonacci(n):";
+    rp_tokenizer *tok;
+    assert_int_equal(rp_tok_load_file(model, &tok), RP_OK);
+    int32_t *ids;
+    size_t n_ids;
+    assert_int_equal(rp_tok_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids), RP_OK);
+    rp_model *m = harness_load(model, 1, RP_DTYPE_F32);
+    int32_t gen[16];
+    harness_greedy(m, ids, (int)n_ids, 16, gen, NULL);
+    // rapid run stops at an end-of-generation token; so does the expectation.
+    const rp_model_config *cfg = rp_model_get_config(m);
+    size_t n_gen = 0;
+    for (bool stop = false; n_gen < 16 && !stop; n_gen += !stop) {
+        stop = rp_tok_is_eog(tok, gen[n_gen]);
+        for (int i = 0; i < cfg->n_eos; i++)
+            stop = stop || gen[n_gen] == cfg->eos_ids[i];
+    }
+    char *want;
+    size_t want_len;
+    assert_int_equal(rp_tok_decode(tok, gen, n_gen, true, &want, &want_len), RP_OK);
+    for (int threads = 1; threads <= 2; threads++) {
+        char args[8192];
+        snprintf(args, sizeof(args), "run '%s' -p '%s' -n 16 --threads %d", model, prompt, threads);
+        assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
+        size_t n = strlen(out);
+        assert_true(n >= 1 && out[n - 1] == '\n');
+        out[n - 1] = 0;
+        if (strcmp(out, want) != 0)
+            fail_msg("rapid run printed [%s], the library decodes [%s]", out, want);
+        assert_non_null(strstr(err, "prompt: "));
+        assert_non_null(strstr(err, "generated: "));
+    }
+    rp_free(want);
+    rp_free(ids);
+    rp_model_destroy(m);
+    rp_tok_destroy(tok);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_bad_model_files),
+        cmocka_unit_test(test_run_matches_library),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
