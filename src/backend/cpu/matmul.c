@@ -22,6 +22,7 @@
 #include "cpu_int.h"
 #include "quant.h"
 
+#include <cpuid.h>
 #include <stdatomic.h>
 
 /* ---- scalar reference dots: one weight row · one activation row ---- */
@@ -214,12 +215,30 @@ static dot_fn scalar_dot(rp_dtype t)
 static atomic_bool g_force_scalar;
 static atomic_int g_has_avx2 = -1; // -1 unknown, else 0/1
 
+// AVX2 + FMA + F16C, and the OS saves the YMM registers (cpuid directly: not every
+// compiler's __builtin_cpu_supports knows "f16c").
+static int detect_avx2(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return 0;
+    bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+    if (!(fma && osxsave && avx && f16c))
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6) != 6) // XMM and YMM state
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b & (1u << 5)) != 0;
+}
+
 static bool cpu_has_avx2(void)
 {
     int v = atomic_load(&g_has_avx2);
     if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        v = detect_avx2();
         atomic_store(&g_has_avx2, v);
     }
     return v != 0;
