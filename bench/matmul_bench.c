@@ -3,7 +3,7 @@
  *
  * Not part of the build or the test suite. Build against a configured tree:
  *   cc -O2 -mavx2 -mfma -I src bench/matmul_bench.c /tmp/build-kern/librapid_core.a -lm -lpthread -o /tmp/mmbench
- *   /tmp/mmbench [threads] [MiB per weight tensor] [repetitions]
+ *   /tmp/mmbench [threads] [MiB per weight tensor] [repetitions] [types, e.g. bf16,q8_0]
  * For each weight type it builds one tensor of ne0 = 4096 columns and as many rows
  * as fit the size (far beyond the caches), times y = W·x for one token on the
  * pool (best of several runs), and compares the bytes of W read per second with
@@ -114,6 +114,8 @@ int main(int argc, char **argv)
         x[i] = ((int)(rnd() % 2001) - 1000) * 1e-3f;
     for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
         rp_dtype t = types[k];
+        if (argc > 4 && !strstr(argv[4], rp_dtype_name(t)))
+            continue;
         size_t rb;
         rp_dtype_row_bytes(t, ne0, &rb);
         int64_t rows = (int64_t)(size / rb);

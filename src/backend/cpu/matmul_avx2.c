@@ -12,10 +12,12 @@
  *
  * Float weights: 32 elements per step into 4 accumulators per (row, token);
  * BF16 widens with a 16-bit shift, F16 with vcvtph2ps.
- * Q8_0 / Q4_0 / Q5_0 (× Q8_0 activations): per block, |w| ⊙ sign(x, w) through
- * maddubs (u8 × s8 → s16 pairs) and madd (→ s32), converted to float and
- * fused-multiply-added with the product of the two block scales; even and odd
- * blocks go to two accumulators to shorten the FMA dependency chain.
+ * Q8_0 / Q4_0 / Q5_0 (× Q8_0 activations, in this file's own row layout): per
+ * block, maddubs (u8 × s8 → s16 pairs) and madd (→ s32); Q8_0 uses |w| ⊙ sign(x, w),
+ * Q4_0/Q5_0 keep their quants unsigned and subtract 8 (16) × the activation's sums.
+ * Four blocks' integer sums are packed into one vector with hadd, converted once
+ * and fused-multiply-added with the four blocks' scale products.
+ * Decode reads one weight row per core at a time with software prefetch ahead.
  * Q4_K / Q5_K / Q6_K (× Q8_K): integer sums per super-block weighted by the
  * sub-block scales with madd, one FMA per super-block; the mins (Q4_K/Q5_K) and
  * Q6_K's -32 offset come from the activation's per-16 sums (bsums).
@@ -27,7 +29,7 @@
 #define RP_INLINE static inline __attribute__((always_inline))
 
 #ifndef RP_PF_DIST
-#define RP_PF_DIST 1024 // bytes ahead of the weight stream to prefetch
+#define RP_PF_DIST 2048 // bytes ahead of the weight stream to prefetch (measured: 2048 > 1024 > 512)
 #endif
 
 // Fixed-order horizontal sum of 8 floats.
