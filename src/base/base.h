@@ -190,6 +190,22 @@ static inline void rp_split_range(int64_t n, int ith, int nth, int64_t *lo, int6
     *hi = *lo + per + (ith < rem ? 1 : 0);
 }
 
+/* ---- name index ----------------------------------------------------------- */
+
+// An open-addressing hash from NUL-terminated names (borrowed, not copied) to
+// int64 values, sized once for n entries. Caller-owned; init / deinit.
+typedef struct rp_name_index {
+    const char **keys; // (cap) NULL when the slot is free
+    int64_t *vals;     // (cap)
+    size_t cap;        // a power of two, at least twice the number of entries
+} rp_name_index;
+
+bool rp_name_index_init(rp_name_index *x, int64_t n); // false on OOM
+void rp_name_index_deinit(rp_name_index *x);
+// Inserts key -> val; returns -1, or the value already stored under key (then nothing changes).
+int64_t rp_name_index_put(rp_name_index *x, const char *key, int64_t val);
+int64_t rp_name_index_get(const rp_name_index *x, const char *key); // -1 if absent
+
 /* ---- time ----------------------------------------------------------------- */
 
 double rp_time_s(void); // monotonic seconds

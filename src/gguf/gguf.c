@@ -23,12 +23,6 @@
 #define MAX_KEY_LEN 65535
 #define MAX_ELEMS ((uint64_t)1 << 40)
 
-// Open-addressing hash from a name to its index (keys and tensor names).
-typedef struct name_index {
-    const char **keys; // (cap) NULL when the slot is free; borrowed from the owner
-    int64_t *vals;     // (cap)
-    size_t cap;        // a power of two, at least twice the number of entries
-} name_index;
 
 typedef struct kv {
     const char *key; // NUL-terminated copy
@@ -43,7 +37,7 @@ struct rp_gguf {
     char *path;
     rp_mapping map;
     bool owns_map; // false for rp_gguf_open_memory
-    name_index key_ix, tensor_ix;
+    rp_name_index key_ix, tensor_ix;
     uint32_t version;
     int64_t n_kv;
     kv *kvs;
@@ -52,55 +46,6 @@ struct rp_gguf {
     char **tensor_names;
     size_t alignment;
 };
-
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; // FNV-1a
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static bool nx_init(name_index *x, int64_t n)
-{
-    size_t cap = 16;
-    while (cap < (size_t)n * 2)
-        cap *= 2;
-    x->keys = rp_calloc(cap, sizeof(*x->keys));
-    x->vals = rp_calloc(cap, sizeof(*x->vals));
-    x->cap = cap;
-    return x->keys && x->vals;
-}
-
-static void nx_free(name_index *x)
-{
-    rp_free(x->keys);
-    rp_free(x->vals);
-    memset(x, 0, sizeof(*x));
-}
-
-// Inserts key -> val; returns -1, or the value already stored under key (then nothing changes).
-static int64_t nx_put(name_index *x, const char *key, int64_t val)
-{
-    size_t i = (size_t)hash_name(key) & (x->cap - 1);
-    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
-        if (strcmp(x->keys[i], key) == 0)
-            return x->vals[i];
-    x->keys[i] = key;
-    x->vals[i] = val;
-    return -1;
-}
-
-static int64_t nx_get(const name_index *x, const char *key)
-{
-    if (!x->cap)
-        return -1;
-    size_t i = (size_t)hash_name(key) & (x->cap - 1);
-    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
-        if (strcmp(x->keys[i], key) == 0)
-            return x->vals[i];
-    return -1;
-}
 
 // Returns p grown to hold `need` elements of `elem` bytes (capacity *cap, doubled
 // as needed), or NULL on OOM with p untouched. Arrays grow as entries are parsed,
@@ -383,10 +328,10 @@ static rp_status parse(rp_gguf *g)
         if ((st = parse_kv(&c, &g->kvs[i])))
             return st;
     }
-    if (!nx_init(&g->key_ix, g->n_kv))
+    if (!rp_name_index_init(&g->key_ix, g->n_kv))
         return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
     for (int64_t i = 0; i < g->n_kv; i++)
-        if (nx_put(&g->key_ix, g->kvs[i].key, i) >= 0)
+        if (rp_name_index_put(&g->key_ix, g->kvs[i].key, i) >= 0)
             return RP_ERR(RP_ERR_INVALID, "%s: duplicate metadata key '%s'", path, g->kvs[i].key);
     g->alignment = 32;
     const kv *al = find(g, "general.alignment");
@@ -410,10 +355,10 @@ static rp_status parse(rp_gguf *g)
         if ((st = parse_tensor(&c, g, (int64_t)i)))
             return st;
     }
-    if (!nx_init(&g->tensor_ix, g->n_tensors))
+    if (!rp_name_index_init(&g->tensor_ix, g->n_tensors))
         return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
     for (int64_t i = 0; i < g->n_tensors; i++)
-        if (nx_put(&g->tensor_ix, g->tensors[i].name, i) >= 0)
+        if (rp_name_index_put(&g->tensor_ix, g->tensors[i].name, i) >= 0)
             return RP_ERR(RP_ERR_INVALID, "%s: duplicate tensor '%s'", path, g->tensors[i].name);
     size_t hdr = (size_t)(c.p - c.base);
     size_t data_start = (hdr + g->alignment - 1) / g->alignment * g->alignment;
@@ -488,8 +433,8 @@ void rp_gguf_close(rp_gguf *g)
     rp_free(g->kvs);
     rp_free(g->tensors);
     rp_free(g->tensor_names);
-    nx_free(&g->key_ix);
-    nx_free(&g->tensor_ix);
+    rp_name_index_deinit(&g->key_ix);
+    rp_name_index_deinit(&g->tensor_ix);
     if (g->owns_map)
         rp_file_unmap(&g->map);
     rp_free(g->path);
@@ -518,7 +463,7 @@ const char *rp_gguf_key_name(const rp_gguf *g, int64_t i)
 
 int64_t rp_gguf_find_key(const rp_gguf *g, const char *key)
 {
-    return nx_get(&g->key_ix, key);
+    return rp_name_index_get(&g->key_ix, key);
 }
 
 rp_gguf_type rp_gguf_key_type(const rp_gguf *g, int64_t i)
@@ -614,6 +559,6 @@ const rp_gguf_tensor *rp_gguf_tensor_at(const rp_gguf *g, int64_t i)
 
 const rp_gguf_tensor *rp_gguf_find_tensor(const rp_gguf *g, const char *name)
 {
-    int64_t i = nx_get(&g->tensor_ix, name);
+    int64_t i = rp_name_index_get(&g->tensor_ix, name);
     return i < 0 ? NULL : &g->tensors[i];
 }

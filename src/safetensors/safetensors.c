@@ -76,60 +76,6 @@ static const char *dtype_name_of(rp_dtype t)
 
 /* ---- name index: open addressing from a name to an index ---- */
 
-typedef struct name_index {
-    const char **keys; // (cap) NULL when free; borrowed from the owner
-    int64_t *vals;     // (cap)
-    size_t cap;        // a power of two, at least twice the number of entries
-} name_index;
-
-static uint64_t hash_name(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; // FNV-1a
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
-}
-
-static bool nx_init(name_index *x, int64_t n)
-{
-    size_t cap = 16;
-    while (cap < (size_t)n * 2)
-        cap *= 2;
-    x->keys = rp_calloc(cap, sizeof(*x->keys));
-    x->vals = rp_calloc(cap, sizeof(*x->vals));
-    x->cap = cap;
-    return x->keys && x->vals;
-}
-
-static void nx_free(name_index *x)
-{
-    rp_free(x->keys);
-    rp_free(x->vals);
-    memset(x, 0, sizeof(*x));
-}
-
-// Inserts key -> val; returns -1, or the value already stored under key (then nothing changes).
-static int64_t nx_put(name_index *x, const char *key, int64_t val)
-{
-    size_t i = (size_t)hash_name(key) & (x->cap - 1);
-    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
-        if (strcmp(x->keys[i], key) == 0)
-            return x->vals[i];
-    x->keys[i] = key;
-    x->vals[i] = val;
-    return -1;
-}
-
-static int64_t nx_get(const name_index *x, const char *key)
-{
-    if (!x->cap)
-        return -1;
-    size_t i = (size_t)hash_name(key) & (x->cap - 1);
-    for (; x->keys[i]; i = (i + 1) & (x->cap - 1))
-        if (strcmp(x->keys[i], key) == 0)
-            return x->vals[i];
-    return -1;
-}
 
 /* ---- the set ---- */
 
@@ -145,7 +91,7 @@ struct rp_st_set {
     int n_shards;
     rp_st_tensor *tensors; // (n_tensors); name and dtype_name are owned heap strings
     int64_t n_tensors, cap_tensors;
-    name_index ix;
+    rp_name_index ix;
     char **meta; // (2 * n_meta) key, value, key, value, ...
     int64_t n_meta, cap_meta;
 };
@@ -162,7 +108,7 @@ void rp_st_close(rp_st_set *s)
     for (int64_t i = 0; i < 2 * s->n_meta; i++)
         rp_free(s->meta[i]);
     rp_free(s->meta);
-    nx_free(&s->ix);
+    rp_name_index_deinit(&s->ix);
     for (int i = 0; i < s->n_shards; i++) {
         if (s->shards[i].owns_map)
             rp_file_unmap(&s->shards[i].map);
@@ -367,10 +313,10 @@ done:
 // Builds the name index; a duplicate is an error naming both files.
 static rp_status build_index(rp_st_set *s)
 {
-    if (!nx_init(&s->ix, s->n_tensors))
+    if (!rp_name_index_init(&s->ix, s->n_tensors))
         return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", s->path);
     for (int64_t i = 0; i < s->n_tensors; i++) {
-        int64_t j = nx_put(&s->ix, s->tensors[i].name, i);
+        int64_t j = rp_name_index_put(&s->ix, s->tensors[i].name, i);
         if (j >= 0)
             return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' is in both %s and %s", s->path, s->tensors[i].name,
                           s->tensors[j].file, s->tensors[i].file);
@@ -438,7 +384,7 @@ static rp_status open_index(const char *dir, const char *ipath, rp_st_set **out)
     size_t len;
     json_t *root = NULL;
     const char **files = NULL;
-    name_index fx = {0};
+    rp_name_index fx = {0};
     rp_st_set *s = NULL;
     rp_status st = rp_file_read(ipath, &text, &len);
     if (st)
@@ -461,7 +407,7 @@ static rp_status open_index(const char *dir, const char *ipath, rp_st_set **out)
     }
     // The distinct shard names, sorted so shards are opened and listed in name order.
     files = rp_malloc(n_entries * sizeof(*files));
-    if (!files || !nx_init(&fx, (int64_t)n_entries)) {
+    if (!files || !rp_name_index_init(&fx, (int64_t)n_entries)) {
         st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", ipath);
         goto done;
     }
@@ -474,17 +420,17 @@ static rp_status open_index(const char *dir, const char *ipath, rp_st_set **out)
             st = RP_ERR(RP_ERR_INVALID, "%s: weight_map entry '%s' is not a file name in the folder", ipath, key);
             goto done;
         }
-        if (nx_put(&fx, json_string_value(val), n_files) < 0)
+        if (rp_name_index_put(&fx, json_string_value(val), n_files) < 0)
             files[n_files++] = json_string_value(val);
     }
     qsort(files, (size_t)n_files, sizeof(*files), cmp_str);
-    nx_free(&fx);
-    if (!nx_init(&fx, n_files)) {
+    rp_name_index_deinit(&fx);
+    if (!rp_name_index_init(&fx, n_files)) {
         st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", ipath);
         goto done;
     }
     for (int i = 0; i < n_files; i++)
-        nx_put(&fx, files[i], i);
+        rp_name_index_put(&fx, files[i], i);
     if ((st = set_new(dir, n_files, &s)))
         goto done;
     for (int i = 0; i < n_files; i++) {
@@ -507,7 +453,7 @@ static rp_status open_index(const char *dir, const char *ipath, rp_st_set **out)
     json_object_foreach(wm, key, val)
     {
         const rp_st_tensor *t = rp_st_find(s, key);
-        int64_t k = nx_get(&fx, json_string_value(val));
+        int64_t k = rp_name_index_get(&fx, json_string_value(val));
         if (!t || t->file != s->shards[k].path) {
             st = RP_ERR(RP_ERR_INVALID, "%s: weight_map puts tensor '%s' in %s, which does not contain it%s%s%s", ipath,
                         key, json_string_value(val), t ? " (it is in " : "", t ? t->file : "", t ? ")" : "");
@@ -518,7 +464,7 @@ static rp_status open_index(const char *dir, const char *ipath, rp_st_set **out)
     s = NULL;
 done:
     rp_st_close(s);
-    nx_free(&fx);
+    rp_name_index_deinit(&fx);
     rp_free(files);
     json_decref(root);
     rp_free(text);
@@ -557,7 +503,7 @@ const rp_st_tensor *rp_st_tensor_at(const rp_st_set *s, int64_t i)
 
 const rp_st_tensor *rp_st_find(const rp_st_set *s, const char *name)
 {
-    int64_t i = nx_get(&s->ix, name);
+    int64_t i = rp_name_index_get(&s->ix, name);
     return i < 0 ? NULL : &s->tensors[i];
 }
 
