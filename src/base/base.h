@@ -119,6 +119,22 @@ void rp_file_unmap(rp_mapping *m);
 rp_status rp_file_read(const char *path, char **out, size_t *len);
 bool rp_file_exists(const char *path);
 bool rp_dir_exists(const char *path);
+// Writes a file atomically: bytes go to "<path>.tmp.<pid>", and commit fsyncs,
+// closes and renames it over path, so readers see the old file or the whole new
+// one, never a part. Caller-owned; after open, exactly one of commit / abort.
+// The first error sticks: later writes do nothing and commit reports it.
+typedef struct rp_file_writer {
+    int fd;
+    char *path, *tmp;
+    rp_status st;
+} rp_file_writer;
+
+rp_status rp_file_writer_open(rp_file_writer *w, const char *path);
+rp_status rp_file_writer_write(rp_file_writer *w, const void *data, size_t n);
+rp_status rp_file_writer_zeros(rp_file_writer *w, size_t n);
+rp_status rp_file_writer_commit(rp_file_writer *w); // removes the temp file on failure
+void rp_file_writer_abort(rp_file_writer *w);
+
 // Joins dir and name with one '/'; heap string (rp_free it), NULL on OOM.
 char *rp_path_join(const char *dir, const char *name);
 

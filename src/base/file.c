@@ -2,7 +2,8 @@
  * file.c - whole-file reads, read-only mmap and path helpers.
  *
  * Model weights are mapped, never copied: rp_file_map maps a file read-only and
- * the model keeps the mapping for its lifetime.
+ * the model keeps the mapping for its lifetime. Files Rapid writes (converted
+ * models, cache blocks) go through rp_file_writer: temp name, fsync, rename.
  */
 #include "base.h"
 
@@ -94,6 +95,93 @@ rp_status rp_file_read(const char *path, char **out, size_t *len)
     if (len)
         *len = n;
     return RP_OK;
+}
+
+rp_status rp_file_writer_open(rp_file_writer *w, const char *path)
+{
+    memset(w, 0, sizeof(*w));
+    w->fd = -1;
+    size_t n = strlen(path) + 32;
+    w->path = rp_strdup(path);
+    w->tmp = rp_malloc(n);
+    if (!w->path || !w->tmp) {
+        rp_file_writer_abort(w);
+        return RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w->fd < 0) {
+        rp_status st = RP_ERR(RP_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
+        rp_free(w->tmp);
+        w->tmp = NULL; // nothing to remove
+        rp_file_writer_abort(w);
+        return st;
+    }
+    return RP_OK;
+}
+
+rp_status rp_file_writer_write(rp_file_writer *w, const void *data, size_t n)
+{
+    const uint8_t *p = data;
+    while (n && !w->st) {
+        ssize_t k = write(w->fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            w->st = RP_ERR(RP_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
+            break;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return w->st;
+}
+
+rp_status rp_file_writer_zeros(rp_file_writer *w, size_t n)
+{
+    static const uint8_t zeros[256];
+    while (n && !w->st) {
+        size_t k = n < sizeof(zeros) ? n : sizeof(zeros);
+        rp_file_writer_write(w, zeros, k);
+        n -= k;
+    }
+    return w->st;
+}
+
+rp_status rp_file_writer_commit(rp_file_writer *w)
+{
+    if (!w->st && fsync(w->fd) != 0)
+        w->st = RP_ERR(RP_ERR_IO, "%s: cannot sync: %s", w->path, strerror(errno));
+    int rc = close(w->fd);
+    w->fd = -1;
+    if (!w->st && rc != 0)
+        w->st = RP_ERR(RP_ERR_IO, "%s: cannot close: %s", w->path, strerror(errno));
+    if (!w->st && rename(w->tmp, w->path) != 0)
+        w->st = RP_ERR(RP_ERR_IO, "%s: cannot rename into place: %s", w->path, strerror(errno));
+    rp_status st = w->st;
+    if (st) {
+        rp_file_writer_abort(w);
+    } else {
+        rp_free(w->path);
+        rp_free(w->tmp);
+        memset(w, 0, sizeof(*w));
+        w->fd = -1;
+    }
+    return st;
+}
+
+void rp_file_writer_abort(rp_file_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmp)
+        unlink(w->tmp);
+    rp_free(w->path);
+    rp_free(w->tmp);
+    rp_status st = w->st;
+    memset(w, 0, sizeof(*w));
+    w->fd = -1;
+    w->st = st;
 }
 
 bool rp_file_exists(const char *path)

@@ -313,29 +313,10 @@ static size_t align_up(size_t n, size_t a)
     return (n + a - 1) / a * a;
 }
 
-// Writes all n bytes; false on error (errno set).
-static bool write_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *s = p;
-    while (n) {
-        ssize_t k = write(fd, s, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return false;
-        }
-        s += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 rp_status rp_gguf_writer_write(rp_gguf_writer *w, const char *path)
 {
     static const uint8_t zeros[64];
     rp_status st = RP_OK;
-    int fd = -1;
-    char *tmp = NULL;
     bytes h = {0};
     // Header, key/values and tensor infos go into one buffer; the data is streamed.
     put(&h, "GGUF", 4);
@@ -368,51 +349,17 @@ rp_status rp_gguf_writer_write(rp_gguf_writer *w, const char *path)
         st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
         goto fail;
     }
-    size_t plen = strlen(path);
-    tmp = rp_malloc(plen + 32);
-    if (!tmp) {
-        st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
+    rp_file_writer f;
+    if ((st = rp_file_writer_open(&f, path)))
         goto fail;
-    }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = RP_ERR(RP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (!write_all(fd, h.p, h.n))
-        goto io_fail;
+    rp_file_writer_write(&f, h.p, h.n);
     for (size_t i = 0; i < w->n_tensors; i++) {
         const wtensor *t = &w->tensors[i];
-        if (!write_all(fd, t->data, t->size))
-            goto io_fail;
-        for (size_t p = align_up(t->size, w->alignment) - t->size; p;) {
-            size_t k = p < sizeof(zeros) ? p : sizeof(zeros);
-            if (!write_all(fd, zeros, k))
-                goto io_fail;
-            p -= k;
-        }
+        rp_file_writer_write(&f, t->data, t->size);
+        rp_file_writer_zeros(&f, align_up(t->size, w->alignment) - t->size);
     }
-    if (fsync(fd) != 0)
-        goto io_fail;
-    if (close(fd) != 0) {
-        fd = -1;
-        goto io_fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) != 0)
-        goto io_fail;
-    rp_free(tmp);
-    rp_free(h.p);
-    return RP_OK;
-io_fail:
-    st = RP_ERR(RP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    st = rp_file_writer_commit(&f);
 fail:
-    if (fd >= 0)
-        close(fd);
-    if (tmp)
-        unlink(tmp);
-    rp_free(tmp);
     rp_free(h.p);
     return st;
 }

@@ -537,22 +537,6 @@ const char *rp_st_path(const rp_st_set *s)
 
 /* ---- writer ---- */
 
-static bool write_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t k = write(fd, b, n);
-        if (k < 0) {
-            if (errno == EINTR)
-                continue;
-            return false;
-        }
-        b += k;
-        n -= (size_t)k;
-    }
-    return true;
-}
-
 // The JSON header for rp_st_write; NULL with the error recorded.
 static json_t *build_header(const char *path, const rp_st_tensor *tensors, int64_t n, const char *const *metadata,
                             rp_status *st)
@@ -628,53 +612,28 @@ fail:
 rp_status rp_st_write(const char *path, const rp_st_tensor *tensors, int64_t n, const char *const *metadata)
 {
     rp_status st = RP_OK;
-    char *hdr = NULL, *tmp = NULL;
-    int fd = -1;
     json_t *root = build_header(path, tensors, n, metadata, &st);
     if (!root)
         return st;
     size_t len = json_dumpb(root, NULL, 0, JSON_COMPACT);
     size_t padded = (len + 7) / 8 * 8;
-    size_t plen = strlen(path);
-    hdr = rp_malloc(padded + 8);
-    tmp = rp_malloc(plen + 32);
-    if (!len || !hdr || !tmp) {
+    char *hdr = rp_malloc(padded + 8);
+    if (!len || !hdr) {
         st = RP_ERR(RP_ERR_NOMEM, "%s: out of memory", path);
-        goto fail;
+        goto done;
     }
     uint64_t n64 = padded;
     memcpy(hdr, &n64, 8);
     json_dumpb(root, hdr + 8, len, JSON_COMPACT);
     memset(hdr + 8 + len, ' ', padded - len);
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        st = RP_ERR(RP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (!write_all(fd, hdr, padded + 8))
-        goto io_fail;
+    rp_file_writer f;
+    if ((st = rp_file_writer_open(&f, path)))
+        goto done;
+    rp_file_writer_write(&f, hdr, padded + 8);
     for (int64_t i = 0; i < n; i++)
-        if (!write_all(fd, tensors[i].data, tensors[i].size))
-            goto io_fail;
-    if (fsync(fd) != 0)
-        goto io_fail;
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0 || rename(tmp, path) != 0)
-        goto io_fail;
-    rp_free(tmp);
-    rp_free(hdr);
-    json_decref(root);
-    return RP_OK;
-io_fail:
-    st = RP_ERR(RP_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
-fail:
-    if (fd >= 0)
-        close(fd);
-    if (tmp)
-        unlink(tmp);
-    rp_free(tmp);
+        rp_file_writer_write(&f, tensors[i].data, tensors[i].size);
+    st = rp_file_writer_commit(&f);
+done:
     rp_free(hdr);
     json_decref(root);
     return st;
