@@ -80,30 +80,6 @@ static bool name_in(const char *names, const char *s, size_t len)
     return false;
 }
 
-static rp_status push_pre(rp_tokenizer *t, tok_pre p)
-{
-    tok_pre *v = rp_realloc(t->pres, ((size_t)t->n_pres + 1) * sizeof(*v));
-    if (!v) {
-        tok_pre_free(&p);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    }
-    t->pres = v;
-    t->pres[t->n_pres++] = p;
-    return RP_OK;
-}
-
-static rp_status push_dec(rp_tokenizer *t, tok_dec d)
-{
-    tok_dec *v = rp_realloc(t->decs, ((size_t)t->n_decs + 1) * sizeof(*v));
-    if (!v) {
-        tok_dec_free(&d);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    }
-    t->decs = v;
-    t->decs[t->n_decs++] = d;
-    return RP_OK;
-}
-
 static int32_t get_id(const rp_gguf *g, const rp_tokenizer *t, const char *key, int32_t def)
 {
     int64_t v;
@@ -230,11 +206,11 @@ rp_status rp_tok_load_gguf(const rp_gguf *g, rp_tokenizer **out)
         add_bos = def->add_bos;
         for (int i = 0; i < 6 && def->re[i]; i++) {
             tok_pre p = {.type = PRE_SPLIT, .behavior = SPLIT_ISOLATED};
-            if ((st = tok_compile(def->re[i], strlen(def->re[i]), 0, &p.re)) || (st = push_pre(t, p)))
+            if ((st = tok_compile(def->re[i], strlen(def->re[i]), 0, &p.re)) || (st = tok_add_pre(t, p)))
                 goto fail;
         }
-        if ((st = push_pre(t, (tok_pre){.type = PRE_BYTELEVEL})) ||
-            (st = push_dec(t, (tok_dec){.type = DEC_BYTELEVEL})))
+        if ((st = tok_add_pre(t, (tok_pre){.type = PRE_BYTELEVEL})) ||
+            (st = tok_add_dec(t, (tok_dec){.type = DEC_BYTELEVEL})))
             goto fail;
         t->bos = t->eos = t->n_vocab > 11 ? 11 : -1; // llama.cpp's defaults for gpt2 vocabularies
     } else {
@@ -251,7 +227,7 @@ rp_status rp_tok_load_gguf(const rp_gguf *g, rp_tokenizer **out)
     if (spm) {
         tok_pre p = {.type = PRE_METASPACE, .repl = "\xE2\x96\x81", .repl_len = 3,
                      .prepend = add_space_prefix ? PREPEND_LLAMACPP : PREPEND_NEVER};
-        if ((st = push_pre(t, p)))
+        if ((st = tok_add_pre(t, p)))
             goto fail;
         tok_dec r = {.type = DEC_REPLACE, .a = rp_strdup("\xE2\x96\x81"), .b = rp_strdup(" "), .a_len = 3, .b_len = 1};
         if (!r.a || !r.b) {
@@ -259,11 +235,11 @@ rp_status rp_tok_load_gguf(const rp_gguf *g, rp_tokenizer **out)
             st = RP_ERR(RP_ERR_NOMEM, "out of memory");
             goto fail;
         }
-        if ((st = push_dec(t, r)) || (st = push_dec(t, (tok_dec){.type = DEC_BYTEFALLBACK})) ||
-            (st = push_dec(t, (tok_dec){.type = DEC_FUSE})))
+        if ((st = tok_add_dec(t, r)) || (st = tok_add_dec(t, (tok_dec){.type = DEC_BYTEFALLBACK})) ||
+            (st = tok_add_dec(t, (tok_dec){.type = DEC_FUSE})))
             goto fail;
         if (add_space_prefix) {
-            if ((st = push_dec(t, (tok_dec){.type = DEC_STRIP, .strip_cp = ' ', .start = 1})))
+            if ((st = tok_add_dec(t, (tok_dec){.type = DEC_STRIP, .strip_cp = ' ', .start = 1})))
                 goto fail;
             t->strip_leading = true;
         }

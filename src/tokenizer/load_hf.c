@@ -54,30 +54,6 @@ static rp_status add_norm(hf_ctx *c, tok_norm n)
     return RP_OK;
 }
 
-static rp_status add_pre(rp_tokenizer *t, tok_pre p)
-{
-    tok_pre *v = rp_realloc(t->pres, ((size_t)t->n_pres + 1) * sizeof(*v));
-    if (!v) {
-        tok_pre_free(&p);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    }
-    t->pres = v;
-    t->pres[t->n_pres++] = p;
-    return RP_OK;
-}
-
-static rp_status add_dec(rp_tokenizer *t, tok_dec d)
-{
-    tok_dec *v = rp_realloc(t->decs, ((size_t)t->n_decs + 1) * sizeof(*v));
-    if (!v) {
-        tok_dec_free(&d);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    }
-    t->decs = v;
-    t->decs[t->n_decs++] = d;
-    return RP_OK;
-}
-
 // A split step from a regex (literal when `literal`).
 static rp_status add_split(rp_tokenizer *t, const char *pat, size_t len, bool literal, int behavior, bool invert)
 {
@@ -85,7 +61,7 @@ static rp_status add_split(rp_tokenizer *t, const char *pat, size_t len, bool li
     rp_status st = tok_compile(pat, len, literal ? PCRE2_LITERAL : 0, &p.re);
     if (st)
         return st;
-    return add_pre(t, p);
+    return tok_add_pre(t, p);
 }
 
 /* ---- normalizers ----------------------------------------------------------- */
@@ -259,13 +235,13 @@ static rp_status parse_pretok(hf_ctx *c, const json_t *p, int depth)
         if (jbool(p, "use_regex", true) &&
             (st = tok_compile(tok_gpt2_regex, strlen(tok_gpt2_regex), 0, &op.re)))
             return st;
-        return add_pre(t, op);
+        return tok_add_pre(t, op);
     }
     if (!strcmp(type, "Metaspace")) {
         tok_pre op = {.type = PRE_METASPACE, .split = jbool(p, "split", true)};
         if ((st = parse_metaspace_common(c, p, op.repl, &op.repl_len, &op.prepend)))
             return st;
-        return add_pre(t, op);
+        return tok_add_pre(t, op);
     }
     if (!strcmp(type, "Digits")) {
         const char *re = jbool(p, "individual_digits", false) ? "\\p{N}" : "\\p{N}+";
@@ -367,7 +343,7 @@ static rp_status parse_decoder(hf_ctx *c, const json_t *d, int depth)
     } else {
         return HF_ERR(c, RP_ERR_UNSUPPORTED, "decoder type \"%s\" is not supported", type);
     }
-    return add_dec(t, op);
+    return tok_add_dec(t, op);
 }
 
 /* ---- model ----------------------------------------------------------------- */

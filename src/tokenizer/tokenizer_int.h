@@ -234,6 +234,9 @@ rp_status tok_model_encode(const rp_tokenizer *t, tok_bpe_work *w, const char *s
 /* decode.c */
 void tok_dec_free(tok_dec *d);
 // The piece of one token (decoder without the first-token rules).
+// Append a pre-tokenizer / decoder step to the pipeline (takes ownership; frees it on failure).
+rp_status tok_add_pre(rp_tokenizer *t, tok_pre p);
+rp_status tok_add_dec(rp_tokenizer *t, tok_dec d);
 rp_status tok_make_piece(const rp_tokenizer *t, int32_t id, tok_buf *out);
 // The piece of a token whose vocabulary text is `text` (for added tokens stored normalized).
 rp_status tok_make_piece_text(const rp_tokenizer *t, bool special, const char *text, size_t len, tok_buf *out);

@@ -624,3 +624,27 @@ const char *rp_tok_eos_text(const rp_tokenizer *t)
 {
     return t->eos_text ? t->eos_text : "";
 }
+
+rp_status tok_add_pre(rp_tokenizer *t, tok_pre p)
+{
+    tok_pre *v = rp_realloc(t->pres, ((size_t)t->n_pres + 1) * sizeof(*v));
+    if (!v) {
+        tok_pre_free(&p);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    t->pres = v;
+    t->pres[t->n_pres++] = p;
+    return RP_OK;
+}
+
+rp_status tok_add_dec(rp_tokenizer *t, tok_dec d)
+{
+    tok_dec *v = rp_realloc(t->decs, ((size_t)t->n_decs + 1) * sizeof(*v));
+    if (!v) {
+        tok_dec_free(&d);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    t->decs = v;
+    t->decs[t->n_decs++] = d;
+    return RP_OK;
+}
