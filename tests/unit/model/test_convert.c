@@ -46,6 +46,22 @@ static void compare(const char *hf, const char *gguf, rp_dtype load_quant, bool 
     rp_model_destroy(b);
 }
 
+static void test_convert_fixture_models(void **state)
+{
+    // F32 (llama2, permuted), F16 (mistral, permuted), sharded BF16 with q/k norm (qwen3), llama3 rope scaling.
+    static const char *models[] = {"llama2", "mistral", "qwen3", "llama3", "qwen2"};
+    for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
+        char hf[4096], out[256], rel[64];
+        snprintf(rel, sizeof(rel), "tests/data/models/%s", models[i]);
+        snprintf(hf, sizeof(hf), "%s", rp_test_source(rel));
+        tmp_path(out, sizeof(out), models[i]);
+        if (rp_model_convert_gguf(hf, out, RP_DTYPE_F32))
+            fail_msg("convert %s: %s", hf, rp_error_message());
+        compare(hf, out, RP_DTYPE_F32, false);
+        unlink(out);
+    }
+}
+
 static void test_convert_conformance_models(void **state)
 {
     RP_TEST_NEED_CONFORMANCE(conf);
@@ -83,6 +99,7 @@ static void test_convert_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_convert_fixture_models),
         cmocka_unit_test(test_convert_conformance_models),
         cmocka_unit_test(test_convert_q8_matches_quant_on_load),
         cmocka_unit_test(test_convert_errors),

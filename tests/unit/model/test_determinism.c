@@ -90,6 +90,17 @@ static void check_model(const char *path, rp_dtype quant)
     rp_model_destroy(m2);
 }
 
+// The project's own fixtures: no ../shared needed.
+static void test_fixture_models(void **state)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3"));
+    check_model(path, RP_DTYPE_F32);
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/llama3"));
+    check_model(path, RP_DTYPE_Q8_0);
+    check_model(path, RP_DTYPE_Q4_0);
+}
+
 static void test_float_model(void **state)
 {
     RP_TEST_NEED_CONFORMANCE(conf);
@@ -120,6 +131,7 @@ static void test_kquant_gguf(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixture_models),
         cmocka_unit_test(test_float_model),
         cmocka_unit_test(test_quantized_on_load),
         cmocka_unit_test(test_kquant_gguf),
