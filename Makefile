@@ -1,13 +1,14 @@
 # A thin wrapper over CMake (the source of truth). Targets:
 #   make            optimized build in build/ (the binary is build/rapid)
-#   make test       the whole suite: optimized build + ASan/UBSan build (unit tier)
+#   make test       the whole suite: optimized gcc build (every tier), ASan/UBSan build and
+#                   clang build (unit tier); all with -Werror
 #   make install    installs the binary under PREFIX (default /usr/local)
 #   make clean
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test test-fast test-asan install clean format
+.PHONY: all build test test-fast test-asan test-clang install clean format
 
 all: build
 
@@ -16,7 +17,7 @@ build:
 	cmake --build build -j $(JOBS)
 
 # The optimized build runs every tier; the sanitizer build runs the unit tier.
-test: test-fast test-asan
+test: test-fast test-asan test-clang
 
 test-fast:
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON $(CMAKE_FLAGS)
@@ -28,11 +29,16 @@ test-asan:
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
 
+test-clang:
+	CC=clang cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON $(CMAKE_FLAGS)
+	cmake --build build-clang -j $(JOBS)
+	cd build-clang && ctest --output-on-failure -j $(JOBS) -L unit
+
 install: build
 	cmake --install build --prefix $(PREFIX)
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-clang
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
