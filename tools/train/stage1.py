@@ -55,7 +55,7 @@ def main():
     ap.add_argument("--pack-to", default=None, help="also tar DIR into parts here (the device tool's $OUT)")
     ap.add_argument("--max-per-package", type=int, default=12_000_000)
     ap.add_argument("--max-total", type=int, default=450_000_000)
-    ap.add_argument("--tokenizer-sample-bytes", type=int, default=120_000_000)
+    ap.add_argument("--tokenizer-sample-bytes", type=int, default=50_000_000)
     ap.add_argument("--vocab", type=int, default=VOCAB_SIZE)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
