@@ -168,10 +168,9 @@ static jv *change_case(jj_ctx *c, const jv *s, int mode)
             r = cased ? (prev_cased ? utf8proc_tolower(u) : utf8proc_totitle(u)) : u;
             prev_cased = cased;
         } else {
-            // jinja2's title filter: words split at whitespace, '-', brackets
-            bool sep = jj_py_isspace(cp) || cp == '-' || cp == '[' || cp == ']' || cp == '(' || cp == ')' ||
-                       cp == '{' || cp == '}';
-            r = sep ? u : word_start ? utf8proc_totitle(u) : utf8proc_tolower(u);
+            // jinja2's title filter: words begin after whitespace, '-', '(', '{', '[', '<'
+            bool sep = jj_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+            r = sep ? u : word_start ? utf8proc_toupper(u) : utf8proc_tolower(u);
             word_start = sep;
         }
         first = false;
@@ -782,7 +781,7 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
     if (!strcmp(name, "false"))
         return v->kind == JV_BOOL && !v->u.b;
     if (!strcmp(name, "callable"))
-        return v->kind == JV_MACRO || v->kind == JV_BUILTIN || v->kind == JV_METHOD || v->kind == JV_LOOP;
+        return v->kind == JV_UNDEF || v->kind == JV_MACRO || v->kind == JV_BUILTIN || v->kind == JV_METHOD || v->kind == JV_LOOP;
     if (!strcmp(name, "escaped"))
         return 0;
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
@@ -1468,7 +1467,12 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     if (!strcmp(name, "attr")) {
         if (n_args != 1 || !want_str(c, args[0], "attr name"))
             return n_args != 1 ? (jj_fail(c, RP_ERR_INVALID, "attr takes one argument"), NULL) : NULL;
-        return jj_getattr(c, v, args[0]->u.str.s);
+        // Python getattr only: no item fallback
+        if (v->kind == JV_UNDEF || v->kind == JV_LOOP || v->kind == JV_NS)
+            return jj_getattr(c, v, args[0]->u.str.s);
+        if (jj_has_method(v, args[0]->u.str.s))
+            return jj_getattr(c, v, args[0]->u.str.s);
+        return jv_undef(c, args[0]->u.str.s);
     }
     if (!strcmp(name, "wordcount")) {
         jv *s = jv_stringify(c, v);
