@@ -1,7 +1,7 @@
 /*
  * jinja_filters.c - the library a chat template can call: jinja2's filters and
- * tests, the str/dict/list methods the sandbox allows, and the globals
- * (range, namespace, dict, raise_exception, strftime_now).
+ * tests, and the globals (range, namespace, dict, raise_exception, strftime_now).
+ * String operations and methods are in jinja_str.c.
  *
  * Each behaves as jinja2 3.1 does in transformers' ImmutableSandboxedEnvironment:
  * filters that jinja2 implements as generators (map, select, items, ...) return
@@ -21,7 +21,7 @@
 /* ---- argument binding ----------------------------------------------------------- */
 
 // Binds positional and keyword arguments to parameter names; out[i] NULL when not given.
-static bool bind(jj_ctx *c, const char *what, const char *const *params, int np, jv **args, int n_args,
+bool jj_bind(jj_ctx *c, const char *what, const char *const *params, int np, jv **args, int n_args,
                  const char **kw_names, jv **kw_vals, int n_kw, jv **out)
 {
     if (n_args > np)
@@ -41,23 +41,18 @@ static bool bind(jj_ctx *c, const char *what, const char *const *params, int np,
     return true;
 }
 
-#define BIND(what, ...)                                                                                                \
-    static const char *const params_[] = {__VA_ARGS__};                                                                \
-    jv *a[sizeof(params_) / sizeof(params_[0])];                                                                       \
-    if (!bind(c, what, params_, (int)(sizeof(params_) / sizeof(params_[0])), args, n_args, kw_names, kw_vals, n_kw, a)) \
-        return NULL;
 
-static bool given(const jv *v)
+bool jj_given(const jv *v)
 {
     return v && v->kind != JV_NONE && v->kind != JV_UNDEF;
 }
 
-static bool arg_bool(const jv *v, bool dflt)
+bool jj_arg_bool(const jv *v, bool dflt)
 {
     return v ? jv_truthy(v) : dflt;
 }
 
-static bool want_int(jj_ctx *c, const jv *v, const char *what, int64_t *out)
+bool jj_want_int(jj_ctx *c, const jv *v, const char *what, int64_t *out)
 {
     if (v->kind == JV_INT || v->kind == JV_BOOL) {
         *out = v->kind == JV_BOOL ? v->u.b : v->u.i;
@@ -66,596 +61,13 @@ static bool want_int(jj_ctx *c, const jv *v, const char *what, int64_t *out)
     return jj_fail(c, RP_ERR_INVALID, "%s: expected an integer, got %s", what, jv_type_name(v)), false;
 }
 
-static bool want_str(jj_ctx *c, const jv *v, const char *what)
+bool jj_want_str(jj_ctx *c, const jv *v, const char *what)
 {
     if (v->kind == JV_STR)
         return true;
     if (v->kind == JV_UNDEF && v->name)
         return jj_fail(c, RP_ERR_INVALID, "'%s' is undefined", v->name), false;
     return jj_fail(c, RP_ERR_INVALID, "%s: expected a string, got %s", what, jv_type_name(v)), false;
-}
-
-/* ---- string helpers ----------------------------------------------------------- */
-
-typedef struct sbuf {
-    jj_ctx *c;
-    jj_buf b;
-} sbuf;
-
-static jv *sbuf_done(sbuf *s)
-{
-    jv *r = s->c->st ? NULL : jv_str(s->c, s->b.s ? s->b.s : "", s->b.len);
-    jj_buf_free(&s->b);
-    return r;
-}
-
-static bool sput(sbuf *s, const char *p, size_t n)
-{
-    return jj_buf_put(s->c, &s->b, p, n);
-}
-
-static bool sputc(sbuf *s, uint32_t cp)
-{
-    char tmp[4];
-    return sput(s, tmp, jj_utf8_put(cp, tmp));
-}
-
-static bool cp_in(uint32_t cp, const jv *chars)
-{
-    for (size_t i = 0; i < chars->u.str.len;)
-        if (jj_utf8_next(chars->u.str.s, chars->u.str.len, &i) == cp)
-            return true;
-    return false;
-}
-
-// Python str.strip/lstrip/rstrip; chars NULL: whitespace.
-static jv *strip(jj_ctx *c, const jv *s, const jv *chars, bool left, bool right)
-{
-    const char *p = s->u.str.s;
-    size_t len = s->u.str.len, a = 0, b = len;
-    if (left)
-        while (a < len) {
-            size_t i = a;
-            uint32_t cp = jj_utf8_next(p, len, &i);
-            if (chars ? !cp_in(cp, chars) : !jj_py_isspace(cp))
-                break;
-            a = i;
-        }
-    if (right) {
-        size_t end = a, i = a;
-        while (i < len) {
-            uint32_t cp = jj_utf8_next(p, len, &i);
-            if (chars ? !cp_in(cp, chars) : !jj_py_isspace(cp))
-                end = i;
-        }
-        b = end;
-    }
-    if (a == 0 && b == len)
-        return (jv *)s;
-    return jv_str(c, p + a, b - a);
-}
-
-enum { CASE_UPPER, CASE_LOWER, CASE_CAPITALIZE, CASE_TITLE_METHOD, CASE_TITLE_FILTER, CASE_SWAP };
-
-static bool is_alpha_cp(uint32_t cp)
-{
-    utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)cp);
-    return cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO;
-}
-
-static jv *change_case(jj_ctx *c, const jv *s, int mode)
-{
-    sbuf o = {c, {0}};
-    const char *p = s->u.str.s;
-    size_t len = s->u.str.len;
-    bool first = true, prev_cased = false, word_start = true;
-    for (size_t i = 0; i < len;) {
-        uint32_t cp = jj_utf8_next(p, len, &i);
-        utf8proc_int32_t u = (utf8proc_int32_t)cp, r = u;
-        if (cp > 0x10FFFF) {
-            r = u;
-        } else if (mode == CASE_UPPER) {
-            r = utf8proc_toupper(u);
-        } else if (mode == CASE_LOWER) {
-            r = utf8proc_tolower(u);
-        } else if (mode == CASE_CAPITALIZE) {
-            r = first ? utf8proc_totitle(u) : utf8proc_tolower(u);
-        } else if (mode == CASE_SWAP) {
-            r = utf8proc_isupper(u) ? utf8proc_tolower(u) : utf8proc_islower(u) ? utf8proc_toupper(u) : u;
-        } else if (mode == CASE_TITLE_METHOD) {
-            // str.title(): upper after an uncased character, lower after a cased one
-            bool cased = is_alpha_cp(cp);
-            r = cased ? (prev_cased ? utf8proc_tolower(u) : utf8proc_totitle(u)) : u;
-            prev_cased = cased;
-        } else {
-            // jinja2's title filter: words begin after whitespace, '-', '(', '{', '[', '<'
-            bool sep = jj_py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-            r = sep ? u : word_start ? utf8proc_toupper(u) : utf8proc_tolower(u);
-            word_start = sep;
-        }
-        first = false;
-        if (!sputc(&o, (uint32_t)r))
-            break;
-    }
-    return sbuf_done(&o);
-}
-
-static jv *str_replace(jj_ctx *c, const jv *s, const jv *old, const jv *new_, int64_t count)
-{
-    sbuf o = {c, {0}};
-    const char *p = s->u.str.s;
-    size_t len = s->u.str.len, ol = old->u.str.len;
-    if (count < 0)
-        count = INT64_MAX;
-    if (ol == 0) {
-        // Python inserts `new` before every character and at the end
-        size_t i = 0;
-        int64_t done = 0;
-        while (done < count && i <= len) {
-            if (!sput(&o, new_->u.str.s, new_->u.str.len))
-                break;
-            done++;
-            if (i == len) {
-                i++;
-                break;
-            }
-            size_t st = i;
-            jj_utf8_next(p, len, &i);
-            sput(&o, p + st, i - st);
-        }
-        if (i <= len)
-            sput(&o, p + i, len - i);
-        return sbuf_done(&o);
-    }
-    size_t i = 0;
-    for (int64_t done = 0; done < count;) {
-        const char *hit = memmem(p + i, len - i, old->u.str.s, ol);
-        if (!hit)
-            break;
-        size_t at = (size_t)(hit - p);
-        if (!sput(&o, p + i, at - i) || !sput(&o, new_->u.str.s, new_->u.str.len))
-            break;
-        i = at + ol;
-        done++;
-    }
-    sput(&o, p + i, len - i);
-    return sbuf_done(&o);
-}
-
-// Python str.split(sep, maxsplit) / rsplit.
-static jv *str_split(jj_ctx *c, const jv *s, const jv *sep, int64_t maxsplit, bool from_right)
-{
-    const char *p = s->u.str.s;
-    size_t len = s->u.str.len;
-    jv *l = jv_list(c, 0);
-    if (!l)
-        return NULL;
-    if (maxsplit < 0)
-        maxsplit = INT64_MAX;
-    if (!given(sep)) {
-        // whitespace runs; leading/trailing whitespace ignored
-        size_t n_cp = jj_utf8_count(p, len);
-        size_t *offs = jj_calloc(c, (n_cp + 1) * sizeof(size_t));
-        bool *sp = jj_calloc(c, n_cp + 1);
-        if (!offs || !sp)
-            return NULL;
-        for (size_t i = 0, k = 0; i < len; k++) {
-            offs[k] = i;
-            sp[k] = jj_py_isspace(jj_utf8_next(p, len, &i));
-        }
-        offs[n_cp] = len;
-        jv *parts = jv_list(c, 0);
-        if (!parts)
-            return NULL;
-        if (!from_right) {
-            size_t k = 0;
-            int64_t splits = 0;
-            while (k < n_cp) {
-                while (k < n_cp && sp[k])
-                    k++;
-                if (k == n_cp)
-                    break;
-                size_t start = k;
-                if (splits == maxsplit) {
-                    size_t e = n_cp;
-                    while (e > start && sp[e - 1])
-                        e--;
-                    jv *w = jv_str(c, p + offs[start], offs[e] - offs[start]);
-                    if (!w || !jv_list_push(c, parts, w))
-                        return NULL;
-                    break;
-                }
-                while (k < n_cp && !sp[k])
-                    k++;
-                jv *w = jv_str(c, p + offs[start], offs[k] - offs[start]);
-                if (!w || !jv_list_push(c, parts, w))
-                    return NULL;
-                splits++;
-            }
-            return parts;
-        }
-        size_t k = n_cp;
-        int64_t splits = 0;
-        while (k > 0) {
-            while (k > 0 && sp[k - 1])
-                k--;
-            if (k == 0)
-                break;
-            size_t end = k;
-            if (splits == maxsplit) {
-                size_t b = 0;
-                while (b < end && sp[b])
-                    b++;
-                jv *w = jv_str(c, p + offs[b], offs[end] - offs[b]);
-                if (!w || !jv_list_push(c, parts, w))
-                    return NULL;
-                break;
-            }
-            while (k > 0 && !sp[k - 1])
-                k--;
-            jv *w = jv_str(c, p + offs[k], offs[end] - offs[k]);
-            if (!w || !jv_list_push(c, parts, w))
-                return NULL;
-            splits++;
-        }
-        for (size_t i = 0; i < parts->u.list.n / 2; i++) {
-            jv *t = parts->u.list.items[i];
-            parts->u.list.items[i] = parts->u.list.items[parts->u.list.n - 1 - i];
-            parts->u.list.items[parts->u.list.n - 1 - i] = t;
-        }
-        return parts;
-    }
-    if (!want_str(c, sep, "split"))
-        return NULL;
-    size_t sl = sep->u.str.len;
-    if (sl == 0)
-        return jj_fail(c, RP_ERR_INVALID, "empty separator"), NULL;
-    if (!from_right) {
-        size_t i = 0;
-        for (int64_t k = 0; k < maxsplit; k++) {
-            const char *hit = memmem(p + i, len - i, sep->u.str.s, sl);
-            if (!hit)
-                break;
-            jv *w = jv_str(c, p + i, (size_t)(hit - p) - i);
-            if (!w || !jv_list_push(c, l, w))
-                return NULL;
-            i = (size_t)(hit - p) + sl;
-        }
-        jv *w = jv_str(c, p + i, len - i);
-        return w && jv_list_push(c, l, w) ? l : NULL;
-    }
-    size_t end = len;
-    jv *parts = jv_list(c, 0);
-    if (!parts)
-        return NULL;
-    for (int64_t k = 0; k < maxsplit && end >= sl; k++) {
-        size_t at = end - sl;
-        bool found = false;
-        for (;; at--) {
-            if (memcmp(p + at, sep->u.str.s, sl) == 0) {
-                found = true;
-                break;
-            }
-            if (at == 0)
-                break;
-        }
-        if (!found)
-            break;
-        jv *w = jv_str(c, p + at + sl, end - at - sl);
-        if (!w || !jv_list_push(c, parts, w))
-            return NULL;
-        end = at;
-    }
-    jv *w = jv_str(c, p, end);
-    if (!w || !jv_list_push(c, parts, w))
-        return NULL;
-    for (size_t i = parts->u.list.n; i-- > 0;)
-        if (!jv_list_push(c, l, parts->u.list.items[i]))
-            return NULL;
-    return l;
-}
-
-static bool is_line_break(uint32_t cp)
-{
-    return cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D || cp == 0x1E ||
-           cp == 0x85 || cp == 0x2028 || cp == 0x2029;
-}
-
-// Python str.splitlines() (keepends=False).
-static jv *splitlines(jj_ctx *c, const jv *s)
-{
-    jv *l = jv_list(c, 0);
-    const char *p = s->u.str.s;
-    size_t len = s->u.str.len, start = 0, i = 0;
-    if (!l)
-        return NULL;
-    while (i < len) {
-        size_t at = i;
-        uint32_t cp = jj_utf8_next(p, len, &i);
-        if (!is_line_break(cp))
-            continue;
-        jv *w = jv_str(c, p + start, at - start);
-        if (!w || !jv_list_push(c, l, w))
-            return NULL;
-        if (cp == '\r' && i < len && p[i] == '\n')
-            i++;
-        start = i;
-    }
-    if (start < len) {
-        jv *w = jv_str(c, p + start, len - start);
-        if (!w || !jv_list_push(c, l, w))
-            return NULL;
-    }
-    return l;
-}
-
-static bool match_affix(jj_ctx *c, const jv *s, const jv *affix, bool end, int *out)
-{
-    if (affix->kind == JV_LIST && affix->tuple) {
-        *out = 0;
-        for (size_t i = 0; i < affix->u.list.n && !*out; i++)
-            if (!match_affix(c, s, affix->u.list.items[i], end, out))
-                return false;
-        return true;
-    }
-    if (!want_str(c, affix, end ? "endswith" : "startswith"))
-        return false;
-    size_t n = affix->u.str.len;
-    *out = n <= s->u.str.len && memcmp(s->u.str.s + (end ? s->u.str.len - n : 0), affix->u.str.s, n) == 0;
-    return true;
-}
-
-static jv *html_escape(jj_ctx *c, const jv *s)
-{
-    sbuf o = {c, {0}};
-    for (size_t i = 0; i < s->u.str.len; i++) {
-        char ch = s->u.str.s[i];
-        const char *r = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;" :
-                        ch == '\'' ? "&#39;" : NULL;
-        if (!(r ? sput(&o, r, strlen(r)) : sput(&o, &ch, 1)))
-            break;
-    }
-    return sbuf_done(&o);
-}
-
-/* ---- formatting --------------------------------------------------------------- */
-
-// One %-conversion or format-spec field with flags/width/precision applied to text.
-static bool pad_put(sbuf *o, const char *text, size_t len, int64_t width, char align, char fill)
-{
-    int64_t n = (int64_t)jj_utf8_count(text, len);
-    int64_t padn = width > n ? width - n : 0;
-    if (padn > (int64_t)JJ_MAX_OUTPUT)
-        return jj_fail(o->c, RP_ERR_LIMIT, "format width too large"), false;
-    int64_t left = align == '<' ? 0 : align == '^' ? padn / 2 : padn, right = padn - left;
-    for (int64_t k = 0; k < left; k++)
-        if (!sput(o, &fill, 1))
-            return false;
-    if (!sput(o, text, len))
-        return false;
-    for (int64_t k = 0; k < right; k++)
-        if (!sput(o, &fill, 1))
-            return false;
-    return true;
-}
-
-static bool format_number(jj_ctx *c, const jv *v, char type, int prec, bool plus, bool space, char *out, size_t cap)
-{
-    if (!jv_is_num(v))
-        return jj_fail(c, RP_ERR_INVALID, "a number is required, not %s", jv_type_name(v)), false;
-    char flags[4] = {0};
-    int f = 0;
-    if (plus)
-        flags[f++] = '+';
-    else if (space)
-        flags[f++] = ' ';
-    if (type == 'd' || type == 'i' || type == 'x' || type == 'X' || type == 'o') {
-        long long i = v->kind == JV_FLOAT ? (long long)v->u.f : (long long)(v->kind == JV_BOOL ? v->u.b : v->u.i);
-        if (v->kind == JV_FLOAT && !isfinite(v->u.f))
-            return jj_fail(c, RP_ERR_INVALID, "cannot convert float to integer"), false;
-        char fmt[16];
-        snprintf(fmt, sizeof(fmt), "%%%sll%c", flags, type == 'i' ? 'd' : type);
-        snprintf(out, cap, fmt, i);
-        return true;
-    }
-    char fmt[24];
-    snprintf(fmt, sizeof(fmt), "%%%s.%d%c", flags, prec < 0 ? 6 : prec > 100 ? 100 : prec, type);
-    snprintf(out, cap, fmt, jv_num(v));
-    return true;
-}
-
-jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
-{
-    sbuf o = {c, {0}};
-    const char *p = fmt->u.str.s;
-    size_t len = fmt->u.str.len, argi = 0;
-    bool tuple = args->kind == JV_LIST && args->tuple, mapping = args->kind == JV_DICT;
-    size_t n_args = tuple ? args->u.list.n : 1;
-    for (size_t i = 0; i < len && !c->st; i++) {
-        if (p[i] != '%') {
-            sput(&o, p + i, 1);
-            continue;
-        }
-        if (++i >= len)
-            return jj_fail(c, RP_ERR_INVALID, "incomplete format"), jj_buf_free(&o.b), NULL;
-        jv *v = NULL;
-        if (p[i] == '(') {
-            size_t e = i + 1;
-            while (e < len && p[e] != ')')
-                e++;
-            if (e >= len || !mapping)
-                return jj_fail(c, RP_ERR_INVALID, "format requires a mapping"), jj_buf_free(&o.b), NULL;
-            char key[256];
-            snprintf(key, sizeof(key), "%.*s", (int)(e - i - 1), p + i + 1);
-            v = jv_dict_gets(args, key);
-            if (!v)
-                return jj_fail(c, RP_ERR_INVALID, "format key '%s' missing", key), jj_buf_free(&o.b), NULL;
-            i = e + 1;
-        }
-        bool minus = false, zero = false, plus = false, space = false;
-        for (; i < len && strchr("-0+ #", p[i]); i++) {
-            minus |= p[i] == '-';
-            zero |= p[i] == '0';
-            plus |= p[i] == '+';
-            space |= p[i] == ' ';
-        }
-        int64_t width = 0;
-        int prec = -1;
-        for (; i < len && p[i] >= '0' && p[i] <= '9'; i++)
-            width = width < 100000 ? width * 10 + (p[i] - '0') : width;
-        if (i < len && p[i] == '.') {
-            prec = 0;
-            for (i++; i < len && p[i] >= '0' && p[i] <= '9'; i++)
-                prec = prec < 1000 ? prec * 10 + (p[i] - '0') : prec;
-        }
-        if (i >= len)
-            return jj_fail(c, RP_ERR_INVALID, "incomplete format"), jj_buf_free(&o.b), NULL;
-        char type = p[i];
-        if (type == '%') {
-            sput(&o, "%", 1);
-            continue;
-        }
-        if (!v) {
-            if (argi >= n_args)
-                return jj_fail(c, RP_ERR_INVALID, "not enough arguments for format string"), jj_buf_free(&o.b), NULL;
-            v = tuple ? args->u.list.items[argi] : args;
-            argi++;
-        }
-        jj_buf t = {0};
-        char num[512];
-        bool ok;
-        if (type == 's' || type == 'r' || type == 'a') {
-            ok = type == 's' ? jv_to_str(c, &t, v) : jv_repr(c, &t, v, 0);
-            if (ok && prec >= 0)
-                t.len = jj_utf8_offset(t.s ? t.s : "", t.len, (size_t)prec);
-        } else if (strchr("diouxXeEfFgG", type)) {
-            ok = format_number(c, v, type == 'u' ? 'd' : type, prec, plus, space, num, sizeof(num)) &&
-                 jj_buf_put(c, &t, num, strlen(num));
-        } else {
-            ok = false;
-            jj_fail(c, RP_ERR_INVALID, "unsupported format character %c", type);
-        }
-        if (ok)
-            pad_put(&o, t.s ? t.s : "", t.len, width, minus ? '<' : '>', zero && !minus && type != 's' ? '0' : ' ');
-        jj_buf_free(&t);
-    }
-    if (!c->st && !mapping && argi < n_args && !(args->kind == JV_DICT))
-        jj_fail(c, RP_ERR_INVALID, "not all arguments converted during string formatting");
-    return sbuf_done(&o);
-}
-
-// Python str.format(*args, **kwargs) with the common format specs.
-static jv *str_format(jj_ctx *c, const jv *fmt, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
-{
-    sbuf o = {c, {0}};
-    const char *p = fmt->u.str.s;
-    size_t len = fmt->u.str.len;
-    int auto_i = 0;
-    for (size_t i = 0; i < len && !c->st; i++) {
-        if (p[i] == '}') {
-            if (i + 1 < len && p[i + 1] == '}')
-                i++;
-            else
-                return jj_fail(c, RP_ERR_INVALID, "single '}' encountered in format string"), jj_buf_free(&o.b), NULL;
-            sput(&o, "}", 1);
-            continue;
-        }
-        if (p[i] != '{') {
-            sput(&o, p + i, 1);
-            continue;
-        }
-        if (i + 1 < len && p[i + 1] == '{') {
-            sput(&o, "{", 1);
-            i++;
-            continue;
-        }
-        size_t e = i + 1;
-        while (e < len && p[e] != '}')
-            e++;
-        if (e >= len)
-            return jj_fail(c, RP_ERR_INVALID, "single '{' encountered in format string"), jj_buf_free(&o.b), NULL;
-        char field[256];
-        snprintf(field, sizeof(field), "%.*s", (int)(e - i - 1), p + i + 1);
-        i = e;
-        char *spec = strchr(field, ':');
-        if (spec)
-            *spec++ = 0;
-        char *conv = strchr(field, '!');
-        if (conv)
-            *conv++ = 0;
-        jv *v = NULL;
-        if (!field[0]) {
-            if (auto_i >= n_args)
-                return jj_fail(c, RP_ERR_INVALID, "replacement index %d out of range", auto_i), jj_buf_free(&o.b), NULL;
-            v = args[auto_i++];
-        } else if (field[0] >= '0' && field[0] <= '9') {
-            int k = atoi(field);
-            if (k >= n_args)
-                return jj_fail(c, RP_ERR_INVALID, "replacement index %d out of range", k), jj_buf_free(&o.b), NULL;
-            v = args[k];
-        } else {
-            for (int k = 0; k < n_kw && !v; k++)
-                if (!strcmp(kw_names[k], field))
-                    v = kw_vals[k];
-            if (!v)
-                return jj_fail(c, RP_ERR_INVALID, "KeyError: '%s'", field), jj_buf_free(&o.b), NULL;
-        }
-        jj_buf t = {0};
-        bool ok;
-        char type = 0, align = 0, fill = ' ';
-        int64_t width = 0;
-        int prec = -1;
-        bool plus = false;
-        if (spec && *spec) {
-            const char *s = spec;
-            if (s[0] && s[1] && strchr("<>^=", s[1])) {
-                fill = s[0];
-                align = s[1];
-                s += 2;
-            } else if (strchr("<>^=", s[0])) {
-                align = s[0];
-                s++;
-            }
-            if (*s == '+' || *s == '-' || *s == ' ')
-                plus = *s++ == '+';
-            if (*s == '0') {
-                fill = '0';
-                if (!align)
-                    align = '=';
-                s++;
-            }
-            while (*s >= '0' && *s <= '9')
-                width = width < 100000 ? width * 10 + (*s++ - '0') : width;
-            if (*s == '.')
-                for (prec = 0, s++; *s >= '0' && *s <= '9'; s++)
-                    prec = prec < 1000 ? prec * 10 + (*s - '0') : prec;
-            if (*s)
-                type = *s++;
-            if (*s)
-                return jj_fail(c, RP_ERR_INVALID, "invalid format specifier"), jj_buf_free(&o.b), NULL;
-        }
-        if (conv && *conv == 'r')
-            ok = jv_repr(c, &t, v, 0);
-        else if (type && type != 's') {
-            char num[512];
-            ok = format_number(c, v, type, prec, plus, false, num, sizeof(num)) && jj_buf_put(c, &t, num, strlen(num));
-        } else if (jv_is_num(v) && prec >= 0 && v->kind == JV_FLOAT) {
-            char num[512];
-            ok = format_number(c, v, 'g', prec, plus, false, num, sizeof(num)) && jj_buf_put(c, &t, num, strlen(num));
-        } else {
-            ok = jv_to_str(c, &t, v);
-            if (ok && prec >= 0 && v->kind == JV_STR)
-                t.len = jj_utf8_offset(t.s ? t.s : "", t.len, (size_t)prec);
-        }
-        if (!align)
-            align = jv_is_num(v) && v->kind != JV_BOOL ? '>' : '<';
-        if (align == '=')
-            align = '>';
-        if (ok)
-            pad_put(&o, t.s ? t.s : "", t.len, width, align, fill);
-        jj_buf_free(&t);
-    }
-    return sbuf_done(&o);
 }
 
 /* ---- sorting ------------------------------------------------------------------ */
@@ -694,7 +106,7 @@ static void merge_sort(sort_ctx *s, size_t *idx, size_t *tmp, size_t n)
 
 static jv *lower_key(jj_ctx *c, jv *v, bool case_sensitive)
 {
-    return !case_sensitive && v->kind == JV_STR ? change_case(c, v, CASE_LOWER) : v;
+    return !case_sensitive && v->kind == JV_STR ? jj_str_case(c, v, JJ_CASE_LOWER) : v;
 }
 
 // jinja2's make_attrgetter: "a.b.0" looked up item-first on each part.
@@ -702,7 +114,7 @@ static jv *attr_path(jj_ctx *c, jv *item, const jv *attr)
 {
     if (attr->kind == JV_INT)
         return jj_getitem(c, item, (jv *)attr);
-    if (!want_str(c, attr, "attribute"))
+    if (!jj_want_str(c, attr, "attribute"))
         return NULL;
     const char *s = attr->u.str.s;
     size_t len = attr->u.str.len;
@@ -804,13 +216,13 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
         int64_t i;
         if (v->kind == JV_FLOAT)
             return name[0] == 'e' ? fmod(v->u.f, 2) == 0 : fmod(v->u.f, 2) != 0;
-        if (!want_int(c, v, name, &i))
+        if (!jj_want_int(c, v, name, &i))
             return -1;
         return name[0] == 'e' ? i % 2 == 0 : i % 2 != 0;
     }
     if (!strcmp(name, "divisibleby")) {
         int64_t a, b;
-        if (!arg || !want_int(c, v, name, &a) || !want_int(c, arg, name, &b))
+        if (!arg || !jj_want_int(c, v, name, &a) || !jj_want_int(c, arg, name, &b))
             return arg ? -1 : (jj_fail(c, RP_ERR_INVALID, "divisibleby needs an argument"), -1);
         if (b == 0)
             return jj_fail(c, RP_ERR_INVALID, "integer division or modulo by zero"), -1;
@@ -851,7 +263,7 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
         if (!arg)
             return jj_fail(c, RP_ERR_INVALID, "test 'in' needs an argument"), -1;
         if (arg->kind == JV_STR) {
-            if (!want_str(c, v, "in"))
+            if (!jj_want_str(c, v, "in"))
                 return -1;
             return memmem(arg->u.str.s, arg->u.str.len, v->u.str.s, v->u.str.len) != NULL || v->u.str.len == 0;
         }
@@ -898,12 +310,12 @@ static jv *f_tojson(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
     BIND("tojson", "ensure_ascii", "indent", "separators", "sort_keys");
     char indent_buf[256];
     const char *indent = NULL, *item_sep = ", ", *key_sep = ": ";
-    if (given(a[1])) {
+    if (jj_given(a[1])) {
         if (a[1]->kind == JV_STR) {
             snprintf(indent_buf, sizeof(indent_buf), "%s", a[1]->u.str.s);
         } else {
             int64_t n;
-            if (!want_int(c, a[1], "tojson indent", &n))
+            if (!jj_want_int(c, a[1], "tojson indent", &n))
                 return NULL;
             n = n < 0 ? 0 : n > 200 ? 200 : n;
             memset(indent_buf, ' ', (size_t)n);
@@ -912,7 +324,7 @@ static jv *f_tojson(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
         indent = indent_buf;
         item_sep = ",";
     }
-    if (given(a[2])) {
+    if (jj_given(a[2])) {
         jv *s = a[2];
         if (s->kind != JV_LIST || s->u.list.n != 2 || s->u.list.items[0]->kind != JV_STR ||
             s->u.list.items[1]->kind != JV_STR)
@@ -922,7 +334,7 @@ static jv *f_tojson(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
     }
     jj_buf b = {0};
     jv *r = NULL;
-    if (jv_to_json(c, &b, v, arg_bool(a[0], false), indent, item_sep, key_sep, arg_bool(a[3], false), 0))
+    if (jv_to_json(c, &b, v, jj_arg_bool(a[0], false), indent, item_sep, key_sep, jj_arg_bool(a[3], false), 0))
         r = jv_str(c, b.s ? b.s : "", b.len);
     jj_buf_free(&b);
     return r;
@@ -941,7 +353,7 @@ static jv *f_indent(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
             snprintf(ind_buf, sizeof(ind_buf), "%s", a[0]->u.str.s);
         } else {
             int64_t w;
-            if (!want_int(c, a[0], "indent width", &w))
+            if (!jj_want_int(c, a[0], "indent width", &w))
                 return NULL;
             w = w < 0 ? 0 : w > 200 ? 200 : w;
             memset(ind_buf, ' ', (size_t)w);
@@ -949,7 +361,7 @@ static jv *f_indent(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
         }
         ind = ind_buf;
     }
-    bool first = arg_bool(a[1], false), blank = arg_bool(a[2], false);
+    bool first = jj_arg_bool(a[1], false), blank = jj_arg_bool(a[2], false);
     jv *withnl = jv_list(c, 0);
     char *tmp = jj_calloc(c, s->u.str.len + 2);
     if (!withnl || !tmp)
@@ -957,29 +369,29 @@ static jv *f_indent(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
     memcpy(tmp, s->u.str.s, s->u.str.len);
     tmp[s->u.str.len] = '\n';
     jv *str2 = jv_str_owned(c, tmp, s->u.str.len + 1);
-    jv *lines = str2 ? splitlines(c, str2) : NULL;
+    jv *lines = str2 ? jj_str_splitlines(c, str2) : NULL;
     if (!lines)
         return NULL;
-    sbuf o = {c, {0}};
+    jj_sbuf o = {c, {0}};
     size_t il = strlen(ind);
     if (first)
-        sput(&o, ind, il);
+        jj_sput(&o, ind, il);
     for (size_t i = 0; i < lines->u.list.n; i++) {
         jv *line = lines->u.list.items[i];
         if (i) {
-            sput(&o, "\n", 1);
+            jj_sput(&o, "\n", 1);
             if (blank || line->u.str.len)
-                sput(&o, ind, il);
+                jj_sput(&o, ind, il);
         }
-        sput(&o, line->u.str.s, line->u.str.len);
+        jj_sput(&o, line->u.str.s, line->u.str.len);
     }
-    return sbuf_done(&o);
+    return jj_sbuf_done(&o);
 }
 
 static jv *f_int(jj_ctx *c, jv *v, jv *dflt, jv *base_v)
 {
     int64_t base = 10;
-    if (base_v && !want_int(c, base_v, "int base", &base))
+    if (base_v && !jj_want_int(c, base_v, "int base", &base))
         return NULL;
     dflt = dflt ? dflt : jv_int(c, 0);
     switch (v->kind) {
@@ -992,7 +404,7 @@ static jv *f_int(jj_ctx *c, jv *v, jv *dflt, jv *base_v)
     case JV_STR: {
         char buf[128];
         size_t n = 0;
-        jv *t = strip(c, v, NULL, true, true);
+        jv *t = jj_str_strip(c, v, NULL, true, true);
         if (!t)
             return NULL;
         for (size_t i = 0; i < t->u.str.len && n < sizeof(buf) - 1; i++)
@@ -1023,7 +435,7 @@ static jv *f_float(jj_ctx *c, jv *v, jv *dflt)
     case JV_INT: return jv_float(c, (double)v->u.i);
     case JV_BOOL: return jv_float(c, v->u.b);
     case JV_STR: {
-        jv *t = strip(c, v, NULL, true, true);
+        jv *t = jj_str_strip(c, v, NULL, true, true);
         if (!t || t->u.str.len == 0 || t->u.str.len > 100 || strpbrk(t->u.str.s, "xXpP"))
             return t ? dflt : NULL;
         char *end;
@@ -1056,7 +468,7 @@ static jv *f_select(jj_ctx *c, jv *v, jv **args, int n_args, bool attr, bool kee
     }
     const char *test = NULL;
     if (n_args > 0) {
-        if (!want_str(c, args[0], "test name"))
+        if (!jj_want_str(c, args[0], "test name"))
             return NULL;
         test = args[0]->u.str.s;
         args++;
@@ -1108,7 +520,7 @@ static jv *f_map(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names,
         }
         return out;
     }
-    if (!want_str(c, args[0], "map filter name"))
+    if (!jj_want_str(c, args[0], "map filter name"))
         return NULL;
     for (size_t i = 0; i < items->u.list.n; i++) {
         jv *x = jj_filter(c, args[0]->u.str.s, items->u.list.items[i], args + 1, n_args - 1, kw_names, kw_vals, n_kw);
@@ -1129,11 +541,11 @@ static jv *f_sort(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names
     if (!keys)
         return NULL;
     for (size_t i = 0; i < items->u.list.n; i++) {
-        jv *k = given(a[2]) ? attr_path(c, items->u.list.items[i], a[2]) : items->u.list.items[i];
-        if (!k || !(keys[i] = lower_key(c, k, arg_bool(a[1], false))))
+        jv *k = jj_given(a[2]) ? attr_path(c, items->u.list.items[i], a[2]) : items->u.list.items[i];
+        if (!k || !(keys[i] = lower_key(c, k, jj_arg_bool(a[1], false))))
             return NULL;
     }
-    return sorted_list(c, items, keys, arg_bool(a[0], false));
+    return sorted_list(c, items, keys, jj_arg_bool(a[0], false));
 }
 
 static jv *f_dictsort(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
@@ -1142,8 +554,8 @@ static jv *f_dictsort(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_n
     if (v->kind != JV_DICT)
         return jj_fail(c, RP_ERR_INVALID, "dictsort needs a mapping"), NULL;
     bool by_value = false;
-    if (given(a[1])) {
-        if (!want_str(c, a[1], "dictsort by"))
+    if (jj_given(a[1])) {
+        if (!jj_want_str(c, a[1], "dictsort by"))
             return NULL;
         if (!strcmp(a[1]->u.str.s, "value"))
             by_value = true;
@@ -1164,10 +576,10 @@ static jv *f_dictsort(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_n
         pair->u.list.items[1] = v->u.dict.vals[i];
         pair->u.list.n = 2;
         items->u.list.items[items->u.list.n++] = pair;
-        if (!(keys[i] = lower_key(c, by_value ? v->u.dict.vals[i] : v->u.dict.keys[i], arg_bool(a[0], false))))
+        if (!(keys[i] = lower_key(c, by_value ? v->u.dict.vals[i] : v->u.dict.keys[i], jj_arg_bool(a[0], false))))
             return NULL;
     }
-    return sorted_list(c, items, keys, arg_bool(a[2], false));
+    return sorted_list(c, items, keys, jj_arg_bool(a[2], false));
 }
 
 static jv *f_unique(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
@@ -1180,8 +592,8 @@ static jv *f_unique(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
     if (!out || !seen)
         return NULL;
     for (size_t i = 0; i < items->u.list.n; i++) {
-        jv *k = given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
-        if (!k || !(k = lower_key(c, k, arg_bool(a[0], false))))
+        jv *k = jj_given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
+        if (!k || !(k = lower_key(c, k, jj_arg_bool(a[0], false))))
             return NULL;
         bool dup = false;
         for (size_t j = 0; j < seen->u.list.n && !dup; j++) {
@@ -1204,8 +616,8 @@ static jv *f_minmax(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
         return NULL;
     jv *best = NULL, *best_key = NULL;
     for (size_t i = 0; i < items->u.list.n; i++) {
-        jv *k = given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
-        if (!k || !(k = lower_key(c, k, arg_bool(a[0], false))))
+        jv *k = jj_given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
+        if (!k || !(k = lower_key(c, k, jj_arg_bool(a[0], false))))
             return NULL;
         int r = 0;
         if (best_key && !jv_compare(c, k, best_key, &r, 0))
@@ -1226,7 +638,7 @@ static jv *f_sum(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names,
         return NULL;
     jv *acc = a[1] ? a[1] : jv_int(c, 0);
     for (size_t i = 0; i < items->u.list.n && acc; i++) {
-        jv *x = given(a[0]) ? attr_path(c, items->u.list.items[i], a[0]) : items->u.list.items[i];
+        jv *x = jj_given(a[0]) ? attr_path(c, items->u.list.items[i], a[0]) : items->u.list.items[i];
         if (!x)
             return NULL;
         if (!jv_is_num(acc) || !jv_is_num(x))
@@ -1248,11 +660,11 @@ static jv *f_round(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_name
 {
     BIND("round", "precision", "method");
     int64_t prec = 0;
-    if (a[0] && !want_int(c, a[0], "round precision", &prec))
+    if (a[0] && !jj_want_int(c, a[0], "round precision", &prec))
         return NULL;
     const char *method = "common";
     if (a[1]) {
-        if (!want_str(c, a[1], "round method"))
+        if (!jj_want_str(c, a[1], "round method"))
             return NULL;
         method = a[1]->u.str.s;
     }
@@ -1294,9 +706,9 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     if (!strcmp(name, "trim")) {
         BIND("trim", "chars");
         jv *s = jv_stringify(c, v);
-        if (!s || (given(a[0]) && !want_str(c, a[0], "trim chars")))
+        if (!s || (jj_given(a[0]) && !jj_want_str(c, a[0], "trim chars")))
             return NULL;
-        return strip(c, s, given(a[0]) ? a[0] : NULL, true, true);
+        return jj_str_strip(c, s, jj_given(a[0]) ? a[0] : NULL, true, true);
     }
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         int64_t n = jv_len(c, v);
@@ -1304,13 +716,13 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     }
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "capitalize") || !strcmp(name, "title")) {
         jv *s = jv_stringify(c, v);
-        int mode = name[0] == 'u' ? CASE_UPPER : name[0] == 'l' ? CASE_LOWER : name[0] == 'c' ? CASE_CAPITALIZE :
-                                                                                                 CASE_TITLE_FILTER;
-        return s ? change_case(c, s, mode) : NULL;
+        int mode = name[0] == 'u' ? JJ_CASE_UPPER : name[0] == 'l' ? JJ_CASE_LOWER : name[0] == 'c' ? JJ_CASE_CAPITALIZE :
+                                                                                                 JJ_CASE_TITLE_FILTER;
+        return s ? jj_str_case(c, s, mode) : NULL;
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         BIND("default", "default_value", "boolean");
-        if (v->kind == JV_UNDEF || (arg_bool(a[1], false) && !jv_truthy(v)))
+        if (v->kind == JV_UNDEF || (jj_arg_bool(a[1], false) && !jv_truthy(v)))
             return a[0] ? a[0] : jv_str(c, "", 0);
         return v;
     }
@@ -1346,17 +758,17 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     if (!strcmp(name, "join")) {
         BIND("join", "d", "attribute");
         jv *items = jv_iter_list(c, v);
-        if (!items || (a[0] && !want_str(c, a[0], "join separator")))
+        if (!items || (a[0] && !jj_want_str(c, a[0], "join separator")))
             return NULL;
-        sbuf o = {c, {0}};
+        jj_sbuf o = {c, {0}};
         for (size_t i = 0; i < items->u.list.n; i++) {
-            jv *x = given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
-            if (!x || (i && a[0] && !sput(&o, a[0]->u.str.s, a[0]->u.str.len)) || !jv_to_str(c, &o.b, x)) {
+            jv *x = jj_given(a[1]) ? attr_path(c, items->u.list.items[i], a[1]) : items->u.list.items[i];
+            if (!x || (i && a[0] && !jj_sput(&o, a[0]->u.str.s, a[0]->u.str.len)) || !jv_to_str(c, &o.b, x)) {
                 jj_buf_free(&o.b);
                 return NULL;
             }
         }
-        return sbuf_done(&o);
+        return jj_sbuf_done(&o);
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         jv *items = jv_iter_list(c, v);
@@ -1374,9 +786,9 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         if (!s || !a[0] || !a[1])
             return s ? (jj_fail(c, RP_ERR_INVALID, "replace needs old and new"), NULL) : NULL;
         jv *o = jv_stringify(c, a[0]), *nw = jv_stringify(c, a[1]);
-        if (!o || !nw || (given(a[2]) && !want_int(c, a[2], "replace count", &count)))
+        if (!o || !nw || (jj_given(a[2]) && !jj_want_int(c, a[2], "replace count", &count)))
             return NULL;
-        return str_replace(c, s, o, nw, count);
+        return jj_str_replace(c, s, o, nw, count);
     }
     if (!strcmp(name, "map"))
         return f_map(c, v, args, n_args, kw_names, kw_vals, n_kw);
@@ -1421,7 +833,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         return f_indent(c, v, args, n_args, kw_names, kw_vals, n_kw);
     if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
         jv *s = jv_stringify(c, v);
-        return s ? html_escape(c, s) : NULL;
+        return s ? jj_html_escape(c, s) : NULL;
     }
     if (!strcmp(name, "reverse")) {
         if (v->kind == JV_STR) {
@@ -1429,10 +841,10 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
             jv *items = step ? jv_iter_list(c, v) : NULL;
             if (!items)
                 return NULL;
-            sbuf o = {c, {0}};
+            jj_sbuf o = {c, {0}};
             for (size_t i = items->u.list.n; i-- > 0;)
-                sput(&o, items->u.list.items[i]->u.str.s, items->u.list.items[i]->u.str.len);
-            return sbuf_done(&o);
+                jj_sput(&o, items->u.list.items[i]->u.str.s, items->u.list.items[i]->u.str.len);
+            return jj_sbuf_done(&o);
         }
         jv *items = jv_iter_list(c, v);
         jv *l = items ? jv_list(c, items->u.list.n) : NULL;
@@ -1465,7 +877,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         return t ? jj_percent_format(c, s, t) : NULL;
     }
     if (!strcmp(name, "attr")) {
-        if (n_args != 1 || !want_str(c, args[0], "attr name"))
+        if (n_args != 1 || !jj_want_str(c, args[0], "attr name"))
             return n_args != 1 ? (jj_fail(c, RP_ERR_INVALID, "attr takes one argument"), NULL) : NULL;
         // Python getattr only: no item fallback
         if (v->kind == JV_UNDEF || v->kind == JV_LOOP || v->kind == JV_NS)
@@ -1476,297 +888,26 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     }
     if (!strcmp(name, "wordcount")) {
         jv *s = jv_stringify(c, v);
-        jv *w = s ? str_split(c, s, NULL, -1, false) : NULL;
+        jv *w = s ? jj_str_split(c, s, NULL, -1, false) : NULL;
         return w ? jv_int(c, (int64_t)w->u.list.n) : NULL;
     }
     if (!strcmp(name, "center")) {
         BIND("center", "width");
         jv *s = jv_stringify(c, v);
         int64_t w = 80;
-        if (!s || (a[0] && !want_int(c, a[0], "center width", &w)))
+        if (!s || (a[0] && !jj_want_int(c, a[0], "center width", &w)))
             return NULL;
-        sbuf o = {c, {0}};
+        jj_sbuf o = {c, {0}};
         int64_t n = (int64_t)jj_utf8_count(s->u.str.s, s->u.str.len), pad = w > n ? w - n : 0;
         // str.center puts the extra space on the right when the string is odd-sized... as CPython does
         int64_t left = pad / 2 + (pad & w & 1);
-        pad_put(&o, s->u.str.s, s->u.str.len, n + left, '>', ' ');
+        jj_pad_put(&o, s->u.str.s, s->u.str.len, n + left, '>', ' ');
         for (int64_t k = 0; k < pad - left && !c->st; k++)
-            sput(&o, " ", 1);
-        return sbuf_done(&o);
+            jj_sput(&o, " ", 1);
+        return jj_sbuf_done(&o);
     }
     jj_fail(c, RP_ERR_INVALID, "no filter named '%s'", name);
     return NULL;
-}
-
-/* ---- methods ------------------------------------------------------------------ */
-
-static const char *const str_methods[] = {
-    "capitalize", "casefold", "center", "count", "encode", "endswith", "expandtabs", "find", "format", "format_map",
-    "index", "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric",
-    "isprintable", "isspace", "istitle", "isupper", "join", "ljust", "lower", "lstrip", "maketrans", "partition",
-    "removeprefix", "removesuffix", "replace", "rfind", "rindex", "rjust", "rpartition", "rsplit", "rstrip", "split",
-    "splitlines", "startswith", "strip", "swapcase", "title", "translate", "upper", "zfill", NULL};
-static const char *const dict_methods[] = {"clear", "copy", "fromkeys", "get", "items", "keys", "pop", "popitem",
-                                           "setdefault", "update", "values", NULL};
-static const char *const list_methods[] = {"append", "clear", "copy", "count", "extend", "index", "insert", "pop",
-                                           "remove", "reverse", "sort", NULL};
-
-static bool in_list(const char *const *l, const char *name)
-{
-    for (int i = 0; l[i]; i++)
-        if (!strcmp(l[i], name))
-            return true;
-    return false;
-}
-
-bool jj_has_method(const jv *self, const char *name)
-{
-    switch (self->kind) {
-    case JV_STR: return in_list(str_methods, name);
-    case JV_DICT: return in_list(dict_methods, name);
-    case JV_LIST: return in_list(list_methods, name) && (!self->tuple || !strcmp(name, "count") || !strcmp(name, "index"));
-    default: return false;
-    }
-}
-
-static jv *find_sub(jj_ctx *c, jv *self, jv **args, int n_args, bool rev, bool count, bool raise)
-{
-    if (n_args < 1 || !want_str(c, args[0], "find"))
-        return n_args < 1 ? (jj_fail(c, RP_ERR_INVALID, "find/count need an argument"), NULL) : NULL;
-    const char *s = self->u.str.s, *sub = args[0]->u.str.s;
-    size_t len = self->u.str.len, sl = args[0]->u.str.len;
-    if (count) {
-        int64_t n = 0;
-        if (sl == 0)
-            return jv_int(c, (int64_t)jj_utf8_count(s, len) + 1);
-        for (const char *p = s; (p = memmem(p, len - (size_t)(p - s), sub, sl)); p += sl)
-            n++;
-        return jv_int(c, n);
-    }
-    const char *hit = NULL;
-    if (!rev) {
-        hit = memmem(s, len, sub, sl);
-    } else {
-        for (size_t at = len >= sl ? len - sl + 1 : 0; at-- > 0;)
-            if (memcmp(s + at, sub, sl) == 0) {
-                hit = s + at;
-                break;
-            }
-    }
-    if (!hit && raise)
-        return jj_fail(c, RP_ERR_INVALID, "substring not found"), NULL;
-    return jv_int(c, hit ? (int64_t)jj_utf8_count(s, (size_t)(hit - s)) : -1);
-}
-
-static jv *str_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_args, const char **kw_names,
-                      jv **kw_vals, int n_kw)
-{
-    if (!strcmp(name, "format"))
-        return str_format(c, self, args, n_args, kw_names, kw_vals, n_kw);
-    if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
-        BIND(name, "chars");
-        if (given(a[0]) && !want_str(c, a[0], name))
-            return NULL;
-        return strip(c, self, given(a[0]) ? a[0] : NULL, name[0] != 'r', name[0] != 'l');
-    }
-    if (!strcmp(name, "split") || !strcmp(name, "rsplit")) {
-        BIND(name, "sep", "maxsplit");
-        int64_t maxsplit = -1;
-        if (a[1] && !want_int(c, a[1], "maxsplit", &maxsplit))
-            return NULL;
-        return str_split(c, self, a[0], maxsplit, name[0] == 'r');
-    }
-    if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
-        if (n_args < 1)
-            return jj_fail(c, RP_ERR_INVALID, "%s needs an argument", name), NULL;
-        int r;
-        return match_affix(c, self, args[0], name[0] == 'e', &r) ? jv_bool(r) : NULL;
-    }
-    if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "casefold") || !strcmp(name, "title") ||
-        !strcmp(name, "capitalize") || !strcmp(name, "swapcase")) {
-        int mode = name[0] == 'u' ? CASE_UPPER : (name[0] == 'l' || !strcmp(name, "casefold")) ? CASE_LOWER :
-                   name[0] == 't' ? CASE_TITLE_METHOD : name[0] == 's' ? CASE_SWAP : CASE_CAPITALIZE;
-        return change_case(c, self, mode);
-    }
-    if (!strcmp(name, "replace")) {
-        BIND("replace", "old", "new", "count");
-        int64_t count = -1;
-        if (!a[0] || !a[1])
-            return jj_fail(c, RP_ERR_INVALID, "replace needs old and new"), NULL;
-        if (!want_str(c, a[0], "replace") || !want_str(c, a[1], "replace") ||
-            (a[2] && !want_int(c, a[2], "replace count", &count)))
-            return NULL;
-        return str_replace(c, self, a[0], a[1], count);
-    }
-    if (!strcmp(name, "join")) {
-        if (n_args != 1)
-            return jj_fail(c, RP_ERR_INVALID, "join takes one argument"), NULL;
-        jv *items = jv_iter_list(c, args[0]);
-        if (!items)
-            return NULL;
-        sbuf o = {c, {0}};
-        for (size_t i = 0; i < items->u.list.n; i++) {
-            jv *x = items->u.list.items[i];
-            if (x->kind != JV_STR) {
-                jj_buf_free(&o.b);
-                return jj_fail(c, RP_ERR_INVALID, "sequence item %zu: expected str instance, %s found", i,
-                               jv_type_name(x)),
-                       NULL;
-            }
-            if ((i && !sput(&o, self->u.str.s, self->u.str.len)) || !sput(&o, x->u.str.s, x->u.str.len))
-                break;
-        }
-        return sbuf_done(&o);
-    }
-    if (!strcmp(name, "find") || !strcmp(name, "rfind") || !strcmp(name, "index") || !strcmp(name, "rindex"))
-        return find_sub(c, self, args, n_args, name[0] == 'r', false, strstr(name, "index") != NULL);
-    if (!strcmp(name, "count"))
-        return find_sub(c, self, args, n_args, false, true, false);
-    if (!strcmp(name, "splitlines"))
-        return splitlines(c, self);
-    if (!strcmp(name, "removeprefix") || !strcmp(name, "removesuffix")) {
-        if (n_args != 1 || !want_str(c, args[0], name))
-            return n_args != 1 ? (jj_fail(c, RP_ERR_INVALID, "%s takes one argument", name), NULL) : NULL;
-        int r;
-        bool suffix = name[6] == 's';
-        if (!match_affix(c, self, args[0], suffix, &r))
-            return NULL;
-        if (!r)
-            return self;
-        size_t n = args[0]->u.str.len;
-        return jv_str(c, self->u.str.s + (suffix ? 0 : n), self->u.str.len - n);
-    }
-    if (!strncmp(name, "is", 2)) {
-        bool any = false, ok = true, cased = false;
-        for (size_t i = 0; i < self->u.str.len;) {
-            uint32_t cp = jj_utf8_next(self->u.str.s, self->u.str.len, &i);
-            utf8proc_int32_t u = cp > 0x10FFFF ? 0 : (utf8proc_int32_t)cp;
-            utf8proc_category_t cat = utf8proc_category(u);
-            any = true;
-            bool digit = cat == UTF8PROC_CATEGORY_ND, alpha = is_alpha_cp(cp);
-            if (!strcmp(name, "isdigit") || !strcmp(name, "isdecimal") || !strcmp(name, "isnumeric"))
-                ok = ok && (digit || (name[2] == 'n' && (cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO)));
-            else if (!strcmp(name, "isalpha"))
-                ok = ok && alpha;
-            else if (!strcmp(name, "isalnum"))
-                ok = ok && (alpha || digit);
-            else if (!strcmp(name, "isspace"))
-                ok = ok && jj_py_isspace(cp);
-            else if (!strcmp(name, "isascii"))
-                ok = ok && cp < 0x80;
-            else if (!strcmp(name, "isupper") || !strcmp(name, "islower")) {
-                bool up = utf8proc_isupper(u), lo = utf8proc_islower(u);
-                cased = cased || up || lo;
-                ok = ok && (name[2] == 'u' ? !lo : !up);
-            } else
-                return jj_fail(c, RP_ERR_INVALID, "str.%s is not supported", name), NULL;
-        }
-        if (!strcmp(name, "isascii"))
-            return jv_bool(ok);
-        if (!strcmp(name, "isupper") || !strcmp(name, "islower"))
-            return jv_bool(ok && cased);
-        return jv_bool(any && ok);
-    }
-    if (!strcmp(name, "zfill") || !strcmp(name, "ljust") || !strcmp(name, "rjust") || !strcmp(name, "center")) {
-        int64_t w;
-        if (n_args < 1 || !want_int(c, args[0], name, &w))
-            return n_args < 1 ? (jj_fail(c, RP_ERR_INVALID, "%s needs a width", name), NULL) : NULL;
-        char fill = ' ';
-        if (n_args > 1 && args[1]->kind == JV_STR && args[1]->u.str.len == 1)
-            fill = args[1]->u.str.s[0];
-        sbuf o = {c, {0}};
-        if (name[0] == 'z') {
-            const char *s = self->u.str.s;
-            size_t len = self->u.str.len, sign = len && (s[0] == '-' || s[0] == '+');
-            int64_t n = (int64_t)jj_utf8_count(s, len);
-            sput(&o, s, sign);
-            for (int64_t k = n; k < w && !c->st; k++)
-                sput(&o, "0", 1);
-            sput(&o, s + sign, len - sign);
-            return sbuf_done(&o);
-        }
-        int64_t n = (int64_t)jj_utf8_count(self->u.str.s, self->u.str.len), pad = w > n ? w - n : 0;
-        int64_t left = name[0] == 'l' ? 0 : name[0] == 'r' ? pad : pad / 2 + (pad & w & 1);
-        pad_put(&o, self->u.str.s, self->u.str.len, n + left, '>', fill);
-        for (int64_t k = 0; k < pad - left && !c->st; k++)
-            sput(&o, &fill, 1);
-        return sbuf_done(&o);
-    }
-    return jj_fail(c, RP_ERR_INVALID, "str.%s is not supported", name), NULL;
-}
-
-jv *jj_call_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_args, const char **kw_names, jv **kw_vals,
-                   int n_kw)
-{
-    if (self->kind == JV_STR)
-        return str_method(c, self, name, args, n_args, kw_names, kw_vals, n_kw);
-    if (self->kind == JV_DICT) {
-        if (!strcmp(name, "get")) {
-            BIND("get", "key", "default");
-            if (!a[0])
-                return jj_fail(c, RP_ERR_INVALID, "get expected at least 1 argument"), NULL;
-            jv *v = jv_dict_get(c, self, a[0]);
-            if (c->st)
-                return NULL;
-            return v ? v : a[1] ? a[1] : JV_NONE_;
-        }
-        if (!strcmp(name, "items") || !strcmp(name, "keys") || !strcmp(name, "values")) {
-            jv *l = jv_list(c, self->u.dict.n);
-            for (size_t i = 0; l && i < self->u.dict.n; i++) {
-                jv *x;
-                if (name[0] == 'k') {
-                    x = self->u.dict.keys[i];
-                } else if (name[0] == 'v') {
-                    x = self->u.dict.vals[i];
-                } else {
-                    if (!(x = jv_list(c, 2)))
-                        return NULL;
-                    x->tuple = true;
-                    x->u.list.items[0] = self->u.dict.keys[i];
-                    x->u.list.items[1] = self->u.dict.vals[i];
-                    x->u.list.n = 2;
-                }
-                l->u.list.items[l->u.list.n++] = x;
-            }
-            return l;
-        }
-        if (!strcmp(name, "copy")) {
-            jv *d = jv_dict(c, JV_DICT, self->u.dict.n);
-            for (size_t i = 0; d && i < self->u.dict.n; i++) {
-                d->u.dict.keys[i] = self->u.dict.keys[i];
-                d->u.dict.vals[i] = self->u.dict.vals[i];
-                d->u.dict.n++;
-            }
-            return d;
-        }
-    } else if (self->kind == JV_LIST) {
-        if (!strcmp(name, "index") || !strcmp(name, "count")) {
-            if (n_args < 1)
-                return jj_fail(c, RP_ERR_INVALID, "%s needs an argument", name), NULL;
-            int64_t n = 0;
-            for (size_t i = 0; i < self->u.list.n; i++) {
-                int e = jv_equal(c, self->u.list.items[i], args[0], 0);
-                if (e < 0)
-                    return NULL;
-                if (e && name[0] == 'i')
-                    return jv_int(c, (int64_t)i);
-                n += e;
-            }
-            if (name[0] == 'i')
-                return jj_fail(c, RP_ERR_INVALID, "value is not in list"), NULL;
-            return jv_int(c, n);
-        }
-        if (!strcmp(name, "copy")) {
-            jv *l = jv_list(c, self->u.list.n);
-            if (l) {
-                memcpy(l->u.list.items, self->u.list.items, self->u.list.n * sizeof(jv *));
-                l->u.list.n = self->u.list.n;
-            }
-            return l;
-        }
-    }
-    return jj_fail(c, RP_ERR_INVALID, "access to attribute '%s' of '%s' object is unsafe", name, jv_type_name(self)),
-           NULL;
 }
 
 /* ---- globals ------------------------------------------------------------------ */
@@ -1792,7 +933,7 @@ jv *jj_call_builtin(jj_ctx *c, const char *name, jv **args, int n_args, const ch
         if (n_args < 1 || n_args > 3 || n_kw)
             return jj_fail(c, RP_ERR_INVALID, "range expected 1 to 3 integer arguments"), NULL;
         for (int i = 0; i < n_args; i++)
-            if (!want_int(c, args[i], "range", &v[n_args == 1 ? 1 : i]))
+            if (!jj_want_int(c, args[i], "range", &v[n_args == 1 ? 1 : i]))
                 return NULL;
         if (v[2] == 0)
             return jj_fail(c, RP_ERR_INVALID, "range() arg 3 must not be zero"), NULL;
@@ -1854,7 +995,7 @@ jv *jj_call_builtin(jj_ctx *c, const char *name, jv **args, int n_args, const ch
         return NULL;
     }
     if (!strcmp(name, "strftime_now")) {
-        if (n_args != 1 || !want_str(c, args[0], "strftime_now"))
+        if (n_args != 1 || !jj_want_str(c, args[0], "strftime_now"))
             return n_args != 1 ? (jj_fail(c, RP_ERR_INVALID, "strftime_now takes one argument"), NULL) : NULL;
         time_t now = time(NULL);
         struct tm tm;

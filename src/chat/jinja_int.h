@@ -9,7 +9,8 @@
  *                    dict/namespace/callables/undefined; str(), repr(), json.dumps,
  *                    equality and ordering; UTF-8 helpers
  *   jinja_eval.c     statements and expressions: scopes, loops, macros, calls
- *   jinja_filters.c  filters, tests, str/dict/list methods, globals
+ *   jinja_filters.c  filters, tests, globals
+ *   jinja_str.c      str operations, %-formatting, str.format, str/dict/list methods
  *   template.c       the public API (chat.h): inputs from jansson, limits
  *
  * Memory: a template's tokens and AST live in the template's arena; every value
@@ -313,5 +314,40 @@ jv *jj_global(jj_ctx *c, const char *name); // NULL if not a global
 jv *jj_call_builtin(jj_ctx *c, const char *name, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw);
 // Python's `str % args` formatting.
 jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args);
+
+/* ---- shared by the filter and string files --------------------------------- */
+
+// Binds positional and keyword arguments to parameter names; out[i] NULL when not given.
+bool jj_bind(jj_ctx *c, const char *what, const char *const *params, int np, jv **args, int n_args,
+             const char **kw_names, jv **kw_vals, int n_kw, jv **out);
+#define BIND(what, ...)                                                                                                \
+    static const char *const params_[] = {__VA_ARGS__};                                                                \
+    jv *a[sizeof(params_) / sizeof(params_[0])];                                                                       \
+    if (!jj_bind(c, what, params_, (int)(sizeof(params_) / sizeof(params_[0])), args, n_args, kw_names, kw_vals, n_kw, a)) \
+        return NULL;
+
+bool jj_given(const jv *v); // passed and not none/undefined
+bool jj_arg_bool(const jv *v, bool dflt);
+bool jj_want_int(jj_ctx *c, const jv *v, const char *what, int64_t *out);
+bool jj_want_str(jj_ctx *c, const jv *v, const char *what);
+
+// A string being built; jj_sbuf_done turns it into a value (and frees the buffer).
+typedef struct jj_sbuf {
+    jj_ctx *c;
+    jj_buf b;
+} jj_sbuf;
+bool jj_sput(jj_sbuf *s, const char *p, size_t n);
+bool jj_sputc(jj_sbuf *s, uint32_t cp);
+jv *jj_sbuf_done(jj_sbuf *s);
+// Appends text padded to width code points with fill ('<' left, '>' right, '^' center aligned).
+bool jj_pad_put(jj_sbuf *o, const char *text, size_t len, int64_t width, char align, char fill);
+
+enum { JJ_CASE_UPPER, JJ_CASE_LOWER, JJ_CASE_CAPITALIZE, JJ_CASE_TITLE_METHOD, JJ_CASE_TITLE_FILTER, JJ_CASE_SWAP };
+jv *jj_str_case(jj_ctx *c, const jv *s, int mode);
+jv *jj_str_strip(jj_ctx *c, const jv *s, const jv *chars, bool left, bool right); // chars NULL: whitespace
+jv *jj_str_replace(jj_ctx *c, const jv *s, const jv *old, const jv *new_, int64_t count); // count < 0: all
+jv *jj_str_split(jj_ctx *c, const jv *s, const jv *sep, int64_t maxsplit, bool from_right);
+jv *jj_str_splitlines(jj_ctx *c, const jv *s);
+jv *jj_html_escape(jj_ctx *c, const jv *s);
 
 #endif
