@@ -750,7 +750,8 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
             return items;
         jv *l = jv_list(c, v->u.list.n);
         if (l) {
-            memcpy(l->u.list.items, v->u.list.items, v->u.list.n * sizeof(jv *));
+            if (v->u.list.n)
+                memcpy(l->u.list.items, v->u.list.items, v->u.list.n * sizeof(jv *));
             l->u.list.n = v->u.list.n;
         }
         return l;

@@ -301,7 +301,7 @@ jv *jj_getitem(jj_ctx *c, jv *obj, jv *key);
 // Calls a callable value with evaluated arguments.
 jv *jj_call(jj_ctx *c, jv *fn, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw);
 
-/* ---- filters, tests, methods, globals (jinja_filters.c) ------------------- */
+/* ---- filters, tests, globals (jinja_filters.c); methods, formatting (jinja_str.c) */
 
 jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals,
               int n_kw);

@@ -852,7 +852,8 @@ jv *jj_call_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_args,
         if (!strcmp(name, "copy")) {
             jv *l = jv_list(c, self->u.list.n);
             if (l) {
-                memcpy(l->u.list.items, self->u.list.items, self->u.list.n * sizeof(jv *));
+                if (self->u.list.n)
+                    memcpy(l->u.list.items, self->u.list.items, self->u.list.n * sizeof(jv *));
                 l->u.list.n = self->u.list.n;
             }
             return l;

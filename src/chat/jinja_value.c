@@ -393,7 +393,8 @@ jv *jv_iter_list(jj_ctx *c, const jv *v)
     case JV_DICT: {
         jv *l = jv_list(c, v->u.dict.n);
         if (l) {
-            memcpy(l->u.list.items, v->u.dict.keys, v->u.dict.n * sizeof(jv *));
+            if (v->u.dict.n)
+                memcpy(l->u.list.items, v->u.dict.keys, v->u.dict.n * sizeof(jv *));
             l->u.list.n = v->u.dict.n;
         }
         return l;

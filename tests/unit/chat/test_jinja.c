@@ -74,7 +74,10 @@ static void test_cases(void **state)
 static rp_status render_plain(const char *src, char **out)
 {
     size_t len;
-    return render_src(src, strlen(src), json_object(), out, &len);
+    json_t *empty = json_object();
+    rp_status st = render_src(src, strlen(src), empty, out, &len);
+    json_decref(empty);
+    return st;
 }
 
 static rp_status expect_status(const char *src, rp_status want)
@@ -154,7 +157,7 @@ static void test_limits(void **state)
     expect_status("{% macro a(n) %}{% for i in range(10) %}{{ a(n) }}{% endfor %}{% endmacro %}{{ a(1) }}",
                   RP_ERR_LIMIT);
     // deep nesting in the source
-    char *src = malloc(200000);
+    char *src = malloc(400000);
     assert_non_null(src);
     size_t o = 0;
     for (int i = 0; i < 20000; i++)
