@@ -8,5 +8,6 @@
 
 int rp_cli_run(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
+int rp_cli_template(int argc, char **argv);
 
 #endif

@@ -1,0 +1,76 @@
+/*
+ * test_conformance.c - chat templates rendered byte for byte as transformers
+ * renders them: every template in ../shared/conformance/chat-templates and the
+ * qwen3 fixture model's own template, against every conversation of
+ * tests/data/chat/conversations.json. The references (tests/data/chat/expected)
+ * were made by tools/fixtures/make_template_refs.py; where the reference raised,
+ * Rapid must fail too.
+ */
+#include "chat_test_util.h"
+
+#include <dirent.h>
+
+static void test_qwen3_fixture(void **state)
+{
+    json_t *convs = chat_load_json(rp_test_source("tests/data/chat/conversations.json"));
+    json_t *cfg = chat_load_json(rp_test_source("tests/data/models/qwen3/tokenizer_config.json"));
+    json_t *exp = chat_load_json(rp_test_source("tests/data/chat/expected/qwen3-fixture.json"));
+    const json_t *src = json_object_get(cfg, "chat_template");
+    assert_non_null(src);
+    int n = 0;
+    int bad = chat_check_expected(json_string_value(src), json_string_length(src), exp, convs, &n);
+    print_message("qwen3 fixture template: %d of %d cases identical\n", n - bad, n);
+    assert_int_equal(bad, 0);
+    json_decref(exp);
+    json_decref(cfg);
+    json_decref(convs);
+}
+
+static void test_shared_templates(void **state)
+{
+    RP_TEST_NEED_CONFORMANCE(conf);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/chat-templates", conf);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    json_t *convs = chat_load_json(rp_test_source("tests/data/chat/conversations.json"));
+    int n_templates = 0, n_cases = 0, bad = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 7 || strcmp(e->d_name + nl - 6, ".jinja") != 0)
+            continue;
+        char path[8192], exp_path[8192];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        snprintf(exp_path, sizeof(exp_path), "%s", rp_test_source("tests/data/chat/expected/"));
+        snprintf(exp_path + strlen(exp_path), sizeof(exp_path) - strlen(exp_path), "%.*s.json", (int)(nl - 6),
+                 e->d_name);
+        // Every shared template needs a recorded reference: a new one must not pass unseen.
+        json_t *exp = chat_load_json(exp_path);
+        char *src;
+        size_t len;
+        assert_int_equal(rp_file_read(path, &src, &len), RP_OK);
+        int n = 0;
+        int b = chat_check_expected(src, len, exp, convs, &n);
+        print_message("%s: %d of %d cases identical\n", e->d_name, n - b, n);
+        bad += b;
+        n_cases += n;
+        n_templates++;
+        rp_free(src);
+        json_decref(exp);
+    }
+    closedir(d);
+    json_decref(convs);
+    print_message("%d templates, %d cases, %d mismatches\n", n_templates, n_cases, bad);
+    assert_true(n_templates > 0);
+    assert_int_equal(bad, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3_fixture),
+        cmocka_unit_test(test_shared_templates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
