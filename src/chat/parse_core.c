@@ -111,6 +111,99 @@ static void emit_text(rp_parser *p, rp_parse_event_type kind, const char *s, siz
         p->at_start = false;
 }
 
+static void args_raw(rp_parser *p, const void *s, size_t n)
+{
+    if (p->started)
+        emit_delta(p, RP_PARSE_EVENT_TOOL_ARGS, s, n);
+    else
+        pbuf_add(&p->args_pending, s, n, &p->st);
+}
+
+// Bytes UTF-8 may continue a sequence with, given its lead byte and position.
+static bool utf8_cont(uint8_t lead, size_t pos, uint8_t c)
+{
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (pos == 1) {
+        if (lead == 0xE0)
+            lo = 0xA0;
+        else if (lead == 0xED)
+            hi = 0x9F;
+        else if (lead == 0xF0)
+            lo = 0x90;
+        else if (lead == 0xF4)
+            hi = 0x8F;
+    }
+    return c >= lo && c <= hi;
+}
+
+static size_t utf8_len(uint8_t lead)
+{
+    if (lead >= 0xC2 && lead <= 0xDF)
+        return 2;
+    if (lead >= 0xE0 && lead <= 0xEF)
+        return 3;
+    if (lead >= 0xF0 && lead <= 0xF4)
+        return 4;
+    return 0;
+}
+
+bool parse_utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        uint8_t c = (uint8_t)s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = utf8_len(c);
+        if (k == 0 || i + k > n)
+            return false;
+        for (size_t j = 1; j < k; j++)
+            if (!utf8_cont(c, j, (uint8_t)s[i + j]))
+                return false;
+        i += k;
+    }
+    return true;
+}
+
+#define REPLACEMENT "\xEF\xBF\xBD" // U+FFFD
+
+// Arguments text. Kept valid UTF-8 (so always valid JSON): a broken sequence becomes U+FFFD.
+void parse_args(rp_parser *p, const void *sv, size_t n)
+{
+    const uint8_t *s = sv;
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (p->u8_len) {
+            if (utf8_cont((uint8_t)p->u8[0], p->u8_len, c)) {
+                p->u8[p->u8_len++] = (char)c;
+                if (p->u8_len == utf8_len((uint8_t)p->u8[0])) {
+                    args_raw(p, p->u8, p->u8_len);
+                    p->u8_len = 0;
+                }
+                i++;
+                continue;
+            }
+            args_raw(p, REPLACEMENT, 3);
+            p->u8_len = 0;
+        }
+        if (c < 0x80) {
+            size_t j = i;
+            while (j < n && s[j] < 0x80)
+                j++;
+            args_raw(p, s + i, j - i);
+            i = j;
+            continue;
+        }
+        if (utf8_len(c))
+            p->u8[p->u8_len++] = (char)c;
+        else
+            args_raw(p, REPLACEMENT, 3);
+        i++;
+    }
+}
+
 void parse_emit_start(rp_parser *p, const char *name, size_t len, bool mistral_id)
 {
     char id[32];
@@ -133,20 +226,15 @@ void parse_emit_end(rp_parser *p)
 {
     if (!p->started) // a grammar ends calls only after starting them
         return;
+    if (p->u8_len)
+        args_raw(p, REPLACEMENT, 3);
+    p->u8_len = 0;
     new_event(p, RP_PARSE_EVENT_TOOL_END);
     p->call_index++;
     p->started = false;
     p->raw.len = 0;
     p->block_calls++;
     p->at_start = false;
-}
-
-void parse_args(rp_parser *p, const void *s, size_t n)
-{
-    if (p->started)
-        emit_delta(p, RP_PARSE_EVENT_TOOL_ARGS, s, n);
-    else
-        pbuf_add(&p->args_pending, s, n, &p->st);
 }
 
 void parse_args_escaped(rp_parser *p, const char *s, size_t n)
@@ -315,6 +403,7 @@ static void abort_call(rp_parser *p)
         new_event(p, RP_PARSE_EVENT_TOOL_ABORT);
     p->started = false;
     p->args_pending.len = 0;
+    p->u8_len = 0;
     p->in_call = false;
     p->trim_lead = false;
     emit_text(p, RP_PARSE_EVENT_CONTENT, p->raw.p, p->raw.len);

@@ -126,6 +126,8 @@ struct rp_parser {
     bool val_typed, val_nl, val_first;
     char vhold[16];
     size_t vhold_len;
+    char u8[4]; // an incomplete UTF-8 sequence in the arguments
+    size_t u8_len;
 
     // events of the current push
     pevent *ev;
@@ -141,6 +143,7 @@ void parse_emit_end(rp_parser *p);
 void parse_args(rp_parser *p, const void *s, size_t n); // arguments text (held until START)
 void parse_args_escaped(rp_parser *p, const char *s, size_t n); // as the inside of a JSON string
 bool parse_is_ws(uint8_t c);
+bool parse_utf8_valid(const char *s, size_t n);
 
 // Sub-machines (parse_json.c). Each *_begin resets; *_feed answers R_*.
 void lit_begin(rp_parser *p, const char *lit);

@@ -114,7 +114,7 @@ static bool trim(pbuf *b)
 
 static bool start_named(rp_parser *p, pbuf *name, bool mistral)
 {
-    if (!trim(name))
+    if (!trim(name) || !parse_utf8_valid(name->p, name->len))
         return false;
     parse_emit_start(p, name->p, name->len, mistral);
     return true;

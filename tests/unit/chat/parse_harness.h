@@ -80,7 +80,7 @@ static void check_result_json(const rp_parse_result *r)
 {
     for (size_t i = 0; i < r->n_calls; i++) {
         json_error_t err;
-        json_t *a = json_loads(r->calls[i].arguments, 0, &err);
+        json_t *a = json_loads(r->calls[i].arguments, JSON_ALLOW_NUL, &err);
         if (!a || !json_is_object(a))
             fail_msg("call %zu (%s): arguments are not a JSON object: %s", i, r->calls[i].name, r->calls[i].arguments);
         assert_int_equal(strlen(r->calls[i].arguments), r->calls[i].arguments_len);
