@@ -44,7 +44,7 @@ typedef enum rp_tool_format {
     RP_TOOL_FORMAT_QWEN3_CODER = 2, // <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>
     RP_TOOL_FORMAT_LLAMA3 = 3,      // {"name": .., "parameters": {..}} as the reply; <|python_tag|> forms
     RP_TOOL_FORMAT_MISTRAL = 4,     // [TOOL_CALLS][{"name": .., "arguments": {..}}] or [TOOL_CALLS]NAME[ARGS]{..}
-    RP_TOOL_FORMAT_DEEPSEEK = 5,    // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ...
+    RP_TOOL_FORMAT_DEEPSEEK = 5, // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ...
     RP_TOOL_FORMAT_COUNT = 6,
 } rp_tool_format;
 
@@ -94,8 +94,7 @@ void rp_parser_destroy(rp_parser *p);
 // events (adjacent deltas of one kind merged), owned by the parser and valid
 // until the next push/finish/destroy. RP_ERR_NOMEM leaves the parser failed
 // (every later call returns it); RP_ERR_INVALID after finish.
-rp_status rp_parser_push(rp_parser *p, const char *text, size_t len, const rp_parse_event **events,
-                         size_t *n_events);
+rp_status rp_parser_push(rp_parser *p, const char *text, size_t len, const rp_parse_event **events, size_t *n_events);
 
 // Ends the reply: held-back text is decided (a partial marker is content, an
 // unfinished call is aborted into content). Afterwards every started call has

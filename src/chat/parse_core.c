@@ -451,7 +451,7 @@ rp_status rp_parser_create(const rp_parser_config *cfg, rp_parser **out)
     p->cfg.tools_json = NULL;
     p->rng = cfg->seed;
     p->kind = cfg->think_open && cfg->reasoning == RP_REASONING_FORMAT_THINK ? RP_PARSE_EVENT_REASONING
-                                                                            : RP_PARSE_EVENT_CONTENT;
+                                                                             : RP_PARSE_EVENT_CONTENT;
     p->think_seen = p->kind == RP_PARSE_EVENT_REASONING;
     p->trim_lead = p->think_seen;
     p->at_start = true;
@@ -535,8 +535,7 @@ static rp_status begin_push(rp_parser *p, const rp_parse_event **events, size_t 
     return RP_OK;
 }
 
-rp_status rp_parser_push(rp_parser *p, const char *text, size_t len, const rp_parse_event **events,
-                         size_t *n_events)
+rp_status rp_parser_push(rp_parser *p, const char *text, size_t len, const rp_parse_event **events, size_t *n_events)
 {
     rp_status st = begin_push(p, events, n_events);
     if (st != RP_OK)

@@ -25,9 +25,9 @@
 #include <jansson.h>
 
 // Limits on what a call may hold in one piece (longer: the call is malformed).
-#define PARSE_NAME_MAX 256       // a function, parameter or key name (bytes)
+#define PARSE_NAME_MAX 256        // a function, parameter or key name (bytes)
 #define PARSE_VALUE_MAX (1 << 20) // a typed Qwen3-Coder parameter value, buffered to convert it
-#define PARSE_JSON_DEPTH 128     // nesting of a JSON value
+#define PARSE_JSON_DEPTH 128      // nesting of a JSON value
 
 /* ---- byte buffers ------------------------------------------------------------ */
 
@@ -43,11 +43,11 @@ void pbuf_free(pbuf *b);
 /* ---- incremental JSON scanner ---------------------------------------------- */
 
 enum {
-    JS_ERR = -1,       // not JSON: the byte cannot continue the value
-    JS_SKIP = 0,       // whitespace between tokens (dropped when compacting)
-    JS_EMIT = 1,       // a byte of the value
-    JS_CTRL = 2,       // a raw control byte inside a string (emit it escaped)
-    JS_DONE = 3,       // the last byte of the value
+    JS_ERR = -1,        // not JSON: the byte cannot continue the value
+    JS_SKIP = 0,        // whitespace between tokens (dropped when compacting)
+    JS_EMIT = 1,        // a byte of the value
+    JS_CTRL = 2,        // a raw control byte inside a string (emit it escaped)
+    JS_DONE = 3,        // the last byte of the value
     JS_DONE_UNREAD = 4, // the value ended before this byte (a number); the byte is not consumed
 };
 
@@ -56,6 +56,7 @@ typedef struct js {
     bool key;         // the string being read is an object key
     bool want_object; // the top-level value must be an object
     uint8_t n;        // progress inside a literal or \u escape
+    uint16_t hex;     // the \u escape's value so far
     const char *lit;  // literal being matched (true/false/null)
     int depth;
     uint64_t stack[PARSE_JSON_DEPTH / 64]; // bit set: that level is an object
@@ -80,7 +81,7 @@ enum {
 typedef struct pevent {
     rp_parse_event_type type;
     int index;
-    size_t off, len;      // text in p->evtext
+    size_t off, len;         // text in p->evtext
     size_t id_off, name_off; // TOOL_START
 } pevent;
 
@@ -140,7 +141,7 @@ struct rp_parser {
 // Core services for the grammars (parse_core.c).
 void parse_emit_start(rp_parser *p, const char *name, size_t len, bool mistral_id);
 void parse_emit_end(rp_parser *p);
-void parse_args(rp_parser *p, const void *s, size_t n); // arguments text (held until START)
+void parse_args(rp_parser *p, const void *s, size_t n);         // arguments text (held until START)
 void parse_args_escaped(rp_parser *p, const char *s, size_t n); // as the inside of a JSON string
 bool parse_is_ws(uint8_t c);
 bool parse_utf8_valid(const char *s, size_t n);

@@ -232,11 +232,14 @@ int js_feed(js *j, uint8_t c)
             j->st = S_STR_ESC;
             return JS_EMIT;
         }
+        if (c == 0 && j->key)
+            return JS_ERR;
         return c < 0x20 ? JS_CTRL : JS_EMIT;
     case S_STR_ESC:
         if (c == 'u') {
             j->st = S_STR_HEX;
             j->n = 0;
+            j->hex = 0;
             return JS_EMIT;
         }
         if (!strchr("\"\\/bfnrt", c) || c == 0)
@@ -246,8 +249,12 @@ int js_feed(js *j, uint8_t c)
     case S_STR_HEX:
         if (!is_hex(c))
             return JS_ERR;
-        if (++j->n == 4)
+        j->hex = (uint16_t)(j->hex << 4 | (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10));
+        if (++j->n == 4) {
+            if (j->key && j->hex == 0)
+                return JS_ERR; // a NUL in a key: valid JSON, but no C consumer can hold it
             j->st = S_STR;
+        }
         return JS_EMIT;
     case S_NUM_MINUS:
         if (c == '0')

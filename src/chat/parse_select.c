@@ -27,15 +27,23 @@ typedef struct fmt_name {
 } fmt_name;
 
 static const fmt_name tool_names[] = {
-    {"none", RP_TOOL_FORMAT_NONE},          {"hermes", RP_TOOL_FORMAT_HERMES},
-    {"qwen3_coder", RP_TOOL_FORMAT_QWEN3_CODER}, {"llama3_json", RP_TOOL_FORMAT_LLAMA3},
-    {"mistral", RP_TOOL_FORMAT_MISTRAL},    {"deepseek_v3", RP_TOOL_FORMAT_DEEPSEEK},
+    {"none", RP_TOOL_FORMAT_NONE},
+    {"hermes", RP_TOOL_FORMAT_HERMES},
+    {"qwen3_coder", RP_TOOL_FORMAT_QWEN3_CODER},
+    {"llama3_json", RP_TOOL_FORMAT_LLAMA3},
+    {"mistral", RP_TOOL_FORMAT_MISTRAL},
+    {"deepseek_v3", RP_TOOL_FORMAT_DEEPSEEK},
     // aliases
-    {"qwen", RP_TOOL_FORMAT_HERMES},        {"qwen2_5", RP_TOOL_FORMAT_HERMES},
-    {"qwen3", RP_TOOL_FORMAT_HERMES},       {"qwen3_xml", RP_TOOL_FORMAT_QWEN3_CODER},
-    {"llama3", RP_TOOL_FORMAT_LLAMA3},      {"llama", RP_TOOL_FORMAT_LLAMA3},
-    {"llama4_json", RP_TOOL_FORMAT_LLAMA3}, {"deepseek", RP_TOOL_FORMAT_DEEPSEEK},
-    {"deepseek_r1", RP_TOOL_FORMAT_DEEPSEEK}, {"deepseek_v31", RP_TOOL_FORMAT_DEEPSEEK},
+    {"qwen", RP_TOOL_FORMAT_HERMES},
+    {"qwen2_5", RP_TOOL_FORMAT_HERMES},
+    {"qwen3", RP_TOOL_FORMAT_HERMES},
+    {"qwen3_xml", RP_TOOL_FORMAT_QWEN3_CODER},
+    {"llama3", RP_TOOL_FORMAT_LLAMA3},
+    {"llama", RP_TOOL_FORMAT_LLAMA3},
+    {"llama4_json", RP_TOOL_FORMAT_LLAMA3},
+    {"deepseek", RP_TOOL_FORMAT_DEEPSEEK},
+    {"deepseek_r1", RP_TOOL_FORMAT_DEEPSEEK},
+    {"deepseek_v31", RP_TOOL_FORMAT_DEEPSEEK},
 };
 
 static const fmt_name reasoning_names[] = {

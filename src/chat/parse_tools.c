@@ -90,7 +90,7 @@ static bool is_ident(uint8_t c, bool first)
 // Adds a byte to a name being read; false when it is too long.
 static bool name_add(rp_parser *p, pbuf *b, uint8_t c)
 {
-    if (b->len >= PARSE_NAME_MAX)
+    if (b->len >= PARSE_NAME_MAX || c < 0x20 || c == 0x7f)
         return false;
     pbuf_add(b, &c, 1, &p->st);
     return true;

@@ -18,8 +18,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static const char fuzz_tools[] = "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":"
-                                 "{\"n\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},\"o\":{\"type\":\"object\"}}}}}]";
+static const char fuzz_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":"
+    "{\"n\":{\"type\":\"integer\"},\"b\":{\"type\":\"boolean\"},\"o\":{\"type\":\"object\"}}}}}]";
 
 static void check(bool ok, const char *what)
 {

@@ -18,8 +18,8 @@
 #include <jansson.h>
 
 static const char *const harness_markers[] = {
-    "<tool_call>", "</tool_call>", "<think>", "</think>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "<｜tool",
-    "<function=",  "<parameter=",
+    "<tool_call>",  "</tool_call>", "<think>", "</think>",   "<|python_tag|>",
+    "[TOOL_CALLS]", "[ARGS]",       "<｜tool", "<function=", "<parameter=",
 };
 
 typedef struct stream_check {
@@ -128,10 +128,8 @@ static void assert_results_equal(const rp_parse_result *a, const rp_parse_result
 {
     if (a->content_len != b->content_len || strcmp(str_or_empty(a->content), str_or_empty(b->content)) != 0)
         fail_msg("%s: content differs: '%s' vs '%s'", what, str_or_empty(a->content), str_or_empty(b->content));
-    if (a->reasoning_len != b->reasoning_len ||
-        strcmp(str_or_empty(a->reasoning), str_or_empty(b->reasoning)) != 0)
-        fail_msg("%s: reasoning differs: '%s' vs '%s'", what, str_or_empty(a->reasoning),
-                 str_or_empty(b->reasoning));
+    if (a->reasoning_len != b->reasoning_len || strcmp(str_or_empty(a->reasoning), str_or_empty(b->reasoning)) != 0)
+        fail_msg("%s: reasoning differs: '%s' vs '%s'", what, str_or_empty(a->reasoning), str_or_empty(b->reasoning));
     if (a->n_calls != b->n_calls)
         fail_msg("%s: %zu calls vs %zu", what, a->n_calls, b->n_calls);
     for (size_t i = 0; i < a->n_calls; i++) {

@@ -43,6 +43,8 @@ static const char coder_tools[] =
     "\"maybe\":{\"type\":[\"integer\",\"null\"]},\"either\":{\"type\":[\"integer\",\"string\"]}}}}},"
     "{\"name\":\"bare\",\"parameters\":{\"properties\":{\"n\":{\"type\":\"integer\"}}}}]";
 
+// One case per block reads better than one field per line.
+// clang-format off
 static const tcase cases[] = {
     /* ---- Hermes / Qwen2.5 / Qwen3 ---- */
     {"hermes single", HERMES, NOTHINK, false, NULL,
@@ -224,6 +226,7 @@ static const tcase cases[] = {
     {"think leading space", NOTOOLS, THINK, false, NULL, "\n <think>a</think>b", "b", "a", {{0}}},
     {"think twice", NOTOOLS, THINK, false, NULL, "<think>a</think><think>b</think>", "<think>b</think>", "a", {{0}}},
 };
+// clang-format on
 
 static rp_parser_config config_of(const tcase *tc)
 {
@@ -342,7 +345,8 @@ static void test_streaming_order(void **state)
     assert_int_equal(ev[0].len, 2); // "Hi": the space waits, "<tool_" is held
     assert_int_equal(rp_parser_push(p, "call>{\"name\": \"get", strlen("call>{\"name\": \"get"), &ev, &n), RP_OK);
     assert_int_equal(n, 0);
-    assert_int_equal(rp_parser_push(p, "\", \"arguments\": {\"a\"", strlen("\", \"arguments\": {\"a\""), &ev, &n), RP_OK);
+    assert_int_equal(rp_parser_push(p, "\", \"arguments\": {\"a\"", strlen("\", \"arguments\": {\"a\""), &ev, &n),
+                     RP_OK);
     assert_int_equal(n, 2);
     assert_int_equal(ev[0].type, RP_PARSE_EVENT_TOOL_START);
     assert_string_equal(ev[0].name, "get");
@@ -431,11 +435,10 @@ static void test_bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hermes),          cmocka_unit_test(test_qwen3_coder),
-        cmocka_unit_test(test_llama3),          cmocka_unit_test(test_mistral),
-        cmocka_unit_test(test_deepseek),        cmocka_unit_test(test_reasoning),
-        cmocka_unit_test(test_streaming_order), cmocka_unit_test(test_abort_events),
-        cmocka_unit_test(test_ids_seeded),      cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_hermes),          cmocka_unit_test(test_qwen3_coder),  cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_mistral),         cmocka_unit_test(test_deepseek),     cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_streaming_order), cmocka_unit_test(test_abort_events), cmocka_unit_test(test_ids_seeded),
+        cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
