@@ -109,9 +109,9 @@ typedef struct rp_parse_call {
     size_t arguments_len;
 } rp_parse_call;
 
-// A reply's parsed result. Caller-owned: zero it (or rp_parse_result_init), apply
-// events, then rp_parse_result_deinit. Strings are NUL-terminated, never NULL
-// once something was applied (content/reasoning may be NULL when empty).
+// A reply's parsed result. Caller-owned: rp_parse_result_init (or zero it),
+// apply events, then rp_parse_result_deinit. content/reasoning are NUL-terminated,
+// or NULL when nothing of that kind was applied.
 typedef struct rp_parse_result {
     char *content;
     size_t content_len;
