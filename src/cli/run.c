@@ -1,14 +1,17 @@
 /*
  * run.c - `rapid run`: load a model, generate from one prompt, print as it goes.
  *
- * The prompt is tokenized with the model's own tokenizer (special tokens added
- * as the tokenizer says), prefilled in chunks of up to --batch tokens, then
+ * With no MODEL the bundled default model is used. When the model has a chat
+ * template, the prompt is sent as one user turn (plus --system) rendered by it,
+ * with thinking off unless --think; --raw sends the text as it is, with the
+ * special tokens the tokenizer adds. The prompt is prefilled in chunks, then
  * decoded one token per forward until -n tokens or an end-of-generation token.
  * Text is printed through the incremental detokenizer, so the output is always
  * valid UTF-8; one stats line goes to stderr at the end.
  */
 #include "cli.h"
 
+#include "../chat/chat.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../tokenizer/tokenizer.h"
@@ -22,13 +25,18 @@
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: rapid run MODEL -p PROMPT [options]\n"
+    fprintf(f, "usage: rapid run [MODEL] -p PROMPT [options]\n"
                "\n"
-               "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file.\n"
+               "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file;\n"
+               "without it, the bundled demonstration model (models/rapid-tiny) is used. A model with a chat\n"
+               "template gets the prompt as a user message in its chat format, unless --raw.\n"
                "\n"
                "options:\n"
                "  -p, --prompt TEXT       the prompt (required, or --file)\n"
                "  -f, --file PATH         read the prompt from a file\n"
+               "      --system TEXT       a system message (chat format)\n"
+               "      --think             let the model think first (chat templates with enable_thinking)\n"
+               "      --raw               send the prompt as it is, without the chat template\n"
                "  -n, --n-predict N       tokens to generate (default 128)\n"
                "      --temp T            temperature, 0 = greedy (default 0)\n"
                "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
@@ -67,9 +75,9 @@ static bool parse_float(const char *s, float *out)
 }
 
 typedef struct run_opts {
-    const char *model, *prompt, *file;
+    const char *model, *prompt, *file, *system;
     int n_predict, threads, ctx;
-    bool ignore_eos;
+    bool ignore_eos, raw, think;
     rp_dtype quant;
     rp_sample_params sp;
 } run_opts;
@@ -77,7 +85,22 @@ typedef struct run_opts {
 // Returns 0 when parsed, 2 on bad usage, -1 when help was printed.
 static int parse_args(int argc, char **argv, run_opts *o)
 {
-    enum { O_TEMP = 1000, O_TOPK, O_TOPP, O_MINP, O_REP, O_PRES, O_FREQ, O_SEED, O_QUANT, O_CTX, O_IGNORE };
+    enum {
+        O_TEMP = 1000,
+        O_TOPK,
+        O_TOPP,
+        O_MINP,
+        O_REP,
+        O_PRES,
+        O_FREQ,
+        O_SEED,
+        O_QUANT,
+        O_CTX,
+        O_IGNORE,
+        O_SYSTEM,
+        O_THINK,
+        O_RAW
+    };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
         {"file", required_argument, 0, 'f'},
@@ -94,6 +117,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"quant", required_argument, 0, O_QUANT},
         {"ctx", required_argument, 0, O_CTX},
         {"ignore-eos", no_argument, 0, O_IGNORE},
+        {"system", required_argument, 0, O_SYSTEM},
+        {"think", no_argument, 0, O_THINK},
+        {"raw", no_argument, 0, O_RAW},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -137,6 +163,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
             break;
         case O_CTX: ok = parse_int(optarg, 1, 1 << 24, &o->ctx); break;
         case O_IGNORE: o->ignore_eos = true; break;
+        case O_SYSTEM: o->system = optarg; break;
+        case O_THINK: o->think = true; break;
+        case O_RAW: o->raw = true; break;
         case 'h': run_usage(stdout); return -1;
         case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
         default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
@@ -147,13 +176,17 @@ static int parse_args(int argc, char **argv, run_opts *o)
             return 2;
         }
     }
-    if (optind != argc - 1 || (!o->prompt && !o->file) || (o->prompt && o->file)) {
+    if (optind < argc - 1 || (!o->prompt && !o->file) || (o->prompt && o->file)) {
         fprintf(stderr, "rapid run: %s\n\n",
-                optind != argc - 1 ? "expected one MODEL" : "give the prompt with -p or --file (one of them)");
+                optind < argc - 1 ? "expected at most one MODEL" : "give the prompt with -p or --file (one of them)");
         run_usage(stderr);
         return 2;
     }
-    o->model = argv[optind];
+    o->model = optind < argc ? argv[optind] : rp_cli_default_model();
+    if (!o->model) {
+        fprintf(stderr, "rapid run: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        return 1;
+    }
     if (rp_sample_params_validate(&o->sp) != RP_OK) {
         fprintf(stderr, "rapid run: %s\n\n", rp_error_message());
         run_usage(stderr);
@@ -175,6 +208,44 @@ static void emit(const char *text, size_t len)
         fwrite(text, 1, len, stdout);
         fflush(stdout);
     }
+}
+
+// Renders the prompt as one user turn (after an optional system turn) with the
+// tokenizer's chat template and tokenizes it (the template writes the special
+// tokens itself). *ids NULL and RP_OK when the model has no template.
+static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const char *prompt, size_t len,
+                             int32_t **ids, size_t *n)
+{
+    *ids = NULL;
+    const char *src = rp_tok_chat_template(tok);
+    if (!src)
+        return RP_OK;
+    rp_chat_template *tpl = NULL;
+    json_t *msgs = json_array(), *kw = json_object();
+    char *text = NULL;
+    size_t text_len;
+    rp_status st = rp_chat_template_create(src, strlen(src), &tpl);
+    if (!st && (!msgs || !kw))
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+    if (!st && o->system)
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
+    if (!st) {
+        json_array_append_new(msgs, json_pack("{s:s,s:s#}", "role", "user", "content", prompt, (int)len));
+        json_object_set_new(kw, "enable_thinking", json_boolean(o->think));
+        if (json_array_size(msgs) != (o->system ? 2u : 1u))
+            st = RP_ERR(RP_ERR_INVALID, "the prompt is not valid UTF-8");
+    }
+    if (!st) {
+        rp_chat_render_params rp = {msgs, NULL, true, kw, rp_tok_bos_text(tok), rp_tok_eos_text(tok)};
+        st = rp_chat_template_render(tpl, &rp, &text, &text_len);
+    }
+    if (!st)
+        st = rp_tok_encode(tok, text, text_len, false, ids, n);
+    rp_free(text);
+    json_decref(msgs);
+    json_decref(kw);
+    rp_chat_template_destroy(tpl);
+    return st;
 }
 
 static bool is_stop(const rp_tokenizer *tok, const rp_model_config *cfg, int32_t id)
@@ -230,7 +301,11 @@ int rp_cli_run(int argc, char **argv)
         goto done;
     }
     size_t n_prompt;
-    if (rp_tok_encode(tok, prompt, prompt_len, true, &ids, &n_prompt)) {
+    if (!o.raw && chat_prompt(tok, &o, prompt, prompt_len, &ids, &n_prompt)) {
+        fail("chat template");
+        goto done;
+    }
+    if (!ids && rp_tok_encode(tok, prompt, prompt_len, true, &ids, &n_prompt)) {
         fail("tokenizing the prompt");
         goto done;
     }

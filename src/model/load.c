@@ -317,12 +317,14 @@ static rp_status load_tensors(source *src)
     return RP_OK;
 }
 
-// Lists the file's tensors that the architecture did not use.
+// Lists, in one line, the file's tensors that the architecture did not use.
 static void list_unused(source *src)
 {
     rp_model *m = src->m;
     int64_t n = m->gguf ? rp_gguf_n_tensors(m->gguf) : rp_st_n_tensors(m->st);
     int unused = 0;
+    char names[512] = "";
+    size_t at = 0;
     for (int64_t i = 0; i < n; i++) {
         const char *name;
         const void *id;
@@ -338,13 +340,14 @@ static void list_unused(source *src)
         bool used = false;
         for (int j = 0; j < src->n_used && !used; j++)
             used = src->used[j] == id;
-        if (!used) {
-            if (unused++ < 8 && !m->params.quiet)
-                RP_LOGI("skipping tensor '%s' (not used by the %s architecture)", name, m->cfg.arch_name);
-        }
+        if (used)
+            continue;
+        if (unused++ < 4 && at < sizeof(names))
+            at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", unused > 1 ? ", " : "", name);
     }
-    if (unused > 8 && !m->params.quiet)
-        RP_LOGI("skipping %d unused tensors in all", unused);
+    if (unused && !m->params.quiet)
+        RP_LOGI("skipping %d tensor%s the %s architecture does not use: %s%s", unused, unused > 1 ? "s" : "",
+                m->cfg.arch_name, names, unused > 4 ? ", ..." : "");
 }
 
 static rp_status load_from(rp_model *m, const char *path, const char *(*name_of)(const char *, int, char *, size_t))

@@ -103,7 +103,7 @@ static void test_run_matches_library(void **state)
     assert_int_equal(rp_tok_decode(tok, gen, n_gen, true, &want, &want_len), RP_OK);
     for (int threads = 1; threads <= 2; threads++) {
         char args[8192];
-        snprintf(args, sizeof(args), "run '%s' -p '%s' -n 16 --threads %d", model, prompt, threads);
+        snprintf(args, sizeof(args), "run '%s' -p '%s' -n 16 --threads %d --raw", model, prompt, threads);
         assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
         size_t n = strlen(out);
         assert_true(n >= 1 && out[n - 1] == '\n');
@@ -119,12 +119,22 @@ static void test_run_matches_library(void **state)
     rp_tok_destroy(tok);
 }
 
+// With no MODEL, the bundled model answers in its chat format.
+static void test_default_model(void **state)
+{
+    assert_int_equal(run_rapid("run -p 'Who are you?' -n 40", out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "models/rapid-tiny"));
+    assert_non_null(strstr(out, "Rapid")); // "I'm a small demonstration model trained by the Rapid project..."
+    assert_int_equal(run_rapid("run -p x extra1 extra2", out, sizeof(out), err, sizeof(err)), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_errors),
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_run_matches_library),
+        cmocka_unit_test(test_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
