@@ -20,7 +20,7 @@
 #ifndef RP_CHAT_PARSE_INT_H
 #define RP_CHAT_PARSE_INT_H
 
-#include "parse.h"
+#include "chat.h"
 
 #include <jansson.h>
 

@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "chat/parse.h"
+#include "chat/chat.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -13,7 +13,7 @@
 
 #include "test_util.h"
 
-#include "chat/parse.h"
+#include "chat/chat.h"
 
 #include <jansson.h>
 

@@ -6,7 +6,7 @@
  */
 #include "test_util.h"
 
-#include "chat/parse.h"
+#include "chat/chat.h"
 
 typedef struct expect {
     const char *file;
