@@ -24,6 +24,7 @@
 #include "quant.h"
 
 #include <cpuid.h>
+#include <math.h>
 #include <stdatomic.h>
 
 /* ---- scalar reference dots: one weight row · one activation row ---- */
@@ -299,55 +300,71 @@ size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
     return total;
 }
 
+// One matmul of a job and the chunks of its rows (see rp_cpu_matmul_group).
+typedef struct mm_part {
+    const rp_matmul_desc *d;
+    int64_t rows;
+    int64_t chunk0;     // index of the part's first chunk in the job
+    int64_t chunk_rows; // rows per chunk (the last one may be short)
+} mm_part;
+
 typedef struct mm_job {
-    const rp_tensor *w;
+    mm_part part[RP_MM_MAX_GROUP];
+    int count;
+    bool glu;           // part 0 = gate, part 1 = up, chunks pair their rows
     const float *x;
     int n;
-    float *y;
+    int64_t ne0;
     uint8_t *xq;        // quantized activations (scratch), or NULL for float weights
     rp_dtype xtype;     // partner type
     bool simd_act;      // activations in the AVX2 kernels' own layout
     size_t xstride;     // bytes per activation row as the kernel reads it
-    size_t wstride;     // bytes per weight row
+    size_t wstride;     // bytes per weight row (all parts share the type and ne0)
     rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
     dot_fn dot;         // scalar reference dot
+    int64_t n_chunks;
+    _Alignas(64) atomic_llong next; // next chunk to take; alone on its cache line
+    char pad[64 - sizeof(atomic_llong)];
 } mm_job;
+
+static void quantize_row(const mm_job *j, int64_t t)
+{
+    const float *src = j->x + t * j->ne0;
+    uint8_t *dst = j->xq + (size_t)t * j->xstride;
+    if (j->simd_act)
+        rp_mm_quantize_act_avx2(src, j->ne0, dst);
+    else if (j->xtype == RP_DTYPE_Q8_0)
+        rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, j->ne0);
+    else
+        rp_quant_row_q8_K(src, (rp_block_q8_K *)dst, j->ne0);
+}
 
 static void quantize_task(void *p, int ith, int nth)
 {
     mm_job *j = p;
-    int64_t lo, hi, ne0 = j->w->ne[0];
+    int64_t lo, hi;
     rp_split_range(j->n, ith, nth, &lo, &hi);
-    for (int64_t t = lo; t < hi; t++) {
-        const float *src = j->x + t * ne0;
-        uint8_t *dst = j->xq + (size_t)t * j->xstride;
-        if (j->simd_act)
-            rp_mm_quantize_act_avx2(src, ne0, dst);
-        else if (j->xtype == RP_DTYPE_Q8_0)
-            rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, ne0);
-        else
-            rp_quant_row_q8_K(src, (rp_block_q8_K *)dst, ne0);
-    }
+    for (int64_t t = lo; t < hi; t++)
+        quantize_row(j, t);
 }
 
-static void matmul_task(void *p, int ith, int nth)
+// y[t][r] = dot(w row r, token t) for rows [lo, hi) of one weight, every token.
+static void compute_rows(const mm_job *j, const rp_tensor *wt, float *y, int64_t lo, int64_t hi)
 {
-    mm_job *j = p;
-    int64_t rows = j->w->ne[1], ne0 = j->w->ne[0], lo, hi;
-    rp_split_range(rows, ith, nth, &lo, &hi);
-    const uint8_t *w = j->w->data;
+    const uint8_t *w = wt->data;
     const uint8_t *x = j->xq ? j->xq : (const uint8_t *)j->x;
-    size_t ldy = (size_t)rows;
+    size_t ldy = (size_t)wt->ne[1];
+    int64_t ne0 = j->ne0;
 
     if (!j->kern) { // scalar reference: one dot per output
         for (int64_t r = lo; r < hi; r++)
             for (int t = 0; t < j->n; t++)
-                j->y[(size_t)t * ldy + (size_t)r] = j->dot(w + (size_t)r * j->wstride, x + (size_t)t * j->xstride, ne0);
+                y[(size_t)t * ldy + (size_t)r] = j->dot(w + (size_t)r * j->wstride, x + (size_t)t * j->xstride, ne0);
         return;
     }
     if (j->n == 1) { // one weight stream per core: measured faster than two interleaved rows
         for (int64_t r = lo; r < hi; r++)
-            j->kern(w + (size_t)r * j->wstride, j->wstride, 1, x, j->xstride, 1, ne0, j->y + r, ldy);
+            j->kern(w + (size_t)r * j->wstride, j->wstride, 1, x, j->xstride, 1, ne0, y + r, ldy);
         return;
     }
     // Prefill: a block of rows small enough to stay in L2 meets every token tile.
@@ -361,26 +378,123 @@ static void matmul_task(void *p, int ith, int nth)
             for (int64_t r = r0; r < r1; r += RP_MM_MAX_NR) {
                 int nr = (int)(r1 - r < RP_MM_MAX_NR ? r1 - r : RP_MM_MAX_NR);
                 j->kern(w + (size_t)r * j->wstride, j->wstride, nr, x + (size_t)t0 * j->xstride, j->xstride, nt, ne0,
-                        j->y + (size_t)t0 * ldy + r, ldy);
+                        y + (size_t)t0 * ldy + r, ldy);
             }
         }
     }
+}
+
+// The element-wise tail of a part's rows [lo, hi): + bias, then residual += y.
+static void finish_rows(const mm_job *j, const rp_matmul_desc *d, int64_t rows, int64_t lo, int64_t hi)
+{
+    if (!d->bias && !d->residual)
+        return;
+    for (int t = 0; t < j->n; t++) {
+        float *y = d->y + (size_t)t * rows;
+        if (d->bias)
+            for (int64_t r = lo; r < hi; r++)
+                y[r] += d->bias[r];
+        if (d->residual) {
+            float *res = d->residual + (size_t)t * rows;
+            for (int64_t r = lo; r < hi; r++)
+                res[r] += y[r];
+        }
+    }
+}
+
+// Threads take chunks of rows from a shared counter until none is left. Which thread
+// computes a chunk changes nothing in its results, so the dynamic split only balances load.
+static void matmul_task(void *p, int ith, int nth)
+{
+    mm_job *j = p;
+    for (;;) {
+        int64_t c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (c >= j->n_chunks)
+            return;
+        int k = 0;
+        while (k + 1 < j->count && c >= j->part[k + 1].chunk0)
+            k++;
+        const mm_part *pt = &j->part[k];
+        int64_t lo = (c - pt->chunk0) * pt->chunk_rows;
+        int64_t hi = lo + pt->chunk_rows < pt->rows ? lo + pt->chunk_rows : pt->rows;
+        if (j->glu) { // gate and up rows [lo, hi), then gate = silu(gate) * up
+            const rp_matmul_desc *g = j->part[0].d, *u = j->part[1].d;
+            compute_rows(j, g->w, g->y, lo, hi);
+            compute_rows(j, u->w, u->y, lo, hi);
+            for (int t = 0; t < j->n; t++) {
+                float *gy = g->y + (size_t)t * pt->rows;
+                const float *uy = u->y + (size_t)t * pt->rows;
+                for (int64_t r = lo; r < hi; r++) {
+                    float v = gy[r];
+                    gy[r] = v / (1.0f + expf(-v)) * uy[r];
+                }
+            }
+            continue;
+        }
+        compute_rows(j, pt->d->w, pt->d->y, lo, hi);
+        finish_rows(j, pt->d, pt->rows, lo, hi);
+    }
+}
+
+bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count)
+{
+    if (count < 1 || count > RP_MM_MAX_GROUP)
+        return false;
+    for (int i = 1; i < count; i++)
+        if (mm[i].w->type != mm[0].w->type || mm[i].w->ne[0] != mm[0].w->ne[0])
+            return false;
+    return true;
+}
+
+void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n,
+                         void *scratch)
+{
+    RP_ASSERT(rp_cpu_matmul_group_fusable(mm, count) && (!glu || (count == 2 && mm[0].w->ne[1] == mm[1].w->ne[1])));
+    if (n <= 0)
+        return;
+    const rp_tensor *w = mm[0].w;
+    mm_job j = {.count = glu ? 1 : count, .glu = glu, .x = x, .n = n, .ne0 = w->ne[0], .xtype = partner_type(w->type)};
+    j.dot = scalar_dot(w->type);
+    j.kern = use_avx2() ? rp_mm_kernel_avx2(w->type) : NULL;
+    j.simd_act = j.kern && rp_mm_act_bytes_avx2(w->type, w->ne[0]) > 0;
+    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && act_row_bytes(w->type, w->ne[0], j.kern, &j.xstride);
+    RP_ASSERT(ok && j.dot != NULL);
+
+    // Chunks: enough for the threads to even out (8 per thread), small enough to
+    // balance, big enough that taking one costs nothing next to computing it.
+    int nth = rp_pool_size(pool);
+    int64_t total = 0;
+    for (int i = 0; i < j.count; i++)
+        total += mm[i].w->ne[1];
+    size_t row_bytes = j.wstride * (glu ? 2 : 1);
+    int64_t cap = (int64_t)((n == 1 ? 64u << 10 : 256u << 10) / (row_bytes ? row_bytes : 1));
+    int64_t cr = total / ((int64_t)nth * 8);
+    cr = cr < cap ? cr : cap;
+    cr = cr < RP_MM_MAX_NR ? RP_MM_MAX_NR : (cr + 1) / 2 * 2;
+    for (int i = 0; i < j.count; i++) {
+        j.part[i] = (mm_part){.d = &mm[i], .rows = mm[i].w->ne[1], .chunk0 = j.n_chunks, .chunk_rows = cr};
+        j.n_chunks += (j.part[i].rows + cr - 1) / cr;
+    }
+    if (glu)
+        j.part[1] = (mm_part){.d = &mm[1], .rows = mm[1].w->ne[1], .chunk0 = j.n_chunks, .chunk_rows = cr};
+    atomic_init(&j.next, 0);
+
+    if (j.xtype != RP_DTYPE_F32) {
+        RP_ASSERT(scratch != NULL);
+        j.xq = scratch;
+        if (n <= 2) // a pool run costs more than quantizing a row here
+            for (int t = 0; t < n; t++)
+                quantize_row(&j, t);
+        else
+            rp_pool_run(pool, quantize_task, &j);
+    }
+    rp_pool_run(pool, matmul_task, &j);
 }
 
 void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch)
 {
     if (n <= 0 || w->ne[1] <= 0)
         return;
-    mm_job j = {.w = w, .x = x, .n = n, .y = y, .xtype = partner_type(w->type)};
-    j.dot = scalar_dot(w->type);
-    j.kern = use_avx2() ? rp_mm_kernel_avx2(w->type) : NULL;
-    j.simd_act = j.kern && rp_mm_act_bytes_avx2(w->type, w->ne[0]) > 0;
-    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && act_row_bytes(w->type, w->ne[0], j.kern, &j.xstride);
-    RP_ASSERT(ok && j.dot != NULL);
-    if (j.xtype != RP_DTYPE_F32) {
-        RP_ASSERT(scratch != NULL);
-        j.xq = scratch;
-        rp_pool_run(pool, quantize_task, &j);
-    }
-    rp_pool_run(pool, matmul_task, &j);
+    rp_matmul_desc d = {.w = w, .y = y};
+    rp_cpu_matmul_group(pool, &d, 1, false, x, n, scratch);
 }
