@@ -11,6 +11,7 @@
 #include "base.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
@@ -46,8 +47,12 @@ static void *worker_main(void *p)
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
-            if (++spins < 20000) {
+            if (++spins < 4096) {
                 __builtin_ia32_pause();
+                continue;
+            }
+            if (spins < 8192) { // let a thread that waits for this core (the caller?) run
+                sched_yield();
                 continue;
             }
             // Announce before the last check (both seq_cst): a run either sees this
@@ -145,8 +150,14 @@ void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx)
         pthread_mutex_unlock(&pool->mu);
     }
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1)
-        __builtin_ia32_pause();
+    // A worker the OS has not run yet may be waiting for this very core (a busy
+    // machine): after a short spin, give the core up rather than burn the time slice.
+    for (int spins = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1;) {
+        if (++spins < 4096)
+            __builtin_ia32_pause();
+        else
+            sched_yield();
+    }
 }
 
 int rp_cpu_count(void)

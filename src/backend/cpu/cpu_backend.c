@@ -3,8 +3,9 @@
  *
  * Buffers are 64-byte aligned heap memory; weight tensors alias the host data
  * they are made from (the model's mmap or its quantized copy). Matmuls go to the
- * kernels in matmul.c (scalar reference + AVX2, chosen at run time); the other
- * ops live here. Every op splits its outputs over the thread pool and reduces
+ * kernels in matmul.c (scalar reference + AVX2, chosen at run time), fused
+ * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
+ * bias and residual adds folded in); the other ops live here. Every op splits its outputs over the thread pool and reduces
  * each output in a fixed order, so results do not depend on the batch or the
  * thread count (see backend.h).
  *

@@ -378,9 +378,10 @@ static void check_group(rp_pool *pool, rp_dtype type, int n)
 static void test_group(void **state)
 {
     (void)state;
-    rp_pool *p1 = NULL, *p2 = NULL;
+    rp_pool *p1 = NULL, *p2 = NULL, *p3 = NULL; // 3 threads: uneven shares, stealing
     assert_int_equal(rp_pool_create(1, &p1), RP_OK);
     assert_int_equal(rp_pool_create(2, &p2), RP_OK);
+    assert_int_equal(rp_pool_create(3, &p3), RP_OK);
     const int ns[] = {1, 2, 3, 7};
     for (int scalar = 0; scalar < 2; scalar++) {
         rp_cpu_force_scalar(scalar);
@@ -388,6 +389,7 @@ static void test_group(void **state)
             for (int k = 0; k < 4; k++) {
                 check_group(p1, all_types[ti], ns[k]);
                 check_group(p2, all_types[ti], ns[k]);
+                check_group(p3, all_types[ti], ns[k]);
             }
     }
     rp_cpu_force_scalar(false);
@@ -402,6 +404,7 @@ static void test_group(void **state)
     free(b.data);
     rp_pool_destroy(p1);
     rp_pool_destroy(p2);
+    rp_pool_destroy(p3);
 }
 
 int main(void)
