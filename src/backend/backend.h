@@ -58,6 +58,16 @@ typedef struct rp_attn_info {
     const int32_t *const *block_table;   // (n_tokens) block table of each token's sequence
 } rp_attn_info;
 
+// One matmul of a group (rp_backend_ops.matmul_group): y (n, w->ne[1]) = x · wᵀ, then
+// y[t][i] += bias[i] when bias is set, then residual[t][i] += y[t][i] when residual is set.
+// Each step is the same float operation as the separate ops (matmul, add_bias, add).
+typedef struct rp_matmul_desc {
+    const rp_tensor *w;
+    float *y;          // (n, w->ne[1]) backend memory
+    const float *bias; // (w->ne[1]) or NULL
+    float *residual;   // (n, w->ne[1]) or NULL
+} rp_matmul_desc;
+
 typedef struct rp_backend_ops {
     const char *name;
 
@@ -83,6 +93,16 @@ typedef struct rp_backend_ops {
     rp_status (*get_rows)(rp_backend *be, const rp_tensor *table, const int32_t *tokens, int n, float *out);
     // y (n, w->ne[1]) = x (n, w->ne[0]) · wᵀ
     rp_status (*matmul)(rp_backend *be, const rp_tensor *w, const float *x, int n, float *y);
+    // count matmuls that read the same x (n, ne0) -- every mm[i].w has ne[0] columns --
+    // as one operation (e.g. Q, K and V; or a projection and its residual add): the
+    // backend quantizes x once and splits the union of rows over its threads. Results
+    // are bitwise those of the separate matmul / add_bias / add calls. y buffers must
+    // not overlap x or each other.
+    rp_status (*matmul_group)(rp_backend *be, const rp_matmul_desc *mm, int count, const float *x, int n);
+    // out (n, gate->ne[1]) = silu(x · gateᵀ) ⊙ (x · upᵀ), gate and up of the same shape;
+    // up_out (n, up->ne[1]) receives x · upᵀ. Bitwise matmul, matmul, silu_mul.
+    rp_status (*matmul_glu)(rp_backend *be, const rp_tensor *gate, const rp_tensor *up, const float *x, int n,
+                            float *up_out, float *out);
     // y[t][i] += b[i] for a (width) f32 bias
     rp_status (*add_bias)(rp_backend *be, float *y, const float *b, int n, int width);
     // out[t] = x[t] / rms(x[t]) * w, per row of `width` (rows = n * groups, for per-head norms)

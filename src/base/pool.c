@@ -2,7 +2,8 @@
  * pool.c - a persistent thread pool for compute kernels.
  *
  * Workers sleep on a condition variable between runs and spin briefly first,
- * since a decode step issues hundreds of short runs. The caller is worker 0.
+ * since a decode step issues hundreds of short runs; a run only takes the mutex
+ * and broadcasts when some worker went to sleep. The caller is worker 0.
  * Each run bumps a generation counter; workers run the job for the generation
  * they see, then count themselves done. Kernels split work by (ith, nth) only,
  * never by timing, so results do not depend on scheduling.
@@ -10,19 +11,23 @@
 #include "base.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <unistd.h>
 
+// The run's announcement (gen, fn, ctx) and the workers' completion count live on
+// separate cache lines: workers spin reading the first while others write the second.
 struct rp_pool {
-    int n;
-    pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint gen;  // bumped for each run
-    atomic_int done;  // workers finished with the current run
+    _Alignas(64) atomic_uint gen; // bumped for each run
     atomic_bool stop;
     rp_pool_fn fn;
     void *ctx;
+    int n;
+    _Alignas(64) atomic_int done; // workers finished with the current run
+    _Alignas(64) atomic_int sleepers; // workers blocked (or about to block) on cv
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
 
 typedef struct worker_arg {
@@ -42,14 +47,23 @@ static void *worker_main(void *p)
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load(&pool->stop)) {
-            if (++spins < 20000) {
+            if (++spins < 4096) {
                 __builtin_ia32_pause();
                 continue;
             }
+            if (spins < 8192) { // let a thread that waits for this core (the caller?) run
+                sched_yield();
+                continue;
+            }
+            // Announce before the last check (both seq_cst): a run either sees this
+            // sleeper and broadcasts under the mutex, or its gen bump is seen here.
             pthread_mutex_lock(&pool->mu);
+            atomic_fetch_add(&pool->sleepers, 1);
             while (atomic_load(&pool->gen) == seen && !atomic_load(&pool->stop))
                 pthread_cond_wait(&pool->cv, &pool->mu);
+            atomic_fetch_sub(&pool->sleepers, 1);
             pthread_mutex_unlock(&pool->mu);
+            spins = 0;
         }
         if (atomic_load(&pool->stop))
             return NULL;
@@ -64,9 +78,10 @@ rp_status rp_pool_create(int n_threads, rp_pool **out)
     *out = NULL;
     if (n_threads < 1)
         n_threads = 1;
-    rp_pool *pool = rp_calloc(1, sizeof(*pool));
+    rp_pool *pool = rp_malloc_aligned(sizeof(*pool)); // 64-byte aligned, as its fields are
     if (!pool)
         return RP_ERR(RP_ERR_NOMEM, "thread pool: out of memory");
+    memset(pool, 0, sizeof(*pool));
     pool->n = n_threads;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
@@ -94,7 +109,7 @@ nomem:
     rp_free(pool->threads);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
-    rp_free(pool);
+    rp_free_aligned(pool);
     return RP_ERR(RP_ERR_NOMEM, "thread pool: out of memory");
 }
 
@@ -111,7 +126,7 @@ void rp_pool_destroy(rp_pool *pool)
     rp_free(pool->threads);
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
-    rp_free(pool);
+    rp_free_aligned(pool);
 }
 
 int rp_pool_size(const rp_pool *pool)
@@ -127,14 +142,22 @@ void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx)
     }
     pool->fn = fn;
     pool->ctx = ctx;
-    atomic_store(&pool->done, 0);
-    pthread_mutex_lock(&pool->mu);
-    atomic_fetch_add_explicit(&pool->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    atomic_store_explicit(&pool->done, 0, memory_order_relaxed);
+    atomic_fetch_add(&pool->gen, 1); // seq_cst: ordered before the sleepers check
+    if (atomic_load(&pool->sleepers) > 0) { // spinning workers need no system call
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1)
-        __builtin_ia32_pause();
+    // A worker the OS has not run yet may be waiting for this very core (a busy
+    // machine): after a short spin, give the core up rather than burn the time slice.
+    for (int spins = 0; atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1;) {
+        if (++spins < 4096)
+            __builtin_ia32_pause();
+        else
+            sched_yield();
+    }
 }
 
 int rp_cpu_count(void)

@@ -26,20 +26,13 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
     const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
     rp_scratch *s = &m->s;
-    int qd = c->n_head * c->head_dim, kvd = c->n_kv_head * c->head_dim;
     rp_status st;
 #define TRY(call)                                                                                                      \
     if ((st = (call)))                                                                                                 \
     return st
     TRY(o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
-    TRY(o->matmul(be, &L->wq, s->h, n, s->q));
-    TRY(o->matmul(be, &L->wk, s->h, n, s->k));
-    TRY(o->matmul(be, &L->wv, s->h, n, s->v));
-    if (L->bq) {
-        TRY(o->add_bias(be, s->q, L->bq, n, qd));
-        TRY(o->add_bias(be, s->k, L->bk, n, kvd));
-        TRY(o->add_bias(be, s->v, L->bv, n, kvd));
-    }
+    rp_matmul_desc qkv[3] = {{&L->wq, s->q, L->bq, NULL}, {&L->wk, s->k, L->bk, NULL}, {&L->wv, s->v, L->bv, NULL}};
+    TRY(o->matmul_group(be, qkv, 3, s->h, n));
     if (L->q_norm) {
         TRY(o->rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
         TRY(o->rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
@@ -48,14 +41,12 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
     TRY(o->rope(be, s->k, pos, n, c->n_kv_head, c->head_dim, m->inv_freq, c->rope_style));
     float scale = (float)(1.0 / sqrt((double)c->head_dim));
     TRY(o->attention(be, s->q, s->k, s->v, kv, ai, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
-    TRY(o->matmul(be, &L->wo, s->att, n, s->h));
-    TRY(o->add(be, s->x, s->h, (size_t)n * c->dim));
+    rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
+    TRY(o->matmul_group(be, &wo, 1, s->att, n));
     TRY(o->rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
-    TRY(o->matmul(be, &L->w_gate, s->h, n, s->gate));
-    TRY(o->matmul(be, &L->w_up, s->h, n, s->up));
-    TRY(o->silu_mul(be, s->gate, s->up, (size_t)n * c->ffn_dim, s->gate));
-    TRY(o->matmul(be, &L->w_down, s->gate, n, s->h));
-    TRY(o->add(be, s->x, s->h, (size_t)n * c->dim));
+    TRY(o->matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
+    rp_matmul_desc down = {&L->w_down, s->h, NULL, s->x}; // x += (silu(gate) * up)·Wdownᵀ
+    TRY(o->matmul_group(be, &down, 1, s->gate, n));
 #undef TRY
     return RP_OK;
 }

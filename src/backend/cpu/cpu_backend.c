@@ -3,8 +3,9 @@
  *
  * Buffers are 64-byte aligned heap memory; weight tensors alias the host data
  * they are made from (the model's mmap or its quantized copy). Matmuls go to the
- * kernels in matmul.c (scalar reference + AVX2, chosen at run time); the other
- * ops live here. Every op splits its outputs over the thread pool and reduces
+ * kernels in matmul.c (scalar reference + AVX2, chosen at run time), fused
+ * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
+ * bias and residual adds folded in); the other ops live here. Every op splits its outputs over the thread pool and reduces
  * each output in a fixed order, so results do not depend on the batch or the
  * thread count (see backend.h).
  *
@@ -136,6 +137,49 @@ static rp_status cpu_matmul(rp_backend *be, const rp_tensor *w, const float *x, 
     if (st)
         return st;
     rp_cpu_matmul(c->pool, w, x, n, y, c->mm_scratch);
+    return RP_OK;
+}
+
+static rp_status cpu_add_bias(rp_backend *be, float *y, const float *b, int n, int width);
+static rp_status cpu_add(rp_backend *be, float *y, const float *x, size_t count);
+static rp_status cpu_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out);
+
+static rp_status cpu_matmul_group(rp_backend *be, const rp_matmul_desc *mm, int count, const float *x, int n)
+{
+    cpu_backend *c = cpu(be);
+    size_t need = 0;
+    for (int i = 0; i < count; i++) {
+        size_t b = rp_cpu_matmul_scratch_bytes(mm[i].w->type, mm[i].w->ne[0], n);
+        need = b > need ? b : need;
+    }
+    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, need);
+    if (st)
+        return st;
+    if (rp_cpu_matmul_group_fusable(mm, count)) {
+        rp_cpu_matmul_group(c->pool, mm, count, false, x, n, c->mm_scratch);
+        return RP_OK;
+    }
+    // mixed types (GGUF files mix quantizations): one matmul at a time
+    for (int i = 0; i < count; i++)
+        rp_cpu_matmul_group(c->pool, &mm[i], 1, false, x, n, c->mm_scratch);
+    return RP_OK;
+}
+
+static rp_status cpu_matmul_glu(rp_backend *be, const rp_tensor *gate, const rp_tensor *up, const float *x, int n,
+                                float *up_out, float *out)
+{
+    cpu_backend *c = cpu(be);
+    rp_matmul_desc mm[2] = {{.w = gate, .y = out}, {.w = up, .y = up_out}};
+    if (!rp_cpu_matmul_group_fusable(mm, 2) || gate->ne[1] != up->ne[1]) {
+        rp_status st;
+        if ((st = cpu_matmul_group(be, mm, 2, x, n)))
+            return st;
+        return cpu_silu_mul(be, out, up_out, (size_t)n * gate->ne[1], out);
+    }
+    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(gate->type, gate->ne[0], n));
+    if (st)
+        return st;
+    rp_cpu_matmul_group(c->pool, mm, 2, true, x, n, c->mm_scratch);
     return RP_OK;
 }
 
@@ -309,6 +353,8 @@ static const rp_backend_ops cpu_ops = {
     .supports_type = cpu_supports_type,
     .get_rows = cpu_get_rows,
     .matmul = cpu_matmul,
+    .matmul_group = cpu_matmul_group,
+    .matmul_glu = cpu_matmul_glu,
     .add_bias = cpu_add_bias,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

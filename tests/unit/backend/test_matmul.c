@@ -305,11 +305,114 @@ static void test_edges(void **state)
     free(m.data);
 }
 
+// A fused group (Q, K, V with biases; a projection with its residual add) and the fused
+// gate/up with silu are bitwise the separate matmuls followed by the element-wise ops.
+static void check_group(rp_pool *pool, rp_dtype type, int n)
+{
+    const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : 320;
+    const int64_t rows[3] = {70, 6, 6};
+    wmat m[3];
+    float *x = malloc((size_t)(n * ne0) * sizeof(float));
+    fill_normal(x, n * ne0);
+    float *ref[3], *got[3], *bias[3], *res_ref = malloc((size_t)n * 70 * sizeof(float)),
+                                       *res_got = malloc((size_t)n * 70 * sizeof(float));
+    fill_normal(res_ref, n * 70);
+    memcpy(res_got, res_ref, (size_t)n * 70 * sizeof(float));
+    rp_matmul_desc d[3];
+    for (int i = 0; i < 3; i++) {
+        wmat_init(&m[i], type, rows[i], ne0);
+        ref[i] = malloc((size_t)(n * rows[i]) * sizeof(float));
+        got[i] = malloc((size_t)(n * rows[i]) * sizeof(float));
+        bias[i] = malloc((size_t)rows[i] * sizeof(float));
+        fill_normal(bias[i], rows[i]);
+        run_matmul(pool, &m[i], x, n, ref[i]);
+        for (int t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows[i]; r++)
+                ref[i][t * rows[i] + r] += bias[i][r];
+        d[i] = (rp_matmul_desc){.w = &m[i].t, .y = got[i], .bias = bias[i]};
+    }
+    size_t sb = rp_cpu_matmul_scratch_bytes(type, ne0, n);
+    void *scratch = sb ? rp_malloc_aligned(sb) : NULL;
+    assert_true(rp_cpu_matmul_group_fusable(d, 3));
+    rp_cpu_matmul_group(pool, d, 3, false, x, n, scratch);
+    for (int i = 0; i < 3; i++)
+        if (memcmp(got[i], ref[i], (size_t)(n * rows[i]) * sizeof(float)) != 0)
+            fail_msg("%s n %d: group output %d differs from the separate matmul", rp_dtype_name(type), n, i);
+    // residual: y = x·wᵀ, res += y
+    run_matmul(pool, &m[0], x, n, ref[0]);
+    for (int64_t e = 0; e < n * 70; e++)
+        res_ref[e] += ref[0][e];
+    rp_matmul_desc r1 = {.w = &m[0].t, .y = got[0], .residual = res_got};
+    rp_cpu_matmul_group(pool, &r1, 1, false, x, n, scratch);
+    assert_memory_equal(got[0], ref[0], (size_t)(n * 70) * sizeof(float));
+    assert_memory_equal(res_got, res_ref, (size_t)(n * 70) * sizeof(float));
+    // glu: gate = m[0], up = a second 70-row weight
+    wmat up;
+    wmat_init(&up, type, 70, ne0);
+    float *up_ref = malloc((size_t)(n * 70) * sizeof(float)), *up_got = malloc((size_t)(n * 70) * sizeof(float));
+    run_matmul(pool, &up, x, n, up_ref);
+    for (int64_t e = 0; e < n * 70; e++) {
+        float g = ref[0][e];
+        ref[0][e] = g / (1.0f + expf(-g)) * up_ref[e];
+    }
+    rp_matmul_desc gu[2] = {{.w = &m[0].t, .y = got[0]}, {.w = &up.t, .y = up_got}};
+    rp_cpu_matmul_group(pool, gu, 2, true, x, n, scratch);
+    assert_memory_equal(up_got, up_ref, (size_t)(n * 70) * sizeof(float));
+    if (memcmp(got[0], ref[0], (size_t)(n * 70) * sizeof(float)) != 0)
+        fail_msg("%s n %d: glu differs from matmul, matmul, silu_mul", rp_dtype_name(type), n);
+    rp_free_aligned(scratch);
+    for (int i = 0; i < 3; i++) {
+        free(m[i].data);
+        free(ref[i]);
+        free(got[i]);
+        free(bias[i]);
+    }
+    free(up.data);
+    free(up_ref);
+    free(up_got);
+    free(res_ref);
+    free(res_got);
+    free(x);
+}
+
+static void test_group(void **state)
+{
+    (void)state;
+    rp_pool *p1 = NULL, *p2 = NULL, *p3 = NULL; // 3 threads: uneven shares, stealing
+    assert_int_equal(rp_pool_create(1, &p1), RP_OK);
+    assert_int_equal(rp_pool_create(2, &p2), RP_OK);
+    assert_int_equal(rp_pool_create(3, &p3), RP_OK);
+    const int ns[] = {1, 2, 3, 7};
+    for (int scalar = 0; scalar < 2; scalar++) {
+        rp_cpu_force_scalar(scalar);
+        for (size_t ti = 0; ti < N_TYPES; ti++)
+            for (int k = 0; k < 4; k++) {
+                check_group(p1, all_types[ti], ns[k]);
+                check_group(p2, all_types[ti], ns[k]);
+                check_group(p3, all_types[ti], ns[k]);
+            }
+    }
+    rp_cpu_force_scalar(false);
+    // mixed types do not fuse
+    wmat a, b;
+    wmat_init(&a, RP_DTYPE_Q8_0, 4, 64);
+    wmat_init(&b, RP_DTYPE_Q4_0, 4, 64);
+    float y[8];
+    rp_matmul_desc d[2] = {{.w = &a.t, .y = y}, {.w = &b.t, .y = y + 4}};
+    assert_false(rp_cpu_matmul_group_fusable(d, 2));
+    free(a.data);
+    free(b.data);
+    rp_pool_destroy(p1);
+    rp_pool_destroy(p2);
+    rp_pool_destroy(p3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_simd_name),     cmocka_unit_test(test_scratch_bytes), cmocka_unit_test(test_simd_vs_scalar),
         cmocka_unit_test(test_determinism),   cmocka_unit_test(test_edges), cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
