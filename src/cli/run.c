@@ -37,6 +37,11 @@ static void run_usage(FILE *f)
                "      --system TEXT       a system message (chat format)\n"
                "      --think             let the model think first (chat templates with enable_thinking)\n"
                "      --raw               send the prompt as it is, without the chat template\n"
+               "      --tools FILE        tools the model may call (a JSON array, OpenAI function format)\n"
+               "      --tool-parser NAME  tool-call format (default: from the chat template): none, hermes,\n"
+               "                          qwen3_coder, llama3_json, mistral, deepseek_v3\n"
+               "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
+               "                          (reasoning goes to stderr; each tool call is printed as a JSON line)\n"
                "  -n, --n-predict N       tokens to generate (default 128)\n"
                "      --temp T            temperature, 0 = greedy (default 0)\n"
                "      --top-k K           keep the K most likely tokens (default 0 = off)\n"
@@ -75,7 +80,8 @@ static bool parse_float(const char *s, float *out)
 }
 
 typedef struct run_opts {
-    const char *model, *prompt, *file, *system;
+    const char *model, *prompt, *file, *system, *tools_file;
+    const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
     int n_predict, threads, ctx;
     bool ignore_eos, raw, think;
     rp_dtype quant;
@@ -99,7 +105,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_IGNORE,
         O_SYSTEM,
         O_THINK,
-        O_RAW
+        O_RAW,
+        O_TOOLS,
+        O_TOOL_PARSER,
+        O_REASONING_PARSER
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -120,6 +129,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"system", required_argument, 0, O_SYSTEM},
         {"think", no_argument, 0, O_THINK},
         {"raw", no_argument, 0, O_RAW},
+        {"tools", required_argument, 0, O_TOOLS},
+        {"tool-parser", required_argument, 0, O_TOOL_PARSER},
+        {"reasoning-parser", required_argument, 0, O_REASONING_PARSER},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -130,9 +142,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
     o->sp.temperature = 0; // rapid run is greedy unless asked
     optind = 1;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":p:f:n:t:h", longs, NULL)) != -1) {
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":p:f:n:t:h", longs, &li)) != -1) {
         bool ok = true;
+        char optname[64];
+        if (li >= 0)
+            snprintf(optname, sizeof(optname), "--%s", longs[li].name);
+        else
+            snprintf(optname, sizeof(optname), "-%c", c);
+        li = -1;
         switch (c) {
         case 'p': o->prompt = optarg; break;
         case 'f': o->file = optarg; break;
@@ -166,12 +184,25 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case O_SYSTEM: o->system = optarg; break;
         case O_THINK: o->think = true; break;
         case O_RAW: o->raw = true; break;
+        case O_TOOLS: o->tools_file = optarg; break;
+        case O_TOOL_PARSER: {
+            rp_tool_format tf;
+            ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
+            o->tool_parser = optarg;
+            break;
+        }
+        case O_REASONING_PARSER: {
+            rp_reasoning_format rf;
+            ok = rp_reasoning_format_from_name(optarg, &rf) == RP_OK;
+            o->reasoning_parser = optarg;
+            break;
+        }
         case 'h': run_usage(stdout); return -1;
         case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
         default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
         }
         if (!ok) {
-            fprintf(stderr, "rapid run: invalid value '%s' for %s\n\n", optarg, argv[optind - 1]);
+            fprintf(stderr, "rapid run: invalid value '%s' for %s\n\n", optarg, optname);
             run_usage(stderr);
             return 2;
         }
@@ -210,20 +241,21 @@ static void emit(const char *text, size_t len)
     }
 }
 
-// Renders the prompt as one user turn (after an optional system turn) with the
-// tokenizer's chat template and tokenizes it (the template writes the special
-// tokens itself). *ids NULL and RP_OK when the model has no template.
+// Renders the prompt as one user turn (after an optional system turn, with the
+// tools offered) with the tokenizer's chat template and tokenizes it (the
+// template writes the special tokens itself). *ids NULL and RP_OK when the model
+// has no template. *rendered (rp_free it) is the prompt text.
 static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const char *prompt, size_t len,
-                             int32_t **ids, size_t *n)
+                             const json_t *tools, int32_t **ids, size_t *n, char **rendered)
 {
     *ids = NULL;
+    *rendered = NULL;
     const char *src = rp_tok_chat_template(tok);
     if (!src)
         return RP_OK;
     rp_chat_template *tpl = NULL;
     json_t *msgs = json_array(), *kw = json_object();
-    char *text = NULL;
-    size_t text_len;
+    size_t text_len = 0;
     rp_status st = rp_chat_template_create(src, strlen(src), &tpl);
     if (!st && (!msgs || !kw))
         st = RP_ERR(RP_ERR_NOMEM, "out of memory");
@@ -236,16 +268,92 @@ static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const c
             st = RP_ERR(RP_ERR_INVALID, "the prompt is not valid UTF-8");
     }
     if (!st) {
-        rp_chat_render_params rp = {msgs, NULL, true, kw, rp_tok_bos_text(tok), rp_tok_eos_text(tok)};
-        st = rp_chat_template_render(tpl, &rp, &text, &text_len);
+        rp_chat_render_params rp = {msgs, tools, true, kw, rp_tok_bos_text(tok), rp_tok_eos_text(tok)};
+        st = rp_chat_template_render(tpl, &rp, rendered, &text_len);
     }
     if (!st)
-        st = rp_tok_encode(tok, text, text_len, false, ids, n);
-    rp_free(text);
+        st = rp_tok_encode(tok, *rendered, text_len, false, ids, n);
     json_decref(msgs);
     json_decref(kw);
     rp_chat_template_destroy(tpl);
     return st;
+}
+
+// The output parser for a chat reply: formats from the flags or the template.
+static rp_status make_parser(const rp_tokenizer *tok, const rp_model_config *cfg, const run_opts *o,
+                             const char *rendered, const json_t *tools, rp_parser **out)
+{
+    rp_parser_config pc = {0};
+    rp_parser_select(rp_tok_chat_template(tok), cfg->arch_name, &pc.tools, &pc.reasoning);
+    if (o->tool_parser)
+        rp_tool_format_from_name(o->tool_parser, &pc.tools);
+    if (o->reasoning_parser)
+        rp_reasoning_format_from_name(o->reasoning_parser, &pc.reasoning);
+    pc.think_open = rp_parse_prompt_opens_think(rendered, strlen(rendered));
+    char *tj = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+    pc.tools_json = tj;
+    pc.tools_json_len = tj ? strlen(tj) : 0;
+    pc.seed = o->sp.seed;
+    rp_status st = rp_parser_create(&pc, out);
+    free(tj);
+    return st;
+}
+
+// Prints parser events: content to stdout, reasoning to stderr, each finished
+// tool call as one JSON line {"tool_call": {"id", "name", "arguments"}} on stdout.
+typedef struct call_buf {
+    char id[64], name[256];
+    char *args;
+    size_t len, cap;
+    bool in_reasoning; // reasoning was printed last: end its line before other output
+} call_buf;
+
+static void show_events(const rp_parse_event *ev, size_t n, call_buf *cb)
+{
+    for (size_t i = 0; i < n; i++) {
+        const rp_parse_event *e = &ev[i];
+        if (cb->in_reasoning && e->type != RP_PARSE_EVENT_REASONING) {
+            fputs("\n", stderr);
+            cb->in_reasoning = false;
+        }
+        switch (e->type) {
+        case RP_PARSE_EVENT_CONTENT: emit(e->text, e->len); break;
+        case RP_PARSE_EVENT_REASONING:
+            fwrite(e->text, 1, e->len, stderr);
+            cb->in_reasoning = true;
+            break;
+        case RP_PARSE_EVENT_TOOL_START:
+            snprintf(cb->id, sizeof(cb->id), "%s", e->id);
+            snprintf(cb->name, sizeof(cb->name), "%s", e->name);
+            cb->len = 0;
+            break;
+        case RP_PARSE_EVENT_TOOL_ARGS:
+            if (cb->len + e->len + 1 > cb->cap) {
+                size_t cap = (cb->len + e->len + 1) * 2;
+                char *na = rp_realloc(cb->args, cap);
+                if (!na)
+                    break;
+                cb->args = na;
+                cb->cap = cap;
+            }
+            memcpy(cb->args + cb->len, e->text, e->len);
+            cb->len += e->len;
+            break;
+        case RP_PARSE_EVENT_TOOL_END: {
+            json_t *call = json_pack("{s:{s:s,s:s,s:s#}}", "tool_call", "id", cb->id, "name", cb->name,
+                                     "arguments", cb->args ? cb->args : "", (int)cb->len);
+            char *line = call ? json_dumps(call, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+            if (line) {
+                printf("%s\n", line);
+                fflush(stdout);
+            }
+            free(line);
+            json_decref(call);
+            break;
+        }
+        case RP_PARSE_EVENT_TOOL_ABORT: cb->len = 0; break;
+        }
+    }
 }
 
 static bool is_stop(const rp_tokenizer *tok, const rp_model_config *cfg, int32_t id)
@@ -276,6 +384,10 @@ int rp_cli_run(int argc, char **argv)
     rp_kv_seq_init(&seq);
     rp_detok dt;
     bool dt_live = false;
+    json_t *tools = NULL;
+    char *rendered = NULL;
+    rp_parser *parser = NULL;
+    call_buf cb = {0};
     rc = 1;
 
     const char *prompt = o.prompt;
@@ -301,8 +413,21 @@ int rp_cli_run(int argc, char **argv)
         goto done;
     }
     size_t n_prompt;
-    if (!o.raw && chat_prompt(tok, &o, prompt, prompt_len, &ids, &n_prompt)) {
+    if (o.tools_file) {
+        json_error_t jerr;
+        tools = json_load_file(o.tools_file, 0, &jerr);
+        if (!json_is_array(tools)) {
+            fprintf(stderr, "rapid: %s:%d: %s\n", o.tools_file, jerr.line,
+                    tools ? "the tools must be a JSON array" : jerr.text);
+            goto done;
+        }
+    }
+    if (!o.raw && chat_prompt(tok, &o, prompt, prompt_len, tools, &ids, &n_prompt, &rendered)) {
         fail("chat template");
+        goto done;
+    }
+    if (rendered && make_parser(tok, cfg, &o, rendered, tools, &parser)) {
+        fail("output parser");
         goto done;
     }
     if (!ids && rp_tok_encode(tok, prompt, prompt_len, true, &ids, &n_prompt)) {
@@ -369,7 +494,15 @@ int rp_cli_run(int argc, char **argv)
         size_t len;
         if ((st = rp_detok_push(&dt, next, &text, &len)))
             break;
-        emit(text, len);
+        if (parser) {
+            const rp_parse_event *ev;
+            size_t n_ev;
+            if ((st = rp_parser_push(parser, text, len, &ev, &n_ev)))
+                break;
+            show_events(ev, n_ev, &cb);
+        } else {
+            emit(text, len);
+        }
         if (n_gen == o.n_predict || p + 1 >= ctx)
             break;
         pos[0] = p;
@@ -386,8 +519,16 @@ int rp_cli_run(int argc, char **argv)
     if (!st) {
         const char *text;
         size_t len;
-        if (!rp_detok_flush(&dt, &text, &len))
-            emit(text, len);
+        const rp_parse_event *ev;
+        size_t n_ev;
+        if (!rp_detok_flush(&dt, &text, &len)) {
+            if (!parser)
+                emit(text, len);
+            else if (!rp_parser_push(parser, text, len, &ev, &n_ev))
+                show_events(ev, n_ev, &cb);
+        }
+        if (parser && !rp_parser_finish(parser, &ev, &n_ev))
+            show_events(ev, n_ev, &cb);
     }
     printf("\n");
     if (st) {
@@ -403,6 +544,10 @@ int rp_cli_run(int argc, char **argv)
 done:
     if (dt_live)
         rp_detok_deinit(&dt);
+    rp_parser_destroy(parser);
+    rp_free(cb.args);
+    rp_free(rendered);
+    json_decref(tools);
     if (kv)
         rp_kv_seq_deinit(kv, &seq);
     rp_kv_pool_destroy(kv);

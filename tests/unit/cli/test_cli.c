@@ -126,6 +126,34 @@ static void test_default_model(void **state)
     assert_non_null(strstr(err, "models/rapid-tiny"));
     assert_non_null(strstr(out, "Rapid")); // "I'm a small demonstration model trained by the Rapid project..."
     assert_int_equal(run_rapid("run -p x extra1 extra2", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run -p x --tool-parser bogus", out, sizeof(out), err, sizeof(err)), 2);
+    assert_non_null(strstr(err, "--tool-parser"));
+}
+
+// Tools offered through the chat template; the reply's call comes out parsed, as a JSON line.
+static void test_tool_call(void **state)
+{
+    char path[64], args[256];
+    snprintf(path, sizeof(path), "/tmp/rapid-test-cli-%d.json", (int)getpid());
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Current weather "
+          "for a city\",\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+          "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]}},\"required\":[\"city\"]}}}]",
+          f);
+    fclose(f);
+    snprintf(args, sizeof(args), "run -p \"What's the weather in Paris, in celsius?\" --tools %s -n 60", path);
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(out, "{\"tool_call\":{\"id\":\"call_"));
+    assert_non_null(strstr(out, "\"name\":\"get_weather\""));
+    assert_null(strstr(out, "<tool_call>")); // the markers never reach the text
+    // Not a JSON array: a clear error.
+    f = fopen(path, "w");
+    fputs("{\"not\": \"an array\"}", f);
+    fclose(f);
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "JSON array"));
+    unlink(path);
 }
 
 int main(void)
@@ -135,6 +163,7 @@ int main(void)
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_run_matches_library),
         cmocka_unit_test(test_default_model),
+        cmocka_unit_test(test_tool_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
