@@ -2,7 +2,8 @@
  * test_conformance.c - chat templates rendered byte for byte as transformers
  * renders them: every template in ../shared/conformance/chat-templates and the
  * qwen3 fixture model's own template, against every conversation of
- * tests/data/chat/conversations.json. The references (tests/data/chat/expected)
+ * tests/data/chat/conversations.json, and the bundled model's (models/rapid-tiny).
+ * The references (tests/data/chat/expected)
  * were made by tools/fixtures/make_template_refs.py; where the reference raised,
  * Rapid must fail too.
  */
@@ -10,20 +11,31 @@
 
 #include <dirent.h>
 
-static void test_qwen3_fixture(void **state)
+// A template shipped in the repository's own tokenizer_config.json.
+static void check_own_template(const char *config_rel, const char *expected_rel)
 {
     json_t *convs = chat_load_json(rp_test_source("tests/data/chat/conversations.json"));
-    json_t *cfg = chat_load_json(rp_test_source("tests/data/models/qwen3/tokenizer_config.json"));
-    json_t *exp = chat_load_json(rp_test_source("tests/data/chat/expected/qwen3-fixture.json"));
+    json_t *cfg = chat_load_json(rp_test_source(config_rel));
+    json_t *exp = chat_load_json(rp_test_source(expected_rel));
     const json_t *src = json_object_get(cfg, "chat_template");
     assert_non_null(src);
     int n = 0;
     int bad = chat_check_expected(json_string_value(src), json_string_length(src), exp, convs, &n);
-    print_message("qwen3 fixture template: %d of %d cases identical\n", n - bad, n);
+    print_message("%s: %d of %d cases identical\n", config_rel, n - bad, n);
     assert_int_equal(bad, 0);
     json_decref(exp);
     json_decref(cfg);
     json_decref(convs);
+}
+
+static void test_qwen3_fixture(void **state)
+{
+    check_own_template("tests/data/models/qwen3/tokenizer_config.json", "tests/data/chat/expected/qwen3-fixture.json");
+}
+
+static void test_rapid_tiny(void **state)
+{
+    check_own_template("models/rapid-tiny/tokenizer_config.json", "tests/data/chat/expected/rapid-tiny.json");
 }
 
 static void test_shared_templates(void **state)
@@ -70,6 +82,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_fixture),
+        cmocka_unit_test(test_rapid_tiny),
         cmocka_unit_test(test_shared_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
