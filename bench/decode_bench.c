@@ -6,9 +6,11 @@
  * both in one run, on the same threads: the read bandwidth of this machine
  * (a multi-threaded AVX2 sum over a buffer far larger than the caches, best of
  * several passes) and the model's decode speed (greedy, after a short prompt),
- * and prints the ratio. Not a test: numbers go to bench/RESULTS.md.
+ * and prints the ratio. It also times the prefill of the prompt (--prompt N
+ * tokens, default 16; one forward of up to 512 tokens at a time). Not a test:
+ * numbers go to bench/RESULTS.md.
  *
- * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS]
+ * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N]
  */
 #include "model/model.h"
 
@@ -73,7 +75,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     rp_model_params mp;
     rp_model_params_default(&mp);
-    int n_gen = 64;
+    int n_gen = 64, n_prompt = 16;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quant") == 0 && i + 1 < argc) {
             const char *q = argv[++i];
@@ -82,15 +84,17 @@ int main(int argc, char **argv)
             mp.n_threads = atoi(argv[++i]);
         } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
             n_gen = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
+            n_prompt = atoi(argv[++i]);
         } else if (argv[i][0] != '-' && !path) {
             path = argv[i];
         } else {
-            fprintf(stderr, "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS]\n");
+            fprintf(stderr, "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N]\n");
             return 2;
         }
     }
-    if (!path || n_gen < 2) {
-        fprintf(stderr, "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS]\n");
+    if (!path || n_gen < 2 || n_prompt < 1 || n_prompt > 32768) {
+        fprintf(stderr, "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N]\n");
         return 2;
     }
     rp_model *m;
@@ -102,7 +106,7 @@ int main(int argc, char **argv)
     int threads = rp_backend_cpu_threads(rp_model_backend(m));
     double bw = measure_bandwidth(threads);
 
-    int n_prompt = 16, total = n_prompt + n_gen;
+    int total = n_prompt + n_gen;
     rp_kv_pool *kv;
     rp_kv_seq seq;
     rp_kv_seq_init(&seq);
@@ -112,18 +116,25 @@ int main(int argc, char **argv)
     }
     rp_kv_seq *seqs[1] = {&seq};
     float *logits = malloc((size_t)c->n_vocab * sizeof(float));
-    int32_t tok[16], pos[16], sq[16] = {0};
-    bool want[16];
-    for (int i = 0; i < n_prompt; i++) {
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_prompt), *pos = malloc(sizeof(int32_t) * 512);
+    int32_t *sq = calloc(512, sizeof(int32_t));
+    bool *want = calloc(512, sizeof(bool));
+    for (int i = 0; i < n_prompt; i++)
         tok[i] = (i * 7919 + 13) % c->n_vocab;
-        pos[i] = i;
-        want[i] = i == n_prompt - 1;
+    double tp = rp_time_s();
+    for (int at = 0; at < n_prompt; at += 512) {
+        int n = n_prompt - at < 512 ? n_prompt - at : 512;
+        for (int i = 0; i < n; i++) {
+            pos[i] = at + i;
+            want[i] = at + i == n_prompt - 1;
+        }
+        rp_batch b = {n, tok + at, pos, sq, want, seqs, 1};
+        if (rp_model_forward(m, kv, &b, logits)) {
+            fprintf(stderr, "decode-bench: %s\n", rp_error_message());
+            return 1;
+        }
     }
-    rp_batch b = {n_prompt, tok, pos, sq, want, seqs, 1};
-    if (rp_model_forward(m, kv, &b, logits)) {
-        fprintf(stderr, "decode-bench: %s\n", rp_error_message());
-        return 1;
-    }
+    double prefill_s = rp_time_s() - tp;
     double t0 = rp_time_s();
     for (int g = 0; g < n_gen; g++) {
         int32_t next = 0, p = n_prompt + g;
@@ -141,11 +152,15 @@ int main(int argc, char **argv)
     double tps = n_gen / dt;
     double wbytes = (double)rp_model_weight_bytes(m);
     double ceiling = bw / wbytes;
-    printf("%s | threads %d | weights %7.1f MB/token | read bandwidth %6.2f GB/s | ceiling %7.2f tok/s | "
+    printf("%s | threads %d | prefill %d tokens %7.1f tok/s | weights %7.1f MB/token | read bandwidth %6.2f GB/s | ceiling %7.2f tok/s | "
            "decode %7.2f tok/s | %5.1f%% of ceiling\n",
-           rp_model_describe(m), threads,
+           rp_model_describe(m), threads, n_prompt, n_prompt / prefill_s,
            wbytes / 1e6, bw / 1e9, ceiling, tps, 100.0 * tps / ceiling);
     free(logits);
+    free(tok);
+    free(pos);
+    free(sq);
+    free(want);
     rp_kv_seq_deinit(kv, &seq);
     rp_kv_pool_destroy(kv);
     rp_model_destroy(m);
