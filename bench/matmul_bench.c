@@ -3,8 +3,9 @@
  *
  * Not part of the build or the test suite. Build against a configured tree:
  *   cc -O2 -mavx2 -mfma -I src bench/matmul_bench.c /tmp/build-kern/librapid_core.a -lm -lpthread -o /tmp/mmbench
- *   /tmp/mmbench [threads] [MiB per weight tensor] [repetitions] [types, e.g. bf16,q8_0]
- * For each weight type it builds one tensor of ne0 = 4096 columns and as many rows
+ *   /tmp/mmbench [threads] [MiB per weight tensor] [repetitions] [types, e.g. bf16,q8_0] [ne0]
+ * For each weight type it builds one tensor of ne0 = 4096 columns (or ne0: 896 is
+ * the 0.5B decode model's hidden size, whose short rows weigh per-row costs) and as many rows
  * as fit the size (far beyond the caches), times y = W·x for one token on the
  * pool (best of several runs), and compares the bytes of W read per second with
  * a plain AVX2 read loop over a buffer of the same size measured in the same run.
@@ -91,7 +92,8 @@ int main(int argc, char **argv)
     rp_pool *pool = NULL;
     if (rp_pool_create(threads, &pool) != RP_OK)
         return 1;
-    printf("threads %d, kernels %s, %zu MiB per tensor\n", threads, rp_cpu_simd_name(), mib);
+    printf("threads %d, kernels %s, %zu MiB per tensor, ne0 %d\n", threads, rp_cpu_simd_name(), mib,
+           argc > 5 ? atoi(argv[5]) : 4096);
 
     uint8_t *buf = rp_malloc_aligned(size);
     memset(buf, 1, size);
@@ -108,7 +110,7 @@ int main(int argc, char **argv)
 
     const rp_dtype types[] = {RP_DTYPE_F32,  RP_DTYPE_F16,  RP_DTYPE_BF16, RP_DTYPE_Q8_0, RP_DTYPE_Q4_0,
                               RP_DTYPE_Q5_0, RP_DTYPE_Q4_K, RP_DTYPE_Q5_K, RP_DTYPE_Q6_K};
-    const int64_t ne0 = 4096;
+    const int64_t ne0 = argc > 5 ? atoi(argv[5]) : 4096;
     float *x = rp_malloc_aligned(ne0 * sizeof(float) * 8);
     for (int64_t i = 0; i < ne0 * 8; i++)
         x[i] = ((int)(rnd() % 2001) - 1000) * 1e-3f;
