@@ -301,7 +301,7 @@ static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0)
     mm_isa m = {0};
     if (level >= LVL_AVX512 && (m.kern = rp_mm_kernel_avx512(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
-        m.quantize_act = rp_mm_quantize_act_avx512;
+        m.quantize_act = rp_mm_act_fn_avx512(wtype);
     } else if (level >= LVL_AVX2 && (m.kern = rp_mm_kernel_avx2(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx2(wtype, ne0);
         m.quantize_act = rp_mm_quantize_act_avx2;
@@ -342,7 +342,11 @@ static bool act_row_bytes(rp_dtype wtype, int64_t ne0, size_t simd_bytes, size_t
 size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
 {
     size_t a, b, c, total;
-    if (partner_type(wtype) == RP_DTYPE_F32 || n <= 0 || !act_row_bytes(wtype, ne0, 0, &a) ||
+    if (partner_type(wtype) == RP_DTYPE_F32) { // float weights: only a SIMD layout of the activations
+        size_t r = rp_mm_act_bytes_avx512(wtype, ne0);
+        return n > 0 && r && rp_mul_size(r, (size_t)n, &total) ? total : 0;
+    }
+    if (n <= 0 || !act_row_bytes(wtype, ne0, 0, &a) ||
         !act_row_bytes(wtype, ne0, rp_mm_act_bytes_avx2(wtype, ne0), &b) ||
         !act_row_bytes(wtype, ne0, rp_mm_act_bytes_avx512(wtype, ne0), &c))
         return 0;
@@ -370,20 +374,20 @@ typedef struct mm_range {
 typedef struct mm_job {
     mm_part part[RP_MM_MAX_GROUP];
     int count;
-    bool glu;           // part 0 = gate, part 1 = up, chunks pair their rows
+    bool glu; // part 0 = gate, part 1 = up, chunks pair their rows
     const float *x;
     int n;
     int64_t ne0;
-    uint8_t *xq;        // quantized activations (scratch), or NULL for float weights
-    rp_dtype xtype;     // partner type
+    uint8_t *xq;    // quantized activations (scratch), or NULL for float weights
+    rp_dtype xtype; // partner type
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out); // SIMD layout, or NULL: partner type
-    size_t xstride;     // bytes per activation row as the kernel reads it
-    size_t wstride;     // bytes per weight row (all parts share the type and ne0)
-    rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
-    dot_fn dot;         // scalar reference dot
+    size_t xstride;                                                  // bytes per activation row as the kernel reads it
+    size_t wstride;    // bytes per weight row (all parts share the type and ne0)
+    rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
+    dot_fn dot;        // scalar reference dot
     int64_t n_chunks;
-    int64_t batch;      // chunks taken at a time
-    mm_range *ranges;   // (threads) shares of the chunks, or NULL: a static split
+    int64_t batch;    // chunks taken at a time
+    mm_range *ranges; // (threads) shares of the chunks, or NULL: a static split
 } mm_job;
 
 static void quantize_row(const mm_job *j, int64_t t)
@@ -594,7 +598,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
         j.ranges = ranges;
     }
 
-    if (j.xtype != RP_DTYPE_F32) {
+    if (j.xtype != RP_DTYPE_F32 || j.quantize_act) {
         RP_ASSERT(scratch != NULL);
         j.xq = scratch;
         if (n <= 2) // a pool run costs more than quantizing a row here

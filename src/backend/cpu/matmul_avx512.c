@@ -7,8 +7,10 @@
  * sequence in every (NR, NT) specialisation, float arithmetic only through intrinsics.
  *
  * Float weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
- * token); BF16 widens with vpmovzxwd + a 16-bit shift, F16 with vcvtph2ps; a masked
- * tail (masked loads never fault past the row).
+ * token); F16 widens with vcvtph2ps; a masked tail (masked loads never fault past the
+ * row). BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
+ * shift makes the even ones floats and a mask the odd ones, against activations split
+ * once per matmul into even and odd halves of each 32 elements (in the scratch).
  * Q8_0 / Q4_0 (× activations quantized as Q8_0, in this file's own layout): a group
  * of 4 blocks at a time. One vpermt2b gathers the 4 blocks' quants from two loads so
  * that 128-bit lane k holds block k (first 16 elements in one vector, last 16 in the
@@ -127,6 +129,84 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
         }
 }
 
+// BF16 activation row (see rp_mm_act_bytes_avx512): per 32 elements, the 16 even ones
+// then the 16 odd ones, zero padded to a multiple of 32.
+static void split_act_bf16(const float *x, int64_t ne0, uint8_t *out)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    float *o = (float *)out;
+    for (int64_t i = 0; i < ne0; i += 32, o += 32) {
+        int64_t rem = ne0 - i;
+        __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
+        __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
+        __m512 a = _mm512_maskz_loadu_ps(m0, x + i), b = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        _mm512_storeu_ps(o, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(a, od, b));
+    }
+}
+
+RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                         const int NR, const int NT)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 4; k++)
+                acc[r][t][k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= ne0; i += 64) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wr = w + r * ws + i * 2;
+            _mm_prefetch((const char *)wr + RP_PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr + 64 + RP_PF_DIST, _MM_HINT_T0);
+            __m512i w0 = _mm512_loadu_si512(wr), w1 = _mm512_loadu_si512(wr + 64);
+            __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+            __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi));
+            __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+            __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)(x + t * xs) + i;
+                acc[r][t][0] = _mm512_fmadd_ps(e0, _mm512_loadu_ps(xt), acc[r][t][0]);
+                acc[r][t][1] = _mm512_fmadd_ps(o0, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
+                acc[r][t][2] = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xt + 32), acc[r][t][2]);
+                acc[r][t][3] = _mm512_fmadd_ps(o1, _mm512_loadu_ps(xt + 48), acc[r][t][3]);
+            }
+        }
+    }
+    for (; i < ne0; i += 32) { // 32 at a time, the last one masked (zeros past the row, as in the activations)
+        __mmask32 m = ne0 - i >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << (ne0 - i)) - 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m512i wv = _mm512_maskz_loadu_epi16(m, w + r * ws + i * 2);
+            __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+            __m512 o = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)(x + t * xs) + i;
+                acc[r][t][0] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xt), acc[r][t][0]);
+                acc[r][t][1] = _mm512_fmadd_ps(o, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            __m512 s =
+                _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
+            y[t * ldy + r] = hsum16(s);
+        }
+}
+
+#define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
+
 /* ---- Q8_0 / Q4_0 weights × Q8_0 activations ---- */
 
 enum { W_Q8_0, W_Q4_0 };
@@ -144,12 +224,14 @@ RP_INLINE int64_t act_groups(int64_t ne0)
 
 size_t rp_mm_act_bytes_avx512(rp_dtype wtype, int64_t ne0)
 {
+    if (wtype == RP_DTYPE_BF16)
+        return (size_t)((ne0 + 31) / 32) * 32 * sizeof(float);
     if (wtype != RP_DTYPE_Q8_0 && wtype != RP_DTYPE_Q4_0)
         return 0;
     return (size_t)act_groups(ne0) * ACT_GROUP_BYTES;
 }
 
-void rp_mm_quantize_act_avx512(const float *x, int64_t ne0, uint8_t *out)
+static void quantize_act_q(const float *x, int64_t ne0, uint8_t *out)
 {
     int64_t nb = ne0 / RP_QK, ng = act_groups(ne0);
     memset(out, 0, (size_t)ng * ACT_GROUP_BYTES);
@@ -356,9 +438,14 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
-DEFINE_KERNEL(k_bf16, tile_float, W_BF16, 3)
+DEFINE_KERNEL(k_bf16, tile_bf16_, 0, 3)
 DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
 DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)
+
+rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype)
+{
+    return wtype == RP_DTYPE_BF16 ? split_act_bf16 : quantize_act_q;
+}
 
 rp_mm_kernel rp_mm_kernel_avx512(rp_dtype wtype)
 {
