@@ -122,7 +122,10 @@ int main(int argc, char **argv)
         rp_dtype_row_bytes(t, ne0, &rb);
         int64_t rows = (int64_t)(size / rb);
         fill_weights(t, buf, (size_t)rows * rb);
-        rp_tensor w = {.type = t, .ne = {ne0, rows}, .data = buf, .nbytes = (size_t)rows * rb};
+        // MM_OFFSET=k: weights k bytes past a cache line (an mmap'd file's tensors often are)
+        size_t off = getenv("MM_OFFSET") ? (size_t)atoi(getenv("MM_OFFSET")) : 0;
+        rows = off ? rows - 1 : rows;
+        rp_tensor w = {.type = t, .ne = {ne0, rows}, .data = buf + off, .nbytes = (size_t)rows * rb};
         float *y = rp_malloc_aligned((size_t)rows * sizeof(float) * 8);
         size_t sb = rp_cpu_matmul_scratch_bytes(t, ne0, 8);
         void *scratch = sb ? rp_malloc_aligned(sb) : NULL;
