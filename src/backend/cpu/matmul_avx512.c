@@ -338,7 +338,8 @@ RP_INLINE void q_group(const q_idx *ix, const uint8_t *const *wg, const uint8_t 
         __m512i wl, wh;
         __m512 dw;
         if (wt == W_Q4_0) {
-            __m512i A = _mm512_loadu_si512(b);
+            __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b)),
+                                           _mm256_loadu_si256((const __m256i *)(b + 32)), 1);
             __m512i B = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(b + 64))); // bytes 64..71
             __m512i q = _mm512_permutex2var_epi8(A, ix->q4, B);
             wl = _mm512_and_si512(q, m4);
