@@ -4,9 +4,12 @@
  *
  * A matmul (or a group of matmuls sharing one input: Q, K, V; gate and up) runs
  * in one pool run. For quantized weights the activation rows are first quantized
- * to the weight's partner type (Q8_0 or Q8_K) into the caller's scratch: on the
- * calling thread for one or two tokens, else in a pool run that splits the
- * tokens. Then the threads split the union of the group's weight rows, in chunks
+ * to the weight's partner type (Q8_0 or Q8_K) into the caller's scratch, or
+ * into the chosen SIMD kernel's own layout (AVX-512 BF16 takes its float
+ * activations there too, split into even and odd halves): on the calling thread
+ * for one or two tokens, else in a pool run that splits the tokens. Kernels are
+ * chosen per weight type: the highest instruction-set level the CPU has (cpuid,
+ * XGETBV) with a kernel for the type, capped by a test hook. Then the threads split the union of the group's weight rows, in chunks
  * of one tile's rows: each streams its own contiguous share front to back and
  * then takes chunks from the back of the others' shares (a core the machine slows
  * does not hold the run up). Each thread computes its rows for every token through
