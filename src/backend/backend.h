@@ -141,9 +141,13 @@ rp_status rp_quantize(rp_dtype type, const float *src, void *dst, int64_t n);
 // Dequantizes n elements of `type` (any supported type, float types included) to float.
 void rp_dequantize(rp_dtype type, const void *src, float *dst, int64_t n);
 
-// Names of the SIMD instruction sets the CPU kernels use on this machine ("avx2", "scalar").
+// Name of the highest SIMD level the CPU kernels use on this machine ("avx512", "avx2",
+// "scalar"); a weight type without a kernel at that level uses the next level down's.
 const char *rp_cpu_simd_name(void);
 // Test hook: forces the scalar reference kernels (true) or the best available (false).
 void rp_cpu_force_scalar(bool on);
+// Test hook: caps the kernels at the level named as rp_cpu_simd_name names them; false
+// (nothing changed) for an unknown name or a level this CPU lacks.
+bool rp_cpu_force_simd(const char *name);
 
 #endif

@@ -3,7 +3,8 @@
  *
  * cpu_backend.c fills the backend vtable (buffers, norms, rope, attention, ...)
  * and calls the matmul kernels declared here (matmul.c: scalar reference and
- * dispatch; matmul_avx2.c: AVX2/FMA kernels chosen at run time).
+ * dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI kernels
+ * for some types; the highest level the CPU has is chosen at run time).
  */
 #ifndef RP_CPU_INT_H
 #define RP_CPU_INT_H
@@ -12,7 +13,8 @@
 
 // Bytes of scratch rp_cpu_matmul needs for n tokens against a weight of this type
 // and row length (activations quantized to the weight's partner type: Q8_0 for
-// Q4_0/Q5_0/Q8_0, Q8_K for the K-quants, none for float weights).
+// Q4_0/Q5_0/Q8_0, Q8_K for the K-quants, none for float weights) or to a SIMD kernel's own
+// layout (BF16 included), whichever is larger, so the size does not depend on the CPU.
 size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n);
 
 // y (n, w->ne[1]) = x (n, w->ne[0]) · wᵀ on the pool's threads. scratch holds at

@@ -4,9 +4,12 @@
  *
  * A matmul (or a group of matmuls sharing one input: Q, K, V; gate and up) runs
  * in one pool run. For quantized weights the activation rows are first quantized
- * to the weight's partner type (Q8_0 or Q8_K) into the caller's scratch: on the
- * calling thread for one or two tokens, else in a pool run that splits the
- * tokens. Then the threads split the union of the group's weight rows, in chunks
+ * to the weight's partner type (Q8_0 or Q8_K) into the caller's scratch, or
+ * into the chosen SIMD kernel's own layout (AVX-512 BF16 takes its float
+ * activations there too, split into even and odd halves): on the calling thread
+ * for one or two tokens, else in a pool run that splits the tokens. Kernels are
+ * chosen per weight type: the highest instruction-set level the CPU has (cpuid,
+ * XGETBV) with a kernel for the type, capped by a test hook. Then the threads split the union of the group's weight rows, in chunks
  * of one tile's rows: each streams its own contiguous share front to back and
  * then takes chunks from the back of the others' shares (a core the machine slows
  * does not hold the run up). Each thread computes its rows for every token through
@@ -219,51 +222,94 @@ static dot_fn scalar_dot(rp_dtype t)
 
 /* ---- dispatch ---- */
 
-static atomic_bool g_force_scalar;
-static atomic_int g_has_avx2 = -1; // -1 unknown, else 0/1
+// Instruction-set levels, each a superset of the one before.
+enum { LVL_SCALAR, LVL_AVX2, LVL_AVX512 };
+static const char *const level_names[] = {"scalar", "avx2", "avx512"};
 
-// AVX2 + FMA + F16C, and the OS saves the YMM registers (cpuid directly: not every
-// compiler's __builtin_cpu_supports knows "f16c").
-static int detect_avx2(void)
+static atomic_int g_max_level = LVL_AVX512; // test hook: cap on the level used
+static atomic_int g_cpu_level = -1;         // -1 unknown
+
+// AVX2 + FMA + F16C with the YMM state saved by the OS; AVX-512 F/BW/VL/DQ/VNNI/VBMI
+// with the opmask and ZMM state saved too (cpuid directly: not every compiler's
+// __builtin_cpu_supports knows "f16c").
+static int detect_level(void)
 {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d))
-        return 0;
+        return LVL_SCALAR;
     bool fma = c & (1u << 12), osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
     if (!(fma && osxsave && avx && f16c))
-        return 0;
+        return LVL_SCALAR;
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     if ((lo & 6) != 6) // XMM and YMM state
-        return 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
-        return 0;
-    return (b & (1u << 5)) != 0;
+        return LVL_SCALAR;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 5)))
+        return LVL_SCALAR;
+    bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+    bool vbmi = c & (1u << 1), vnni = c & (1u << 11);
+    if (f && dq && bw && vl && vbmi && vnni && (lo & 0xE6) == 0xE6) // + opmask, ZMM0-15 upper, ZMM16-31
+        return LVL_AVX512;
+    return LVL_AVX2;
 }
 
-static bool cpu_has_avx2(void)
+static int cpu_level(void)
 {
-    int v = atomic_load(&g_has_avx2);
+    int v = atomic_load(&g_cpu_level);
     if (v < 0) {
-        v = detect_avx2();
-        atomic_store(&g_has_avx2, v);
+        v = detect_level();
+        atomic_store(&g_cpu_level, v);
     }
-    return v != 0;
+    return v;
 }
 
-static bool use_avx2(void)
+static int simd_level(void)
 {
-    return !atomic_load(&g_force_scalar) && cpu_has_avx2();
+    int c = cpu_level(), m = atomic_load(&g_max_level);
+    return c < m ? c : m;
 }
 
 const char *rp_cpu_simd_name(void)
 {
-    return use_avx2() ? "avx2" : "scalar";
+    return level_names[simd_level()];
 }
 
 void rp_cpu_force_scalar(bool on)
 {
-    atomic_store(&g_force_scalar, on);
+    atomic_store(&g_max_level, on ? LVL_SCALAR : LVL_AVX512);
+}
+
+bool rp_cpu_force_simd(const char *name)
+{
+    for (int l = LVL_SCALAR; l <= LVL_AVX512; l++)
+        if (strcmp(name, level_names[l]) == 0) {
+            if (l > cpu_level())
+                return false;
+            atomic_store(&g_max_level, l);
+            return true;
+        }
+    return false;
+}
+
+// The kernel, activation layout and quantizer one weight type uses at a level: the
+// highest level's kernel for the type; act_bytes 0 when the kernel reads the partner type.
+typedef struct mm_isa {
+    rp_mm_kernel kern;
+    size_t act_bytes;
+    void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out);
+} mm_isa;
+
+static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0)
+{
+    mm_isa m = {0};
+    if (level >= LVL_AVX512 && (m.kern = rp_mm_kernel_avx512(wtype))) {
+        m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
+        m.quantize_act = rp_mm_act_fn_avx512(wtype);
+    } else if (level >= LVL_AVX2 && (m.kern = rp_mm_kernel_avx2(wtype))) {
+        m.act_bytes = rp_mm_act_bytes_avx2(wtype, ne0);
+        m.quantize_act = rp_mm_quantize_act_avx2;
+    }
+    return m;
 }
 
 /* ---- the matmul ---- */
@@ -285,22 +331,31 @@ static rp_dtype partner_type(rp_dtype wtype)
     }
 }
 
-// Bytes per quantized activation row: the partner type's row, or the AVX2 kernels' layout.
-static bool act_row_bytes(rp_dtype wtype, int64_t ne0, bool simd, size_t *out)
+// Bytes per quantized activation row: the partner type's row, or a SIMD kernel's layout.
+static bool act_row_bytes(rp_dtype wtype, int64_t ne0, size_t simd_bytes, size_t *out)
 {
     if (!rp_dtype_row_bytes(partner_type(wtype), ne0, out))
         return false;
-    size_t simd_bytes = simd ? rp_mm_act_bytes_avx2(wtype, ne0) : 0;
     if (simd_bytes)
         *out = simd_bytes;
     return true;
 }
 
+// Room for the largest layout of any level, so the answer does not change with the level.
 size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
 {
-    size_t a, b, total;
-    if (partner_type(wtype) == RP_DTYPE_F32 || n <= 0 || !act_row_bytes(wtype, ne0, false, &a) ||
-        !act_row_bytes(wtype, ne0, true, &b) || !rp_mul_size(a > b ? a : b, (size_t)n, &total))
+    size_t a, b, c, total;
+    if (partner_type(wtype) == RP_DTYPE_F32) { // float weights: only a SIMD layout of the activations
+        size_t r = rp_mm_act_bytes_avx512(wtype, ne0);
+        return n > 0 && r && rp_mul_size(r, (size_t)n, &total) ? total : 0;
+    }
+    if (n <= 0 || !act_row_bytes(wtype, ne0, 0, &a) ||
+        !act_row_bytes(wtype, ne0, rp_mm_act_bytes_avx2(wtype, ne0), &b) ||
+        !act_row_bytes(wtype, ne0, rp_mm_act_bytes_avx512(wtype, ne0), &c))
+        return 0;
+    a = a > b ? a : b;
+    a = a > c ? a : c;
+    if (!rp_mul_size(a, (size_t)n, &total))
         return 0;
     return total;
 }
@@ -322,28 +377,28 @@ typedef struct mm_range {
 typedef struct mm_job {
     mm_part part[RP_MM_MAX_GROUP];
     int count;
-    bool glu;           // part 0 = gate, part 1 = up, chunks pair their rows
+    bool glu; // part 0 = gate, part 1 = up, chunks pair their rows
     const float *x;
     int n;
     int64_t ne0;
-    uint8_t *xq;        // quantized activations (scratch), or NULL for float weights
-    rp_dtype xtype;     // partner type
-    bool simd_act;      // activations in the AVX2 kernels' own layout
-    size_t xstride;     // bytes per activation row as the kernel reads it
-    size_t wstride;     // bytes per weight row (all parts share the type and ne0)
-    rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
-    dot_fn dot;         // scalar reference dot
+    uint8_t *xq;    // quantized activations (scratch), or NULL for float weights
+    rp_dtype xtype; // partner type
+    void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out); // SIMD layout, or NULL: partner type
+    size_t xstride;                                                  // bytes per activation row as the kernel reads it
+    size_t wstride;    // bytes per weight row (all parts share the type and ne0)
+    rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
+    dot_fn dot;        // scalar reference dot
     int64_t n_chunks;
-    int64_t batch;      // chunks taken at a time
-    mm_range *ranges;   // (threads) shares of the chunks, or NULL: a static split
+    int64_t batch;    // chunks taken at a time
+    mm_range *ranges; // (threads) shares of the chunks, or NULL: a static split
 } mm_job;
 
 static void quantize_row(const mm_job *j, int64_t t)
 {
     const float *src = j->x + t * j->ne0;
     uint8_t *dst = j->xq + (size_t)t * j->xstride;
-    if (j->simd_act)
-        rp_mm_quantize_act_avx2(src, j->ne0, dst);
+    if (j->quantize_act)
+        j->quantize_act(src, j->ne0, dst);
     else if (j->xtype == RP_DTYPE_Q8_0)
         rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, j->ne0);
     else
@@ -517,9 +572,11 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     const rp_tensor *w = mm[0].w;
     mm_job j = {.count = glu ? 1 : count, .glu = glu, .x = x, .n = n, .ne0 = w->ne[0], .xtype = partner_type(w->type)};
     j.dot = scalar_dot(w->type);
-    j.kern = use_avx2() ? rp_mm_kernel_avx2(w->type) : NULL;
-    j.simd_act = j.kern && rp_mm_act_bytes_avx2(w->type, w->ne[0]) > 0;
-    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) && act_row_bytes(w->type, w->ne[0], j.kern, &j.xstride);
+    mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0]);
+    j.kern = isa.kern;
+    j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
+    bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) &&
+              act_row_bytes(w->type, w->ne[0], isa.act_bytes, &j.xstride);
     RP_ASSERT(ok && j.dot != NULL);
 
     const int64_t cr = RP_MM_MAX_NR; // chunk: the rows of one tile
@@ -544,7 +601,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
         j.ranges = ranges;
     }
 
-    if (j.xtype != RP_DTYPE_F32) {
+    if (j.xtype != RP_DTYPE_F32 || j.quantize_act) {
         RP_ASSERT(scratch != NULL);
         j.xq = scratch;
         if (n <= 2) // a pool run costs more than quantizing a row here

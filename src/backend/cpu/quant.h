@@ -14,7 +14,7 @@
  * each block's integer sum once.
  *
  * Also declared here: the per-ISA matmul tile kernels that matmul.c dispatches to
- * (scalar ones in matmul.c, AVX2 ones in matmul_avx2.c).
+ * (scalar ones in matmul.c, AVX2 ones in matmul_avx2.c, AVX-512 ones in matmul_avx512.c).
  *
  * Threads: everything here is pure functions of their arguments.
  */
@@ -129,5 +129,23 @@ rp_mm_kernel rp_mm_kernel_avx2(rp_dtype wtype);
 // rp_mm_act_bytes_avx2 is the row size, 0 for weight types that use the partner type as is.
 size_t rp_mm_act_bytes_avx2(rp_dtype wtype, int64_t ne0);
 void rp_mm_quantize_act_avx2(const float *x, int64_t ne0, uint8_t *out);
+
+// The AVX-512 (F/BW/VL/VNNI/VBMI) kernel for a weight type, NULL when there is none
+// (matmul_avx512.c; the AVX2 kernel serves the other types).
+rp_mm_kernel rp_mm_kernel_avx512(rp_dtype wtype);
+
+// Converts one activation row x (ne0 floats) to a SIMD kernel's own layout.
+typedef void (*rp_mm_act_fn)(const float *x, int64_t ne0, uint8_t *out);
+
+// The AVX-512 kernels' activation layouts (rp_mm_act_fn_avx512(wtype) writes one row):
+// BF16: per 32 elements the 16 even ones, then the 16 odd ones (float, zero padded).
+// Q8_0/Q4_0: per token row in groups of 4 Q8_0 blocks (zero padded), 256 bytes per group:
+//   int8 lo[64] | int8 hi[64] | int32 negsum[16] | float d[16]
+// lo/hi lane k (16 bytes): elements 0..15 / 16..31 of block k; negsum lane 4k: -Σqs of
+// block k, other lanes 0; d lanes 4k..4k+3: block k's scale (fp16-rounded, as the
+// reference quantizer stores it). rp_mm_act_bytes_avx512 is the row size, 0 for types that
+// read the partner type (or plain floats) as they are.
+size_t rp_mm_act_bytes_avx512(rp_dtype wtype, int64_t ne0);
+rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype);
 
 #endif

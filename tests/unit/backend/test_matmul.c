@@ -79,12 +79,30 @@ static bool is_quant(rp_dtype t)
     return rp_dtype_is_quant(t);
 }
 
+// The SIMD levels the kernels can be forced to, lowest first (each test covers every one this CPU has).
+static const char *const simd_levels[] = {"avx2", "avx512"};
+#define N_LEVELS 2
+
 static void test_simd_name(void **state)
 {
     (void)state;
     const char *name = rp_cpu_simd_name();
-    assert_true(strcmp(name, "avx2") == 0 || strcmp(name, "scalar") == 0);
+    assert_true(strcmp(name, "avx512") == 0 || strcmp(name, "avx2") == 0 || strcmp(name, "scalar") == 0);
     rp_cpu_force_scalar(true);
+    assert_string_equal(rp_cpu_simd_name(), "scalar");
+    rp_cpu_force_scalar(false);
+    assert_string_equal(rp_cpu_simd_name(), name);
+    // forcing a level: every level up to the best one, none above it, no unknown names
+    bool reached = false;
+    for (int l = 0; l < N_LEVELS; l++) {
+        bool ok = rp_cpu_force_simd(simd_levels[l]);
+        assert_true(ok == !reached);
+        if (ok)
+            assert_string_equal(rp_cpu_simd_name(), simd_levels[l]);
+        reached = reached || strcmp(simd_levels[l], name) == 0;
+    }
+    assert_false(rp_cpu_force_simd("sse9"));
+    assert_true(rp_cpu_force_simd("scalar"));
     assert_string_equal(rp_cpu_simd_name(), "scalar");
     rp_cpu_force_scalar(false);
     assert_string_equal(rp_cpu_simd_name(), name);
@@ -95,7 +113,10 @@ static void test_scratch_bytes(void **state)
 {
     (void)state;
     assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_F32, 100, 4), 0);
-    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 64, 4), 0);
+    // BF16: room for the AVX-512 kernel's even/odd split of the activations (32-element chunks)
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 64, 4), 4 * 64 * 4);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 40, 1), 64 * 4);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_F16, 64, 4), 0);
     // Q8_0 partners: room for Q8_0 blocks and for the AVX2 layout (blocks padded to 4, scales, half sums)
     assert_true(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q8_0, 64, 3) >= 3 * 2 * 34);
     assert_true(rp_cpu_matmul_scratch_bytes(RP_DTYPE_Q4_0, 64, 1) >= 2 * 34);
@@ -114,88 +135,94 @@ static void test_simd_vs_scalar(void **state)
     const int n_list[] = {1, 2, 3, 5, 9};
     rp_pool *pool = NULL;
     assert_int_equal(rp_pool_create(2, &pool), RP_OK);
-    bool simd = strcmp(rp_cpu_simd_name(), "scalar") != 0;
-    for (size_t ti = 0; ti < N_TYPES; ti++) {
-        rp_dtype type = all_types[ti];
-        int blk = rp_dtype_block(type);
-        const int64_t *ne0s = blk == 256 ? ne0_k : ne0_f;
-        size_t n_ne0 = blk == 256 ? 2 : 5;
-        double worst_simd = 0, worst_ref = 0;
-        for (size_t a = 0; a < n_ne0; a++) {
-            int64_t ne0 = ne0s[a];
-            if (ne0 % blk)
-                ne0 = (ne0 / blk + 1) * blk;
-            for (size_t b = 0; b < 4; b++) {
-                int64_t rows = rows_list[b];
-                wmat m;
-                wmat_init(&m, type, rows, ne0);
-                float *wf = malloc((size_t)(rows * ne0) * sizeof(float));
-                rp_dequantize(type, m.data, wf, rows * ne0);
-                for (size_t c = 0; c < 5; c++) {
-                    int n = n_list[c];
-                    float *x = malloc((size_t)(n * ne0) * sizeof(float));
-                    fill_normal(x, n * ne0);
-                    float *y_ref = malloc((size_t)(n * rows) * sizeof(float));
-                    float *y_simd = malloc((size_t)(n * rows) * sizeof(float));
-                    float *y_f64 = malloc((size_t)(n * rows) * sizeof(float));
-                    rp_cpu_force_scalar(true);
-                    run_matmul(pool, &m, x, n, y_ref);
-                    rp_cpu_force_scalar(false);
-                    run_matmul(pool, &m, x, n, y_simd);
-                    // the reference's exact value: the dequantized weights against the activations
-                    // as the kernels see them (rounded to the partner type for quantized weights)
-                    float *xr = malloc((size_t)(n * ne0) * sizeof(float));
-                    memcpy(xr, x, (size_t)(n * ne0) * sizeof(float));
-                    if (is_quant(type)) {
-                        rp_dtype pt = blk == 256 ? RP_DTYPE_Q8_K : RP_DTYPE_Q8_0;
-                        void *xq = malloc(rp_cpu_matmul_scratch_bytes(type, ne0, n));
-                        assert_int_equal(rp_quantize(pt, x, xq, n * ne0), RP_OK);
-                        rp_dequantize(pt, xq, xr, n * ne0);
-                        free(xq);
-                    }
-                    for (int t = 0; t < n; t++)
-                        for (int64_t r = 0; r < rows; r++) {
-                            double s = 0;
-                            for (int64_t i = 0; i < ne0; i++)
-                                s += (double)wf[r * ne0 + i] * xr[t * ne0 + i];
-                            y_f64[t * rows + r] = (float)s;
+    for (int lv = 0; lv < N_LEVELS; lv++) {
+        if (!rp_cpu_force_simd(simd_levels[lv]))
+            continue;
+        for (size_t ti = 0; ti < N_TYPES; ti++) {
+            rp_dtype type = all_types[ti];
+            int blk = rp_dtype_block(type);
+            const int64_t *ne0s = blk == 256 ? ne0_k : ne0_f;
+            size_t n_ne0 = blk == 256 ? 2 : 5;
+            double worst_simd = 0, worst_ref = 0;
+            for (size_t a = 0; a < n_ne0; a++) {
+                int64_t ne0 = ne0s[a];
+                if (ne0 % blk)
+                    ne0 = (ne0 / blk + 1) * blk;
+                for (size_t b = 0; b < 4; b++) {
+                    int64_t rows = rows_list[b];
+                    wmat m;
+                    wmat_init(&m, type, rows, ne0);
+                    float *wf = malloc((size_t)(rows * ne0) * sizeof(float));
+                    rp_dequantize(type, m.data, wf, rows * ne0);
+                    for (size_t c = 0; c < 5; c++) {
+                        int n = n_list[c];
+                        float *x = malloc((size_t)(n * ne0) * sizeof(float));
+                        fill_normal(x, n * ne0);
+                        float *y_ref = malloc((size_t)(n * rows) * sizeof(float));
+                        float *y_simd = malloc((size_t)(n * rows) * sizeof(float));
+                        float *y_f64 = malloc((size_t)(n * rows) * sizeof(float));
+                        rp_cpu_force_scalar(true);
+                        run_matmul(pool, &m, x, n, y_ref);
+                        rp_cpu_force_simd(simd_levels[lv]);
+                        run_matmul(pool, &m, x, n, y_simd);
+                        // the reference's exact value: the dequantized weights against the activations
+                        // as the kernels see them (rounded to the partner type for quantized weights)
+                        float *xr = malloc((size_t)(n * ne0) * sizeof(float));
+                        memcpy(xr, x, (size_t)(n * ne0) * sizeof(float));
+                        if (is_quant(type)) {
+                            rp_dtype pt = blk == 256 ? RP_DTYPE_Q8_K : RP_DTYPE_Q8_0;
+                            void *xq = malloc(rp_cpu_matmul_scratch_bytes(type, ne0, n));
+                            assert_int_equal(rp_quantize(pt, x, xq, n * ne0), RP_OK);
+                            rp_dequantize(pt, xq, xr, n * ne0);
+                            free(xq);
                         }
-                    free(xr);
-                    double es = nerr(y_simd, y_ref, (size_t)(n * rows));
-                    double er = nerr(y_ref, y_f64, (size_t)(n * rows));
-                    worst_simd = es > worst_simd ? es : worst_simd;
-                    worst_ref = er > worst_ref ? er : worst_ref;
-                    // float weights: only summation order differs; quantized: the same integer
-                    // block sums, scaled and summed in another order
-                    double lim_simd = 1e-5;
-                    // the reference itself: float64 for float weights, float block sums for quantized
-                    double lim_ref = is_quant(type) ? 1e-5 : 1e-6;
-                    if (es > lim_simd)
-                        fail_msg("%s rows %lld ne0 %lld n %d: simd vs scalar error %g", rp_dtype_name(type),
-                                 (long long)rows, (long long)ne0, n, es);
-                    if (er > lim_ref)
-                        fail_msg("%s rows %lld ne0 %lld n %d: scalar vs float64 error %g", rp_dtype_name(type),
-                                 (long long)rows, (long long)ne0, n, er);
-                    free(x);
-                    free(y_ref);
-                    free(y_simd);
-                    free(y_f64);
+                        for (int t = 0; t < n; t++)
+                            for (int64_t r = 0; r < rows; r++) {
+                                double s = 0;
+                                for (int64_t i = 0; i < ne0; i++)
+                                    s += (double)wf[r * ne0 + i] * xr[t * ne0 + i];
+                                y_f64[t * rows + r] = (float)s;
+                            }
+                        free(xr);
+                        double es = nerr(y_simd, y_ref, (size_t)(n * rows));
+                        double er = nerr(y_ref, y_f64, (size_t)(n * rows));
+                        worst_simd = es > worst_simd ? es : worst_simd;
+                        worst_ref = er > worst_ref ? er : worst_ref;
+                        // float weights: only summation order differs; quantized: the same integer
+                        // block sums, scaled and summed in another order
+                        double lim_simd = 1e-5;
+                        // the reference itself: float64 for float weights, float block sums for quantized
+                        double lim_ref = is_quant(type) ? 1e-5 : 1e-6;
+                        if (es > lim_simd)
+                            fail_msg("%s (%s) rows %lld ne0 %lld n %d: simd vs scalar error %g", rp_dtype_name(type),
+                                     simd_levels[lv], (long long)rows, (long long)ne0, n, es);
+                        if (er > lim_ref)
+                            fail_msg("%s rows %lld ne0 %lld n %d: scalar vs float64 error %g", rp_dtype_name(type),
+                                     (long long)rows, (long long)ne0, n, er);
+                        free(x);
+                        free(y_ref);
+                        free(y_simd);
+                        free(y_f64);
+                    }
+                    free(wf);
+                    free(m.data);
                 }
-                free(wf);
-                free(m.data);
             }
+            print_message("%-6s %-5s simd vs scalar %.2e, scalar vs f64 %.2e\n", simd_levels[lv], rp_dtype_name(type),
+                          worst_simd, worst_ref);
         }
-        print_message("%-5s simd vs scalar %.2e, scalar vs f64 %.2e%s\n", rp_dtype_name(type), worst_simd, worst_ref,
-                      simd ? "" : " (no SIMD on this CPU)");
     }
+    rp_cpu_force_scalar(false);
     rp_pool_destroy(pool);
 }
 
 // y for a token is bitwise the same alone, at positions 0, 3, 7 of a batch of 8, with 1 or 2 threads.
-static void check_determinism(rp_dtype type, bool scalar)
+// level: a name for rp_cpu_force_simd ("scalar" included).
+static void check_determinism(rp_dtype type, const char *level)
 {
     const int64_t rows = 37;
-    const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : 320;
+    // quantized: a partial group of blocks at the end; float: a partial SIMD step (328 = 5 * 64 + 8)
+    const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : is_quant(type) ? 320 : 328;
     const int n = 8;
     wmat m;
     wmat_init(&m, type, rows, ne0);
@@ -207,7 +234,7 @@ static void check_determinism(rp_dtype type, bool scalar)
     rp_pool *p1 = NULL, *p2 = NULL;
     assert_int_equal(rp_pool_create(1, &p1), RP_OK);
     assert_int_equal(rp_pool_create(2, &p2), RP_OK);
-    rp_cpu_force_scalar(scalar);
+    assert_true(rp_cpu_force_simd(level));
     run_matmul(p1, &m, x, n, yb1);
     run_matmul(p2, &m, x, n, yb2);
     assert_memory_equal(yb1, yb2, (size_t)(n * rows) * sizeof(float));
@@ -217,7 +244,7 @@ static void check_determinism(rp_dtype type, bool scalar)
             run_matmul(pi ? p2 : p1, &m, x + pos[k] * ne0, 1, ys);
             if (memcmp(ys, yb1 + pos[k] * rows, (size_t)rows * sizeof(float)) != 0)
                 fail_msg("%s (%s): token %d alone differs from its result in a batch of %d (%d threads)",
-                         rp_dtype_name(type), scalar ? "scalar" : rp_cpu_simd_name(), pos[k], n, pi + 1);
+                         rp_dtype_name(type), level, pos[k], n, pi + 1);
         }
     }
     // odd batch sizes tile differently (4 + 1, 3 + 2, ...): each prefix batch must agree too
@@ -239,16 +266,19 @@ static void test_determinism(void **state)
 {
     (void)state;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
-        check_determinism(all_types[ti], false);
-        check_determinism(all_types[ti], true);
+        check_determinism(all_types[ti], "scalar");
+        for (int lv = 0; lv < N_LEVELS; lv++)
+            if (rp_cpu_force_simd(simd_levels[lv]))
+                check_determinism(all_types[ti], simd_levels[lv]);
     }
+    rp_cpu_force_scalar(false);
 }
 
 // The AVX2 activation quantizer gives the reference Q8_0 values, scales and half sums.
 static void test_act_quant(void **state)
 {
     (void)state;
-    if (strcmp(rp_cpu_simd_name(), "avx2") != 0)
+    if (strcmp(rp_cpu_simd_name(), "scalar") == 0)
         skip();
     const int64_t ne0 = 32 * 7;
     float x[32 * 7];
@@ -279,6 +309,47 @@ static void test_act_quant(void **state)
         assert_true(d[b] == (b < 7 ? rp_fp16_to_f32(ref[b].d) : 0.0f));
         assert_int_equal(hs[(b / 4) * 8 + b % 4], lo);
         assert_int_equal(hs[(b / 4) * 8 + 4 + b % 4], hi);
+    }
+    free(act);
+}
+
+// The AVX-512 activation quantizer: the reference Q8_0 values and scales in its group layout, -Σ per block.
+static void test_act_quant_avx512(void **state)
+{
+    (void)state;
+    if (strcmp(rp_cpu_simd_name(), "avx512") != 0)
+        skip();
+    const int64_t ne0 = 32 * 7;
+    float x[32 * 7];
+    fill_normal(x, ne0);
+    x[5] = 0.0f;
+    for (int i = 32; i < 64; i++) // ties in x/d
+        x[i] = (float)(i - 48) * 0.5f;
+    for (int i = 96; i < 128; i++) // an all-zero block
+        x[i] = 0.0f;
+    rp_block_q8_0 ref[7];
+    rp_quant_row_q8_0(x, ref, ne0);
+    size_t bytes = rp_mm_act_bytes_avx512(RP_DTYPE_Q8_0, ne0);
+    assert_int_equal(bytes, 2 * 256);
+    assert_int_equal(rp_mm_act_bytes_avx512(RP_DTYPE_Q5_0, ne0), 0);
+    uint8_t *act = malloc(bytes);
+    memset(act, 0x5a, bytes);
+    rp_mm_act_fn_avx512(RP_DTYPE_Q8_0)(x, ne0, act);
+    for (int b = 0; b < 8; b++) {
+        const uint8_t *g = act + (b / 4) * 256;
+        int k = b % 4, sum = 0;
+        for (int j = 0; j < 32; j++) {
+            int want = b < 7 ? ref[b].qs[j] : 0;
+            int8_t got = (int8_t)g[(j < 16 ? 0 : 64) + 16 * k + j % 16];
+            assert_int_equal(got, want);
+            sum += want;
+        }
+        const int32_t *ns = (const int32_t *)(g + 128);
+        const float *d = (const float *)(g + 192);
+        for (int l = 0; l < 4; l++) {
+            assert_int_equal(ns[4 * k + l], l == 0 ? -sum : 0);
+            assert_true(d[4 * k + l] == (b < 7 ? rp_fp16_to_f32(ref[b].d) : 0.0f));
+        }
     }
     free(act);
 }
@@ -315,7 +386,7 @@ static void check_group(rp_pool *pool, rp_dtype type, int n)
     float *x = malloc((size_t)(n * ne0) * sizeof(float));
     fill_normal(x, n * ne0);
     float *ref[3], *got[3], *bias[3], *res_ref = malloc((size_t)n * 70 * sizeof(float)),
-                                       *res_got = malloc((size_t)n * 70 * sizeof(float));
+                                      *res_got = malloc((size_t)n * 70 * sizeof(float));
     fill_normal(res_ref, n * 70);
     memcpy(res_got, res_ref, (size_t)n * 70 * sizeof(float));
     rp_matmul_desc d[3];
@@ -383,8 +454,9 @@ static void test_group(void **state)
     assert_int_equal(rp_pool_create(2, &p2), RP_OK);
     assert_int_equal(rp_pool_create(3, &p3), RP_OK);
     const int ns[] = {1, 2, 3, 7};
-    for (int scalar = 0; scalar < 2; scalar++) {
-        rp_cpu_force_scalar(scalar);
+    for (int lv = -1; lv < N_LEVELS; lv++) {
+        if (!rp_cpu_force_simd(lv < 0 ? "scalar" : simd_levels[lv]))
+            continue;
         for (size_t ti = 0; ti < N_TYPES; ti++)
             for (int k = 0; k < 4; k++) {
                 check_group(p1, all_types[ti], ns[k]);
@@ -410,8 +482,13 @@ static void test_group(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_simd_name),     cmocka_unit_test(test_scratch_bytes), cmocka_unit_test(test_simd_vs_scalar),
-        cmocka_unit_test(test_determinism),   cmocka_unit_test(test_edges), cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_simd_name),
+        cmocka_unit_test(test_scratch_bytes),
+        cmocka_unit_test(test_simd_vs_scalar),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_act_quant_avx512),
         cmocka_unit_test(test_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

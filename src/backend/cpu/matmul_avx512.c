@@ -1,0 +1,476 @@
+/*
+ * matmul_avx512.c - AVX-512 (F, BW, VL, VNNI, VBMI) tile kernels for the CPU matmul.
+ *
+ * Chosen at run time over the AVX2 ones (matmul.c) for the weight types below;
+ * other types keep their AVX2 kernel. Same tile interface and the same determinism
+ * rule as matmul_avx2.c: every (row, token) accumulator sees one fixed instruction
+ * sequence in every (NR, NT) specialisation, float arithmetic only through intrinsics.
+ *
+ * Float weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
+ * token); F16 widens with vcvtph2ps; a masked tail (masked loads never fault past the
+ * row). BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
+ * shift makes the even ones floats and a mask the odd ones, against activations split
+ * once per matmul into even and odd halves of each 32 elements (in the scratch).
+ * Q8_0 / Q4_0 (× activations quantized as Q8_0, in this file's own layout): a group
+ * of 4 blocks at a time. One vpermt2b gathers the 4 blocks' quants from two loads so
+ * that 128-bit lane k holds block k (first 16 elements in one vector, last 16 in the
+ * other), and the activations are stored in that order, so vpdpbusd (u8 × s8, sums of
+ * 4 into s32) runs on the block layout as is. Weights are made unsigned (Q4_0 nibbles
+ * as they are, Q8_0 xor 0x80) and the offset is removed exactly in integers: the
+ * accumulator starts at -offset · Σx of each block (lane 4k). Then the 16 partial
+ * sums are converted and multiplied-added with their block's scale product.
+ */
+#include "quant.h"
+
+#include <immintrin.h>
+
+#define RP_INLINE static inline __attribute__((always_inline))
+
+#ifndef RP_PF_DIST
+#define RP_PF_DIST 4096 // bytes ahead of the weight stream to prefetch (measured in decode: 4096 > 8192 > 2048)
+#endif
+
+// Fixed-order horizontal sum of 16 floats.
+RP_INLINE float hsum16(__m512 v)
+{
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- float weights ---- */
+
+enum { W_F32, W_F16, W_BF16 };
+
+// 16 weights starting at element i of a row of type wt, as floats.
+RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt)
+{
+    if (wt == W_F32)
+        return _mm512_loadu_ps((const float *)row + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
+    if (wt == W_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// The first m (< 16) weights at element i, zeros after them.
+RP_INLINE __m512 load_w16_tail(const uint8_t *row, int64_t i, int wt, __mmask16 m)
+{
+    if (wt == W_F32)
+        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    if (wt == W_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                          const int NR, const int NT, const int wt)
+{
+    const int esz = wt == W_F32 ? 4 : 2;
+    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 4; k++)
+                acc[r][t][k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= ne0; i += 64) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wr = w + r * ws;
+#pragma GCC unroll 4
+            for (int k = 0; k < esz * 64 / 64; k++)
+                _mm_prefetch((const char *)wr + i * esz + 64 * k + RP_PF_DIST, _MM_HINT_T0);
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                wv[k] = load_w16(wr, i + 16 * k, wt);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)(x + t * xs) + i;
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++)
+                    acc[r][t][k] = _mm512_fmadd_ps(wv[k], _mm512_loadu_ps(xt + 16 * k), acc[r][t][k]);
+            }
+        }
+    }
+    for (; i + 16 <= ne0; i += 16) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m512 wv = load_w16(w + r * ws, i, wt);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++)
+                acc[r][t][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps((const float *)(x + t * xs) + i), acc[r][t][0]);
+        }
+    }
+    if (i < ne0) {
+        __mmask16 m = (__mmask16)((1u << (ne0 - i)) - 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m512 wv = load_w16_tail(w + r * ws, i, wt, m);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++)
+                acc[r][t][0] =
+                    _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, (const float *)(x + t * xs) + i), acc[r][t][0]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            __m512 s =
+                _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
+            y[t * ldy + r] = hsum16(s);
+        }
+}
+
+// BF16 activation row (see rp_mm_act_bytes_avx512): per 32 elements, the 16 even ones
+// then the 16 odd ones, zero padded to a multiple of 32.
+static void split_act_bf16(const float *x, int64_t ne0, uint8_t *out)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    float *o = (float *)out;
+    for (int64_t i = 0; i < ne0; i += 32, o += 32) {
+        int64_t rem = ne0 - i;
+        __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
+        __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
+        __m512 a = _mm512_maskz_loadu_ps(m0, x + i), b = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        _mm512_storeu_ps(o, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(a, od, b));
+    }
+}
+
+// 32 bf16 weights as two 256-bit loads: an mmap'd file's tensors are often 32 bytes past a
+// cache line, where every 512-bit load would straddle two lines (measured: 77% vs 94% of the
+// read ceiling at offset 2; two halves match the aligned speed at offset 32).
+RP_INLINE __m512i load_bf16x32(const uint8_t *p)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)),
+                              _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
+}
+
+RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                         const int NR, const int NT)
+{
+    const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 4; k++)
+                acc[r][t][k] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 64 <= ne0; i += 64) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *wr = w + r * ws + i * 2;
+            _mm_prefetch((const char *)wr + RP_PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr + 64 + RP_PF_DIST, _MM_HINT_T0);
+            __m512i w0 = load_bf16x32(wr), w1 = load_bf16x32(wr + 64);
+            __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+            __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi));
+            __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+            __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)(x + t * xs) + i;
+                acc[r][t][0] = _mm512_fmadd_ps(e0, _mm512_loadu_ps(xt), acc[r][t][0]);
+                acc[r][t][1] = _mm512_fmadd_ps(o0, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
+                acc[r][t][2] = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xt + 32), acc[r][t][2]);
+                acc[r][t][3] = _mm512_fmadd_ps(o1, _mm512_loadu_ps(xt + 48), acc[r][t][3]);
+            }
+        }
+    }
+    for (; i < ne0; i += 32) { // 32 at a time, the last one masked (zeros past the row, as in the activations)
+        __mmask32 m = ne0 - i >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << (ne0 - i)) - 1);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m512i wv = _mm512_maskz_loadu_epi16(m, w + r * ws + i * 2);
+            __m512 e = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+            __m512 o = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const float *xt = (const float *)(x + t * xs) + i;
+                acc[r][t][0] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xt), acc[r][t][0]);
+                acc[r][t][1] = _mm512_fmadd_ps(o, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            __m512 s =
+                _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
+            y[t * ldy + r] = hsum16(s);
+        }
+}
+
+#define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
+
+/* ---- Q8_0 / Q4_0 weights × Q8_0 activations ---- */
+
+enum { W_Q8_0, W_Q4_0 };
+
+// Activation row layout (see rp_mm_act_bytes_avx512): groups of 4 blocks, zero padded,
+// 256 bytes each: int8 lo[64] (lane k: elements 0..15 of block k), int8 hi[64] (its
+// elements 16..31), int32 negsum[16] (lane 4k: -Σ of block k's quants, other lanes 0),
+// float d[16] (lanes 4k..4k+3: block k's scale, fp16-rounded as the reference stores it).
+#define ACT_GROUP_BYTES 256
+
+RP_INLINE int64_t act_groups(int64_t ne0)
+{
+    return (ne0 / RP_QK + 3) / 4;
+}
+
+size_t rp_mm_act_bytes_avx512(rp_dtype wtype, int64_t ne0)
+{
+    if (wtype == RP_DTYPE_BF16)
+        return (size_t)((ne0 + 31) / 32) * 32 * sizeof(float);
+    if (wtype != RP_DTYPE_Q8_0 && wtype != RP_DTYPE_Q4_0)
+        return 0;
+    return (size_t)act_groups(ne0) * ACT_GROUP_BYTES;
+}
+
+static void quantize_act_q(const float *x, int64_t ne0, uint8_t *out)
+{
+    int64_t nb = ne0 / RP_QK, ng = act_groups(ne0);
+    memset(out, 0, (size_t)ng * ACT_GROUP_BYTES);
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 half = _mm256_set1_ps(0.49999997f); // roundf: add just under 1/2 away from zero, truncate
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *grp = out + (b / 4) * ACT_GROUP_BYTES;
+        int k = (int)(b % 4);
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int e = 0; e < 4; e++) {
+            v[e] = _mm256_loadu_ps(x + 32 * b + 8 * e);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[e]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        // as the reference quantizer: scale rounded to fp16, elements divided by the unrounded one
+        float d = amax / 127;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 idv = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int e = 0; e < 4; e++) {
+            __m256 t = _mm256_mul_ps(v[e], idv);
+            t = _mm256_add_ps(t, _mm256_or_ps(_mm256_and_ps(t, sign), half));
+            q[e] = _mm256_cvttps_epi32(t);
+        }
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        s4 = _mm_add_epi32(s4, _mm_unpackhi_epi64(s4, s4));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 1));
+        int32_t negsum = -_mm_cvtsi128_si32(s4);
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        p = _mm256_permutevar8x32_epi32(p, perm);
+        _mm_storeu_si128((__m128i *)(grp + 16 * k), _mm256_castsi256_si128(p));
+        _mm_storeu_si128((__m128i *)(grp + 64 + 16 * k), _mm256_extracti128_si256(p, 1));
+        memcpy(grp + 128 + 16 * k, &negsum, 4);
+        _mm_storeu_ps((float *)(grp + 192) + 4 * k, _mm_set1_ps(_cvtsh_ss(_cvtss_sh(d, 0))));
+    }
+}
+
+// Gather indices (built once; byte/word positions inside a group of 4 weight blocks).
+typedef struct q_idx {
+    __m512i q4; // Q4_0: byte 16k+j <- qs[j] of block k (18-byte blocks from the group start)
+    __m512i d4; // Q4_0: word i (< 16) <- d of block i/4
+    __m512i d8; // Q8_0: float lane i <- lane i/4
+} q_idx;
+
+RP_INLINE q_idx make_idx(void)
+{
+    uint8_t q4[64];
+    uint16_t d4[32] = {0};
+    int32_t d8[16];
+    for (int i = 0; i < 64; i++) {
+        int k = i / 16, j = i % 16;
+        q4[i] = (uint8_t)(2 + 18 * k + j);
+    }
+    for (int i = 0; i < 16; i++) {
+        d4[i] = (uint16_t)(9 * (i / 4));
+        d8[i] = i / 4;
+    }
+    q_idx r;
+    r.q4 = _mm512_loadu_si512(q4);
+    r.d4 = _mm512_loadu_si512(d4);
+    r.d8 = _mm512_loadu_si512(d8);
+    return r;
+}
+
+RP_INLINE uint16_t blk_d(const uint8_t *blk)
+{
+    uint16_t d;
+    memcpy(&d, blk, 2);
+    return d;
+}
+
+RP_INLINE int blk_bytes(int wt)
+{
+    return wt == W_Q8_0 ? 34 : 18;
+}
+
+// One group of 4 blocks (g) of every row and token into accumulator a (= g & 1, a
+// constant so that the accumulators stay in registers). wg[r]: the group's first weight block of row r.
+RP_INLINE void q_group(const q_idx *ix, const uint8_t *const *wg, const uint8_t *x, size_t xs, int64_t g,
+                       __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2], const int NR, const int NT, const int wt,
+                       const bool pf, const int a)
+{
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *b = wg[r];
+        if (pf)
+            _mm_prefetch((const char *)b + RP_PF_DIST, _MM_HINT_T0);
+        __m512i wl, wh;
+        __m512 dw;
+        if (wt == W_Q4_0) {
+            __m512i A = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b)),
+                                           _mm256_loadu_si256((const __m256i *)(b + 32)), 1);
+            __m512i B = _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)(b + 64))); // bytes 64..71
+            __m512i q = _mm512_permutex2var_epi8(A, ix->q4, B);
+            wl = _mm512_and_si512(q, m4);
+            wh = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(ix->d4, A)));
+        } else {
+            if (pf)
+                _mm_prefetch((const char *)b + 64 + RP_PF_DIST, _MM_HINT_T0);
+            // block k's 32 quants in one 256-bit load; lane k of wl / wh their halves
+            const __m512i bias = _mm512_set1_epi8((char)0x80);
+            __m512i p01 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2))),
+                                             _mm256_loadu_si256((const __m256i *)(b + 36)), 1);
+            __m512i p23 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 70))),
+                                             _mm256_loadu_si256((const __m256i *)(b + 104)), 1);
+            wl = _mm512_xor_si512(_mm512_shuffle_i64x2(p01, p23, 0x88), bias);
+            wh = _mm512_xor_si512(_mm512_shuffle_i64x2(p01, p23, 0xDD), bias);
+            uint64_t d4 = (uint64_t)blk_d(b) | (uint64_t)blk_d(b + 34) << 16 | (uint64_t)blk_d(b + 68) << 32 |
+                          (uint64_t)blk_d(b + 102) << 48;
+            dw = _mm512_permutexvar_ps(ix->d8, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi64_si128((long long)d4))));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const uint8_t *xg = x + t * xs + g * ACT_GROUP_BYTES;
+            // the weights are q + offset (8, or 128 for Q8_0): start from -offset · Σx
+            __m512i s = _mm512_slli_epi32(_mm512_loadu_si512(xg + 128), wt == W_Q4_0 ? 3 : 7);
+            s = _mm512_dpbusd_epi32(s, wl, _mm512_loadu_si512(xg));
+            s = _mm512_dpbusd_epi32(s, wh, _mm512_loadu_si512(xg + 64));
+            __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(xg + 192));
+            acc[r][t][a] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r][t][a]);
+        }
+    }
+}
+
+RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                        const int NR, const int NT, const int wt)
+{
+    const q_idx ix = make_idx();
+    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+            acc[r][t][0] = acc[r][t][1] = _mm512_setzero_ps();
+    const int bs = blk_bytes(wt);
+    int64_t nb = ne0 / RP_QK, ng = nb / 4;
+    const uint8_t *wg[RP_MM_MAX_NR];
+    for (int64_t g = 0; g < ng; g++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
+            wg[r] = w + r * ws + g * 4 * bs;
+        if (g & 1)
+            q_group(&ix, wg, x, xs, g, acc, NR, NT, wt, true, 1);
+        else
+            q_group(&ix, wg, x, xs, g, acc, NR, NT, wt, true, 0);
+    }
+    if (nb % 4) { // last partial group: zero blocks (scale 0) after the row's end
+        _Alignas(64) uint8_t tail[RP_MM_MAX_NR][192];
+        for (int r = 0; r < NR; r++) {
+            memset(tail[r], 0, sizeof(tail[r]));
+            memcpy(tail[r], w + r * ws + ng * 4 * bs, (size_t)(nb % 4) * bs);
+            wg[r] = tail[r];
+        }
+        if (ng & 1)
+            q_group(&ix, wg, x, xs, ng, acc, NR, NT, wt, false, 1);
+        else
+            q_group(&ix, wg, x, xs, ng, acc, NR, NT, wt, false, 0);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+            y[t * ldy + r] = hsum16(_mm512_add_ps(acc[r][t][0], acc[r][t][1]));
+}
+
+/* ---- kernels: split an nr × nt request into register-sized tiles ---- */
+
+// Decode (nt == 1) takes both rows at once; otherwise one row against up to MAXNT tokens.
+#define DEFINE_KERNEL(name, tile, wt, MAXNT)                                                                           \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
+                     size_t ldy)                                                                                       \
+    {                                                                                                                  \
+        if (nt == 1) {                                                                                                 \
+            if (nr == 2)                                                                                               \
+                tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                             \
+            else                                                                                                       \
+                tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                             \
+            return;                                                                                                    \
+        }                                                                                                              \
+        for (int r = 0; r < nr; r++) {                                                                                 \
+            for (int t = 0; t < nt;) {                                                                                 \
+                int m = nt - t < (MAXNT) ? nt - t : (MAXNT);                                                           \
+                const uint8_t *wr = w + (size_t)r * ws, *xt = x + (size_t)t * xs;                                      \
+                float *yt = y + (size_t)t * ldy + r;                                                                   \
+                if (m == 1)                                                                                            \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 1, wt);                                                      \
+                else if (m == 2)                                                                                       \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 2, wt);                                                      \
+                else if (m == 3)                                                                                       \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 3, wt);                                                      \
+                else                                                                                                   \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 4, wt);                                                      \
+                t += m;                                                                                                \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
+DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
+DEFINE_KERNEL(k_bf16, tile_bf16_, 0, 3)
+DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
+DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)
+
+rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype)
+{
+    return wtype == RP_DTYPE_BF16 ? split_act_bf16 : quantize_act_q;
+}
+
+rp_mm_kernel rp_mm_kernel_avx512(rp_dtype wtype)
+{
+    switch (wtype) {
+    case RP_DTYPE_F32:
+        return k_f32;
+    case RP_DTYPE_F16:
+        return k_f16;
+    case RP_DTYPE_BF16:
+        return k_bf16;
+    case RP_DTYPE_Q8_0:
+        return k_q8_0;
+    case RP_DTYPE_Q4_0:
+        return k_q4_0;
+    default:
+        return NULL;
+    }
+}
