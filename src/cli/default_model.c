@@ -1,8 +1,9 @@
 /*
  * default_model.c - where the bundled model (models/rapid-tiny) is, so commands
- * work with no model named: next to the binary in a source tree (build/rapid ->
- * models/), under the install prefix (PREFIX/share/rapid/models), or relative to
- * an installed binary that was moved with its prefix.
+ * work with no model named: in $RAPID_MODELS when set, next to the binary in a
+ * source tree (build/rapid -> models/), under the install prefix
+ * (PREFIX/share/rapid/models), or relative to an installed binary that was moved
+ * with its prefix.
  */
 #include "cli.h"
 
@@ -10,6 +11,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #ifndef RP_DATADIR
@@ -28,6 +30,12 @@ static bool has_model(const char *dir)
 const char *rp_cli_default_model(void)
 {
     static char found[PATH_MAX + 64];
+    const char *env = getenv("RAPID_MODELS");
+    if (env && *env) {
+        snprintf(found, sizeof(found), "%s/%s", env, DEFAULT_NAME);
+        if (has_model(found))
+            return found;
+    }
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {

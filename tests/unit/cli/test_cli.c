@@ -16,7 +16,8 @@ static int run_rapid(const char *args, char *out, size_t out_cap, char *err, siz
     assert_non_null(bin);
     char errfile[64], cmd[8192];
     snprintf(errfile, sizeof(errfile), "/tmp/rapid-test-cli-%d.err", (int)getpid());
-    snprintf(cmd, sizeof(cmd), "'%s' %s 2>%s", bin, args, errfile);
+    // The bundled model is found through $RAPID_MODELS, wherever the build directory is.
+    snprintf(cmd, sizeof(cmd), "RAPID_MODELS='%s/models' '%s' %s 2>%s", rp_test_source_dir(), bin, args, errfile);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, out_cap - 1, p);
