@@ -25,6 +25,7 @@
 #include "quant.h"
 
 #include <immintrin.h>
+#include "mm_tiles.h"
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
@@ -440,36 +441,6 @@ RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, 
 }
 
 /* ---- kernels: split an nr × nt request into register-sized tiles ---- */
-
-// Decode (nt == 1) takes both rows at once; otherwise one row against up to MAXNT tokens.
-#define DEFINE_KERNEL(name, tile, wt, MAXNT)                                                                           \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y, \
-                     size_t ldy)                                                                                       \
-    {                                                                                                                  \
-        if (nt == 1) {                                                                                                 \
-            if (nr == 2)                                                                                               \
-                tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                             \
-            else                                                                                                       \
-                tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                             \
-            return;                                                                                                    \
-        }                                                                                                              \
-        for (int r = 0; r < nr; r++) {                                                                                 \
-            for (int t = 0; t < nt;) {                                                                                 \
-                int m = nt - t < (MAXNT) ? nt - t : (MAXNT);                                                           \
-                const uint8_t *wr = w + (size_t)r * ws, *xt = x + (size_t)t * xs;                                      \
-                float *yt = y + (size_t)t * ldy + r;                                                                   \
-                if (m == 1)                                                                                            \
-                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 1, wt);                                                      \
-                else if (m == 2)                                                                                       \
-                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 2, wt);                                                      \
-                else if (m == 3)                                                                                       \
-                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 3, wt);                                                      \
-                else                                                                                                   \
-                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 4, wt);                                                      \
-                t += m;                                                                                                \
-            }                                                                                                          \
-        }                                                                                                              \
-    }
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
