@@ -532,6 +532,7 @@ int rp_cli_run(int argc, char **argv)
             show_events(ev, n_ev, &cb);
     }
     printf("\n");
+    fflush(stdout); // before the stats line on stderr
     if (st) {
         fail("generation");
         goto done;
