@@ -8,7 +8,8 @@
  * byte builder (for fields the writer would refuse to produce), then truncated at
  * every byte, flipped byte by byte, or crafted with hostile counts and lengths.
  */
-#include "test_util.h"
+#define RP_TEST_TMP_PREFIX "rp-gguf"
+#include "test_tmp.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -17,48 +18,6 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-
-static char tmpdir[256];
-
-// A path inside this test's temporary folder; static buffer (one at a time per slot).
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int slot;
-    slot = (slot + 1) % 4;
-    snprintf(buf[slot], sizeof(buf[slot]), "%s/%s", tmpdir, name);
-    return buf[slot];
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int setup_all(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "%s/rp-gguf-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_all(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n)
-        assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
 
 static uint8_t *read_file(const char *path, size_t *n)
 {
@@ -177,8 +136,8 @@ static void b_data(buf *b, size_t n)
 
 static rp_status crafted_fails(const char *name, buf *b, rp_status want)
 {
-    const char *path = tmp_path(name);
-    write_file(path, b->p, b->n);
+    const char *path = rp_test_tmp_path(name);
+    rp_test_write_file(path, b->p, b->n);
     return expect_fail(path, want);
 }
 
@@ -218,7 +177,7 @@ static void write_small(const char *path, uint32_t alignment)
 static void test_roundtrip(void **state)
 {
     (void)state;
-    const char *path = tmp_path("roundtrip.gguf");
+    const char *path = rp_test_tmp_path("roundtrip.gguf");
     rp_gguf_writer *w;
     assert_int_equal(rp_gguf_writer_create(&w), RP_OK);
     // One key of every scalar type.
@@ -396,7 +355,7 @@ static void test_roundtrip(void **state)
 static void test_alignment(void **state)
 {
     (void)state;
-    const char *path = tmp_path("align64.gguf");
+    const char *path = rp_test_tmp_path("align64.gguf");
     write_small(path, 64);
     rp_gguf *g;
     assert_int_equal(rp_gguf_open(path, &g), RP_OK);
@@ -416,7 +375,7 @@ static void test_alignment(void **state)
     int64_t ne[] = {3};
     assert_int_equal(rp_gguf_writer_add_tensor(w, "x", RP_DTYPE_F32, 1, ne, f32_data), RP_OK);
     assert_int_equal(rp_gguf_writer_add_tensor(w, "y", RP_DTYPE_F32, 1, ne, f32_data + 3), RP_OK);
-    path = tmp_path("align1.gguf");
+    path = rp_test_tmp_path("align1.gguf");
     assert_int_equal(rp_gguf_writer_write(w, path), RP_OK);
     rp_gguf_writer_destroy(w);
     assert_int_equal(rp_gguf_open(path, &g), RP_OK);
@@ -447,9 +406,9 @@ static void test_writer_rejects(void **state)
     assert_int_equal(rp_gguf_writer_add_tensor(w, "u", RP_DTYPE_F32, 5, ne, zeros), RP_ERR_INVALID);
     assert_int_equal(rp_gguf_writer_add_tensor(w, "u", RP_DTYPE_F32, 2, (int64_t[]){4, 0}, zeros), RP_ERR_INVALID);
     assert_int_equal(rp_gguf_writer_add_tensor(w, "u", RP_DTYPE_Q4_0, 1, (int64_t[]){33}, zeros), RP_ERR_INVALID);
-    assert_int_equal(rp_gguf_writer_write(w, tmp_path("no/such/dir/x.gguf")), RP_ERR_IO);
+    assert_int_equal(rp_gguf_writer_write(w, rp_test_tmp_path("no/such/dir/x.gguf")), RP_ERR_IO);
     assert_non_null(strstr(rp_error_message(), "no/such/dir/x.gguf"));
-    const char *path = tmp_path("rejects.gguf");
+    const char *path = rp_test_tmp_path("rejects.gguf");
     assert_int_equal(rp_gguf_writer_write(w, path), RP_OK);
     rp_gguf_writer_destroy(w);
     rp_gguf *g;
@@ -463,7 +422,7 @@ static void test_writer_rejects(void **state)
 static void test_oom(void **state)
 {
     (void)state;
-    const char *path = tmp_path("oom.gguf");
+    const char *path = rp_test_tmp_path("oom.gguf");
     int ok_at = -1;
     for (int n = 0; n < 200 && ok_at < 0; n++) {
         rp_gguf_writer *w = NULL;
@@ -510,7 +469,7 @@ static void test_oom(void **state)
 static void test_truncate_every_byte(void **state)
 {
     (void)state;
-    const char *src = tmp_path("small.gguf");
+    const char *src = rp_test_tmp_path("small.gguf");
     write_small(src, 0);
     size_t size;
     uint8_t *bytes = read_file(src, &size);
@@ -520,8 +479,8 @@ static void test_truncate_every_byte(void **state)
     size_t need = (size_t)((const uint8_t *)last->data - bytes) + last->size;
     rp_gguf_close(g);
     assert_true(need <= size);
-    const char *path = tmp_path("trunc.gguf");
-    write_file(path, bytes, size);
+    const char *path = rp_test_tmp_path("trunc.gguf");
+    rp_test_write_file(path, bytes, size);
     for (size_t len = size; len-- > 0;) {
         assert_int_equal(truncate(path, (off_t)len), 0);
         if (len < need)
@@ -544,7 +503,7 @@ static void test_truncate_every_byte(void **state)
 static void test_flip_every_header_byte(void **state)
 {
     (void)state;
-    const char *src = tmp_path("small2.gguf");
+    const char *src = rp_test_tmp_path("small2.gguf");
     write_small(src, 0);
     size_t size;
     uint8_t *bytes = read_file(src, &size);
@@ -552,13 +511,13 @@ static void test_flip_every_header_byte(void **state)
     assert_int_equal(rp_gguf_open_memory(bytes, size, "small", &g), RP_OK);
     size_t hdr = (size_t)((const uint8_t *)rp_gguf_tensor_at(g, 0)->data - bytes);
     rp_gguf_close(g);
-    const char *path = tmp_path("flip.gguf");
+    const char *path = rp_test_tmp_path("flip.gguf");
     static const uint8_t xors[] = {0xff, 0x01, 0x80, 0x7f};
     int failures = 0;
     for (size_t i = 0; i < hdr; i++)
         for (size_t k = 0; k < sizeof(xors); k++) {
             bytes[i] ^= xors[k];
-            write_file(path, bytes, size);
+            rp_test_write_file(path, bytes, size);
             rp_gguf *gg = NULL;
             rp_status st = rp_gguf_open(path, &gg);
             if (st == RP_OK) {
@@ -607,9 +566,9 @@ static void test_crafted_headers(void **state)
 
     // An empty but valid file (no keys, no tensors) opens.
     b_head(&b, 3, 0, 0);
-    write_file(tmp_path("nothing.gguf"), b.p, b.n);
+    rp_test_write_file(rp_test_tmp_path("nothing.gguf"), b.p, b.n);
     rp_gguf *g;
-    assert_int_equal(rp_gguf_open(tmp_path("nothing.gguf"), &g), RP_OK);
+    assert_int_equal(rp_gguf_open(rp_test_tmp_path("nothing.gguf"), &g), RP_OK);
     assert_int_equal(rp_gguf_n_tensors(g), 0);
     rp_gguf_close(g);
 
@@ -807,13 +766,13 @@ static void test_crafted_headers(void **state)
     b_tensor(&b, "t", 2, ne2, RP_DTYPE_F32, 0);
     b_tensor(&b, "u", 2, ne2, RP_DTYPE_F32, 32);
     b_data(&b, 64);
-    write_file(tmp_path("crafted_ok.gguf"), b.p, b.n);
-    assert_int_equal(rp_gguf_open(tmp_path("crafted_ok.gguf"), &g), RP_OK);
+    rp_test_write_file(rp_test_tmp_path("crafted_ok.gguf"), b.p, b.n);
+    assert_int_equal(rp_gguf_open(rp_test_tmp_path("crafted_ok.gguf"), &g), RP_OK);
     rp_gguf_close(g);
 
     // Not a file at all.
-    expect_fail(tmp_path("does-not-exist.gguf"), RP_ERR_IO);
-    expect_fail(tmpdir, RP_ERR_IO);
+    expect_fail(rp_test_tmp_path("does-not-exist.gguf"), RP_ERR_IO);
+    expect_fail(rp_test_tmpdir, RP_ERR_IO);
     rp_free(b.p);
 }
 
@@ -897,8 +856,8 @@ static void test_conformance_corrupt(void **state)
     rp_gguf_close(g);
     assert_true(hdr > 20000 && hdr < size && need <= size);
 
-    const char *path = tmp_path("qwen2-trunc.gguf");
-    write_file(path, bytes, size);
+    const char *path = rp_test_tmp_path("qwen2-trunc.gguf");
+    rp_test_write_file(path, bytes, size);
     // Across the data: 64 cut points, then every byte of the header, shrinking in place.
     for (int k = 63; k >= 0; k--) {
         size_t len = hdr + (need - hdr) * (size_t)k / 64;
@@ -911,8 +870,8 @@ static void test_conformance_corrupt(void **state)
     }
 
     // Flips: every byte of the fixed-size parts at the start, then a seeded sample.
-    path = tmp_path("qwen2-flip.gguf");
-    write_file(path, bytes, size);
+    path = rp_test_tmp_path("qwen2-flip.gguf");
+    rp_test_write_file(path, bytes, size);
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     uint64_t rng = 0x9e3779b97f4a7c15ULL;
@@ -958,5 +917,5 @@ int main(void)
         cmocka_unit_test(test_crafted_headers),     cmocka_unit_test(test_conformance_files),
         cmocka_unit_test(test_conformance_corrupt),
     };
-    return cmocka_run_group_tests(tests, setup_all, teardown_all);
+    return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }

@@ -7,7 +7,8 @@
  * suite also runs under ASan+UBSan). Files come from rp_st_write, or from
  * raw_file() for headers no writer would produce.
  */
-#include "test_util.h"
+#define RP_TEST_TMP_PREFIX "rp-st"
+#include "test_tmp.h"
 
 #include <fcntl.h>
 #include <ftw.h>
@@ -17,50 +18,9 @@
 #include "gguf/gguf.h"
 #include "safetensors/safetensors.h"
 
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int slot;
-    slot = (slot + 1) % 4;
-    snprintf(buf[slot], sizeof(buf[slot]), "%s/%s", tmpdir, name);
-    return buf[slot];
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(p);
-}
-
-static int setup_all(void **state)
-{
-    (void)state;
-    snprintf(tmpdir, sizeof(tmpdir), "%s/rp-st-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_all(void **state)
-{
-    (void)state;
-    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n)
-        assert_int_equal(fwrite(data, 1, n, f), n);
-    assert_int_equal(fclose(f), 0);
-}
-
 static void write_text(const char *path, const char *text)
 {
-    write_file(path, text, strlen(text));
+    rp_test_write_file(path, text, strlen(text));
 }
 
 static uint8_t *read_file(const char *path, size_t *n)
@@ -79,7 +39,7 @@ static void raw_file_len(const char *path, uint64_t declared, const char *json, 
     memcpy(b + 8, json, jl);
     for (size_t i = 0; i < data_len; i++)
         b[8 + jl + i] = (uint8_t)i;
-    write_file(path, b, 8 + jl + data_len);
+    rp_test_write_file(path, b, 8 + jl + data_len);
     rp_free(b);
 }
 
@@ -127,7 +87,7 @@ static void dir_fails(const char *dir, rp_status want, const char *culprit)
 
 static const char *crafted(const char *name, const char *json, size_t data_len)
 {
-    const char *p = tmp_path(name);
+    const char *p = rp_test_tmp_path(name);
     raw_file(p, json, data_len);
     return p;
 }
@@ -218,7 +178,7 @@ static void check_small(const rp_st_set *s, const char *file)
 static void test_roundtrip(void **state)
 {
     (void)state;
-    const char *path = tmp_path("small.safetensors");
+    const char *path = rp_test_tmp_path("small.safetensors");
     write_small(path);
     rp_st_set *s;
     assert_int_equal(rp_st_open_file(path, &s), RP_OK);
@@ -248,7 +208,7 @@ static void test_roundtrip(void **state)
 static void test_writer_rejects(void **state)
 {
     (void)state;
-    const char *path = tmp_path("rejects.safetensors");
+    const char *path = rp_test_tmp_path("rejects.safetensors");
     rp_st_tensor t[2] = {small_tensors[0], small_tensors[0]};
     assert_int_equal(rp_st_write(path, t, 2, NULL), RP_ERR_INVALID); // duplicate name
     t[1].name = "__metadata__";
@@ -271,7 +231,7 @@ static void test_writer_rejects(void **state)
     assert_int_equal(rp_st_write(path, t, 2, NULL), RP_ERR_INVALID);
     const char *odd_meta[] = {"k", NULL};
     assert_int_equal(rp_st_write(path, t, 1, odd_meta), RP_ERR_INVALID);
-    assert_int_equal(rp_st_write(tmp_path("no/such/dir.safetensors"), t, 1, NULL), RP_ERR_IO);
+    assert_int_equal(rp_st_write(rp_test_tmp_path("no/such/dir.safetensors"), t, 1, NULL), RP_ERR_IO);
     check_message(RP_ERR_IO, "no/such/dir.safetensors");
     assert_false(rp_file_exists(path));
 }
@@ -282,25 +242,25 @@ static void test_crafted(void **state)
     const char *p;
     rp_st_set *s;
     // Sizes and header length.
-    p = tmp_path("empty.safetensors");
-    write_file(p, "", 0);
+    p = rp_test_tmp_path("empty.safetensors");
+    rp_test_write_file(p, "", 0);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("seven.safetensors");
-    write_file(p, "\x10\0\0\0\0\0\0", 7);
+    p = rp_test_tmp_path("seven.safetensors");
+    rp_test_write_file(p, "\x10\0\0\0\0\0\0", 7);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("len0.safetensors");
+    p = rp_test_tmp_path("len0.safetensors");
     raw_file_len(p, 0, "", 16);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("len_past_end.safetensors");
+    p = rp_test_tmp_path("len_past_end.safetensors");
     raw_file_len(p, 1000, "{}", 16);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("len_huge.safetensors");
+    p = rp_test_tmp_path("len_huge.safetensors");
     raw_file_len(p, (uint64_t)1 << 63, "{}", 16);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("len_max.safetensors");
+    p = rp_test_tmp_path("len_max.safetensors");
     raw_file_len(p, UINT64_MAX, "{}", 16);
     file_fails(p, RP_ERR_INVALID);
-    p = tmp_path("len_over_cap.safetensors");
+    p = rp_test_tmp_path("len_over_cap.safetensors");
     raw_file_len(p, RP_ST_MAX_HEADER + 1, "{}", 16);
     file_fails(p, RP_ERR_INVALID);
 
@@ -414,8 +374,8 @@ static void test_crafted(void **state)
     assert_int_equal(rp_st_n_tensors(s), 0);
     rp_st_close(s);
 
-    file_fails(tmp_path("missing.safetensors"), RP_ERR_IO);
-    file_fails(tmpdir, RP_ERR_IO);
+    file_fails(rp_test_tmp_path("missing.safetensors"), RP_ERR_IO);
+    file_fails(rp_test_tmpdir, RP_ERR_IO);
 }
 
 static void make_dir(const char *p)
@@ -445,7 +405,7 @@ static void write_sharded(const char *dir)
 static void test_sharded(void **state)
 {
     (void)state;
-    const char *dir = tmp_path("sharded");
+    const char *dir = rp_test_tmp_path("sharded");
     make_dir(dir);
     write_sharded(dir);
     rp_st_set *s;
@@ -471,7 +431,7 @@ static void test_sharded(void **state)
     rp_st_close(s);
 
     // A folder with just model.safetensors.
-    dir = tmp_path("single");
+    dir = rp_test_tmp_path("single");
     make_dir(dir);
     char p[600];
     snprintf(p, sizeof(p), "%s/model.safetensors", dir);
@@ -481,10 +441,10 @@ static void test_sharded(void **state)
     assert_string_equal(rp_st_path(s), dir);
     rp_st_close(s);
 
-    dir = tmp_path("empty-dir");
+    dir = rp_test_tmp_path("empty-dir");
     make_dir(dir);
     dir_fails(dir, RP_ERR_IO, dir);
-    dir_fails(tmp_path("no-such-dir"), RP_ERR_IO, tmp_path("no-such-dir"));
+    dir_fails(rp_test_tmp_path("no-such-dir"), RP_ERR_IO, rp_test_tmp_path("no-such-dir"));
     dir_fails(p, RP_ERR_IO, p); // a file, not a folder
 }
 
@@ -527,7 +487,7 @@ static void test_index_corrupt(void **state)
     char p[700], idx[700];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char dir[600];
-        snprintf(dir, sizeof(dir), "%s/idx-%s", tmpdir, cases[i].name);
+        snprintf(dir, sizeof(dir), "%s/idx-%s", rp_test_tmpdir, cases[i].name);
         make_dir(dir);
         write_sharded(dir);
         snprintf(p, sizeof(p), "%s/bad.safetensors", dir);
@@ -544,9 +504,9 @@ static void test_index_corrupt(void **state)
 static void test_oom(void **state)
 {
     (void)state;
-    const char *path = tmp_path("oom.safetensors");
+    const char *path = rp_test_tmp_path("oom.safetensors");
     write_small(path);
-    const char *dir = tmp_path("oom-dir");
+    const char *dir = rp_test_tmp_path("oom-dir");
     make_dir(dir);
     write_sharded(dir);
     for (int which = 0; which < 2; which++) {
@@ -572,12 +532,12 @@ static void test_oom(void **state)
 static void test_truncate_every_byte(void **state)
 {
     (void)state;
-    const char *src = tmp_path("trunc-src.safetensors");
+    const char *src = rp_test_tmp_path("trunc-src.safetensors");
     write_small(src);
     size_t size;
     uint8_t *bytes = read_file(src, &size);
-    const char *path = tmp_path("trunc.safetensors");
-    write_file(path, bytes, size);
+    const char *path = rp_test_tmp_path("trunc.safetensors");
+    rp_test_write_file(path, bytes, size);
     for (size_t len = size; len-- > 0;) {
         assert_int_equal(truncate(path, (off_t)len), 0);
         file_fails(path, RP_ERR_INVALID);
@@ -626,7 +586,7 @@ static void flip_check(const char *path, const uint8_t *bytes, size_t size, size
 static void test_flip_every_header_byte(void **state)
 {
     (void)state;
-    const char *path = tmp_path("flip.safetensors");
+    const char *path = rp_test_tmp_path("flip.safetensors");
     write_small(path);
     size_t size;
     uint8_t *bytes = read_file(path, &size);
@@ -705,8 +665,8 @@ static void test_conformance_corrupt(void **state)
     uint64_t n;
     memcpy(&n, bytes, 8);
     size_t hdr = 8 + (size_t)n;
-    const char *path = tmp_path("qwen2-trunc.safetensors");
-    write_file(path, bytes, size);
+    const char *path = rp_test_tmp_path("qwen2-trunc.safetensors");
+    rp_test_write_file(path, bytes, size);
     for (int k = 63; k >= 0; k--) {
         assert_int_equal(truncate(path, (off_t)(hdr + (size - hdr) * (size_t)k / 64)), 0);
         file_fails(path, RP_ERR_INVALID);
@@ -715,8 +675,8 @@ static void test_conformance_corrupt(void **state)
         assert_int_equal(truncate(path, (off_t)len), 0);
         file_fails(path, RP_ERR_INVALID);
     }
-    path = tmp_path("qwen2-flip.safetensors");
-    write_file(path, bytes, size);
+    path = rp_test_tmp_path("qwen2-flip.safetensors");
+    rp_test_write_file(path, bytes, size);
     static const uint8_t xors[] = {0xff, 0x01};
     int n_fail = 0;
     flip_check(path, bytes, size, 0, hdr, xors, sizeof(xors), &n_fail);
@@ -739,5 +699,5 @@ int main(void)
         cmocka_unit_test(test_conformance),
         cmocka_unit_test(test_conformance_corrupt),
     };
-    return cmocka_run_group_tests(tests, setup_all, teardown_all);
+    return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }
