@@ -1,0 +1,143 @@
+/*
+ * engine.h - the engine thread: runs generation requests on one model, together.
+ *
+ * The engine owns the model's KV pool and one thread. Other threads (the HTTP
+ * server's connection threads, `rapid run`) submit requests and read their
+ * tokens back; they never touch the model. Each step the engine thread
+ *
+ *   1. admits queued requests while the running set has room and the KV pool
+ *      has blocks for their prompt (first come, first served),
+ *   2. builds one flattened batch: a prefill chunk of each admitted prompt
+ *      (chunks bounded by the model's max_batch) plus one decode token of each
+ *      running request,
+ *   3. runs rp_model_forward, samples each request's next token with its own
+ *      sampler (and, for JSON mode, its grammar mask),
+ *   4. appends the tokens to the requests' outboxes and wakes their readers,
+ *   5. retires finished and cancelled requests, freeing their KV at once.
+ *
+ * A request's output depends only on its own prompt and parameters, never on
+ * what else runs with it: a greedy request gives the same tokens alone or in a
+ * batch of 16 (the forward pass is per-token deterministic).
+ *
+ * End of generation: an end-of-generation token of the tokenizer or model
+ * (not emitted: finish STOP), max_tokens reached (LENGTH), the context full
+ * (LENGTH), rp_gen_cancel (CANCELLED), or an engine error (ERROR, with the
+ * message in rp_gen_error). Stop strings are text and belong to the caller,
+ * which cancels when it sees one.
+ *
+ * Threads: rp_engine_* and rp_gen_* may be called from any thread; a given
+ * rp_gen belongs to the thread that submitted it (one reader).
+ */
+#ifndef RP_ENGINE_H
+#define RP_ENGINE_H
+
+#include "../model/model.h"
+#include "../sample/sample.h"
+#include "../tokenizer/tokenizer.h"
+
+#define RP_GEN_TOP_MAX 20 // most alternatives per token for logprobs (OpenAI's top_logprobs limit)
+
+typedef struct rp_engine_params {
+    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx
+    int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = max(n_ctx, 4096) rounded up to blocks
+    int kv_block;    // tokens per KV block; 0 = 16
+    int max_running; // requests generating together; 0 = 16
+    int max_queue;   // requests waiting to be admitted; past it submit fails; 0 = 64
+} rp_engine_params;
+
+void rp_engine_params_default(rp_engine_params *p);
+
+typedef struct rp_engine rp_engine;
+
+// Starts the engine thread over a loaded model and its tokenizer (both borrowed;
+// they must outlive the engine). Creates the KV pool. RP_ERR_NOMEM, RP_ERR_INVALID
+// for bad params (message names the field).
+rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
+// Cancels everything queued or running, joins the thread, frees the pool.
+// Handles not yet released stay valid (finished, CANCELLED) until released.
+void rp_engine_destroy(rp_engine *e);
+// The effective context length per request (n_ctx after defaults and the model's limit).
+int rp_engine_n_ctx(const rp_engine *e);
+
+typedef struct rp_gen_params {
+    const int32_t *prompt; // (n_prompt) token ids, copied at submit
+    int n_prompt;
+    int max_tokens;         // most tokens to generate; <= 0: until the context is full. Clamped to n_ctx - n_prompt.
+    rp_sample_params sample;
+    bool ignore_eos;        // end-of-generation tokens do not stop (they are emitted)
+    int n_logprobs;         // -1: no logprobs; 0: the chosen token's; k in 1..RP_GEN_TOP_MAX: plus the k most likely
+    bool json;              // constrain the output to one JSON object (grammar mask each step); the
+                            // object's end makes end-of-generation the only choice
+} rp_gen_params;
+
+// OpenAI sampling defaults (rp_sample_params_default), max_tokens 0, no logprobs, no JSON.
+void rp_gen_params_default(rp_gen_params *p);
+
+typedef enum rp_gen_finish {
+    RP_GEN_RUNNING = 0,   // more may come
+    RP_GEN_STOP = 1,      // end-of-generation token (not emitted)
+    RP_GEN_LENGTH = 2,    // max_tokens or the context reached
+    RP_GEN_CANCELLED = 3, // rp_gen_cancel or engine shutdown
+    RP_GEN_ERROR = 4,     // the engine failed this request: rp_gen_error says why
+} rp_gen_finish;
+
+// One generated token, with its log-probabilities when asked (natural log, of
+// the distribution the token was drawn from after the sampling chain's filters
+// = rp_sampler_probs; the top list is sorted, most likely first).
+typedef struct rp_gen_token {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[RP_GEN_TOP_MAX];
+    float top_logprobs[RP_GEN_TOP_MAX];
+} rp_gen_token;
+
+typedef struct rp_gen rp_gen;
+
+// Queues a request. Errors (nothing queued, *out NULL):
+//   RP_ERR_RANGE   the prompt alone does not fit n_ctx (message: "the prompt has N tokens, the context is M"),
+//                  or it needs more KV than the whole pool
+//   RP_ERR_LIMIT   the queue is full (the server answers 503 Retry-After)
+//   RP_ERR_INVALID empty prompt, token ids out of the vocabulary, bad sample params or n_logprobs
+//   RP_ERR_NOMEM
+rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out);
+
+// Waits up to timeout_s (0: do not wait) until the request has tokens not yet
+// read or has finished; copies up to cap unread tokens into out (*n_out of
+// them) and returns RP_GEN_RUNNING, or the finish reason once every token has
+// been read.
+rp_gen_finish rp_gen_read(rp_gen *g, double timeout_s, rp_gen_token *out, int cap, int *n_out);
+// Asks the engine to stop this request; it is retired (KV freed) at the next step.
+void rp_gen_cancel(rp_gen *g);
+// Gives the handle back (cancelling the request if it still runs). g is gone after.
+void rp_gen_release(rp_gen *g);
+// The reason of an RP_GEN_ERROR ("" otherwise). Valid until release.
+const char *rp_gen_error(const rp_gen *g);
+
+typedef struct rp_gen_stats {
+    int n_prompt;        // prompt tokens
+    int n_cached;        // prompt tokens whose KV was reused (prefix cache; 0 until it exists)
+    int n_generated;     // tokens produced so far
+    int max_tokens;      // the effective limit after clamping
+    double t_submit;     // rp_time_s() at submit
+    double t_admit;      // when prefill started (0 while queued)
+    double t_first;      // when the first token was produced (0 before)
+    double t_last;       // when the latest token was produced
+} rp_gen_stats;
+
+void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out);
+
+typedef struct rp_engine_stats {
+    int queued, running;        // requests waiting / generating now
+    int kv_blocks, kv_blocks_used;
+    int kv_block_tokens;
+    uint64_t steps;             // forwards run
+    uint64_t tokens_prefilled;  // prompt tokens run through the model
+    uint64_t tokens_generated;
+    uint64_t requests_done;     // retired, any reason
+    uint64_t requests_cancelled;
+} rp_engine_stats;
+
+void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out);
+
+#endif
