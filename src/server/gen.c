@@ -19,7 +19,7 @@
  * tool_choice: `none` renders without tools and parses no calls; `required`
  * and a named tool force the reply's start by appending the format's opening
  * to the prompt (Hermes/Qwen: `<tool_call>\n{"name": "` or, named,
- * `<tool_call>\n{"name": "NAME", "arguments": `) and pushing the same text
+ * `<tool_call>\n{"name": "NAME", "arguments": {`) and pushing the same text
  * into the parser first. Other formats are not forced: they fall back to
  * `auto` (the tools are still offered and parsed).
  *
@@ -90,18 +90,25 @@ bool rp_stop_push(rp_stop_matcher *m, const char *text, size_t len, const char *
     rp_buf_append(&m->held, text, len);
     const char *h = m->held.data ? m->held.data : "";
     size_t n = m->held.len;
-    // The earliest match wins.
-    for (size_t at = 0; at < n; at++) {
+    // The match that completes first wins (as when the text arrives byte by
+    // byte); at one end position, the longest.
+    for (size_t end = 1; end <= n; end++) {
+        int best = -1;
+        size_t best_start = 0;
         for (int i = 0; i < m->n_stops; i++) {
             size_t sl = strlen(m->stops[i]);
-            if (sl <= n - at && memcmp(h + at, m->stops[i], sl) == 0) {
-                m->matched = i;
-                rp_buf_append(&m->out, h, at);
-                rp_buf_reset(&m->held);
-                *out = m->out.data ? m->out.data : "";
-                *out_len = m->out.len;
-                return true;
+            if (sl <= end && memcmp(h + end - sl, m->stops[i], sl) == 0 && (best < 0 || end - sl < best_start)) {
+                best = i;
+                best_start = end - sl;
             }
+        }
+        if (best >= 0) {
+            m->matched = best;
+            rp_buf_append(&m->out, h, best_start);
+            rp_buf_reset(&m->held);
+            *out = m->out.data ? m->out.data : "";
+            *out_len = m->out.len;
+            return true;
         }
     }
     size_t keep = stop_partial(m, h, n);
@@ -180,7 +187,7 @@ static bool forced_opening(rp_server *s, const rp_api_req *q, bool think_open, c
             rp_buf_deinit(&b);
             return rp_api_fail(e, 500, NULL, NULL, "out of memory");
         }
-        rp_buf_printf(&b, "<tool_call>\n{\"name\": %s, \"arguments\": ", quoted);
+        rp_buf_printf(&b, "<tool_call>\n{\"name\": %s, \"arguments\": {", quoted);
         free(quoted);
     }
     if (b.failed) {
@@ -505,6 +512,11 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     }
     if (st == RP_ERR_RANGE) {
         rp_api_fail(e, 400, q->messages ? "messages" : "prompt", "context_length_exceeded", "%s",
+                    rp_error_message());
+        goto fail;
+    }
+    if (st == RP_ERR_UNSUPPORTED) {
+        rp_api_fail(e, 400, q->json_mode ? "response_format" : NULL, "unsupported_parameter", "%s",
                     rp_error_message());
         goto fail;
     }

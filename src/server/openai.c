@@ -141,9 +141,9 @@ static json_t *completion_logprobs(const rp_tokenizer *tok, const rp_gen_token *
 
 static json_t *usage_json(const rp_req_stats *st)
 {
-    return json_pack("{s:i,s:i,s:i,s:{s:i},s:{s:i}}", "prompt_tokens", st->n_prompt, "completion_tokens",
-                     st->n_completion, "total_tokens", st->n_prompt + st->n_completion, "prompt_tokens_details",
-                     "cached_tokens", st->n_cached, "completion_tokens_details", "reasoning_tokens", 0);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", st->n_prompt, "completion_tokens", st->n_completion,
+                     "total_tokens", st->n_prompt + st->n_completion, "prompt_tokens_details", "cached_tokens",
+                     st->n_cached);
 }
 
 static const char *finish_name(const rp_drv_info *info)
