@@ -19,7 +19,7 @@
  * tool_choice: `none` renders without tools and parses no calls; `required`
  * and a named tool force the reply's start by appending the format's opening
  * to the prompt (Hermes/Qwen: `<tool_call>\n{"name": "` or, named,
- * `<tool_call>\n{"name": "NAME", "arguments": {`) and pushing the same text
+ * `<tool_call>\n{"name": "NAME",`) and pushing the same text
  * into the parser first. Other formats are not forced: they fall back to
  * `auto` (the tools are still offered and parsed).
  *
@@ -187,7 +187,10 @@ static bool forced_opening(rp_server *s, const rp_api_req *q, bool think_open, c
             rp_buf_deinit(&b);
             return rp_api_fail(e, 500, NULL, NULL, "out of memory");
         }
-        rp_buf_printf(&b, "<tool_call>\n{\"name\": %s, \"arguments\": {", quoted);
+        // Ends after the comma: `",` is one token in Qwen-style vocabularies, so the
+        // forced text tokenizes as the model's own reply would (cutting inside a
+        // merged token derails small models).
+        rp_buf_printf(&b, "<tool_call>\n{\"name\": %s,", quoted);
         free(quoted);
     }
     if (b.failed) {
