@@ -79,6 +79,9 @@ void rp_buf_json(rp_buf *b, const json_t *v);
 void rp_sse_json(rp_buf *b, const char *event, const json_t *data);
 // Appends "data: TEXT\n\n" (e.g. "[DONE]").
 void rp_sse_text(rp_buf *b, const char *text);
+// Writes prefix + 24 random alphanumerics into out (ids of replies and
+// items: "msg_...", "resp_..."); salt mixes in the caller's request id. Any thread.
+void rp_api_id(char *out, size_t cap, const char *prefix, uint64_t salt);
 
 /* ---- API errors ------------------------------------------------------------ */
 
