@@ -60,14 +60,14 @@ struct rp_gen {
     // Engine thread only once queued.
     int32_t *toks; // (toks_cap) the prompt, then the generated tokens kept
     int toks_cap, n_tok, n_comp;
-    int n_gen;        // tokens sampled (a final end-of-generation one included)
-    int take;         // tokens fed this step
-    rp_sampler *smp;  // from the first admission to retirement
-    rp_kv_seq kv;     // KV blocks (changed under e->mu: others read the pool's count)
-    bool has_tok;     // this step produced tok, to emit
+    int n_gen;       // tokens sampled (a final end-of-generation one included)
+    int take;        // tokens fed this step
+    rp_sampler *smp; // from the first admission to retirement
+    rp_kv_seq kv;    // KV blocks (changed under e->mu: others read the pool's count)
+    bool has_tok;    // this step produced tok, to emit
     rp_gen_token tok;
-    rp_gen_finish done;    // this step ended the request (RUNNING: it did not)
-    const char *done_msg;  // why, for RP_GEN_ERROR (valid until the publish)
+    rp_gen_finish done;   // this step ended the request (RUNNING: it did not)
+    const char *done_msg; // why, for RP_GEN_ERROR (valid until the publish)
 
     // Under e->mu.
     rp_gen_token *out; // (out_cap) unread tokens are [out_head, out_len)
@@ -111,9 +111,9 @@ struct rp_engine {
     rp_gen **b_gens;                // (max_running) the request of each sequence
     rp_gen **b_rows;                // (max_running) the request of each logits row
     int n_b, n_b_seqs, n_b_rows, n_b_prefill;
-    float *logits;                  // (max_running, n_vocab)
-    float *lp;                      // (n_vocab) logprobs of one row
-    char step_err[512];             // why the last forward failed
+    float *logits;      // (max_running, n_vocab)
+    float *lp;          // (n_vocab) logprobs of one row
+    char step_err[512]; // why the last forward failed
 };
 
 void rp_engine_params_default(rp_engine_params *p)
@@ -361,7 +361,7 @@ static void fill_logprobs(rp_engine *e, rp_gen *g, const float *row)
         float v = e->lp[i];
         if (v == -INFINITY || (n == k && v <= t->top_logprobs[n - 1]))
             continue;
-        int at = n < k ? n++ : k - 1; // full: the last one goes
+        int at = n < k ? n++ : k - 1;                         // full: the last one goes
         for (; at > 0 && t->top_logprobs[at - 1] < v; at--) { // strictly: equal ones keep the lower id first
             t->top_logprobs[at] = t->top_logprobs[at - 1];
             t->top_ids[at] = t->top_ids[at - 1];
@@ -652,7 +652,8 @@ static rp_status check_request(const rp_engine *e, const rp_gen_params *p)
     if (p->json)
         return RP_ERR(RP_ERR_UNSUPPORTED, "JSON-constrained output is not available yet");
     if (p->n_prompt >= e->n_ctx)
-        return RP_ERR(RP_ERR_RANGE, "the prompt has %d tokens, the context is %d (at least one must be left to generate)",
+        return RP_ERR(RP_ERR_RANGE,
+                      "the prompt has %d tokens, the context is %d (at least one must be left to generate)",
                       p->n_prompt, e->n_ctx);
     if (blocks_for(e, p->n_prompt) > e->n_blocks)
         return RP_ERR(RP_ERR_RANGE, "the prompt has %d tokens, the KV cache holds %d", p->n_prompt,

@@ -31,8 +31,8 @@ static const char *TEXTS[] = {
     "Write a Python function that returns the sum of a list.",
     "Convert {\"a\": 1, \"b\": [2, 3]} to YAML.",
     "hi",
-    "Explain what a hash table is, in two sentences, without using the words key or value, and then give a "
-    "short example in Python that counts the words of a sentence.",
+    ("Explain what a hash table is, in two sentences, without using the words key or value, and then give a "
+     "short example in Python that counts the words of a sentence."),
     "What's the weather in Paris?",
     "def fib(n):",
     "Rename the variable x to count in: for x in range(10): print(x)",
@@ -74,8 +74,8 @@ static int setup(void **state)
         char text[1024];
         // The chat format, thinking off; every other prompt raw, so both kinds of text appear.
         if (i % 2 == 0)
-            snprintf(text, sizeof(text), "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n",
-                     TEXTS[i]);
+            snprintf(text, sizeof(text),
+                     "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n", TEXTS[i]);
         else
             snprintf(text, sizeof(text), "%s", TEXTS[i]);
         size_t n;
@@ -176,8 +176,8 @@ static rp_gen_finish read_all_ok(rp_gen *g, int32_t *ids, rp_gen_token *toks, in
 // cut before the first end-of-generation token unless ignore_eos.
 typedef struct expect {
     int32_t ids[256];
-    int n;                // tokens emitted
-    int n_generated;      // tokens sampled
+    int n;           // tokens emitted
+    int n_generated; // tokens sampled
     rp_gen_finish finish;
 } expect;
 
@@ -418,7 +418,7 @@ static void test_cancel(void **state)
     rp_gen_stats after;
     rp_gen_get_stats(g, &after);
     assert_int_equal(after.n_generated, at_cancel.n_generated); // nothing after the cancel
-    assert_int_equal(n + rest, after.n_generated);               // every sampled token was read
+    assert_int_equal(n + rest, after.n_generated);              // every sampled token was read
     assert_int_equal(read_all_ok(q, ids, NULL, 4000, &rest), RP_GEN_CANCELLED);
     rp_gen_stats qs;
     rp_gen_get_stats(q, &qs);
