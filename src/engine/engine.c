@@ -295,24 +295,24 @@ static void admit(rp_engine *e)
 static void reserve_decodes(rp_engine *e)
 {
     for (rp_gen *g = e->r_head; g;) {
+        rp_gen *next = NULL; // where to go on once g has left the running list
         bool gone = false;
-        if (g->n_tok - g->n_comp == 1) {
-            rp_status st;
-            while (!gone && (st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_comp + 1)) != RP_OK) {
-                rp_gen *victim = e->r_tail;
-                if (st != RP_ERR_RANGE) {
-                    finish(e, g, RP_GEN_ERROR, rp_error_message());
-                    gone = true;
-                } else if (victim == g && e->r_head == g) {
-                    finish(e, g, RP_GEN_LENGTH, NULL); // alone and the pool is full: it can never grow
-                    gone = true;
-                } else {
-                    preempt(e, victim);
-                    gone = victim == g;
-                }
+        rp_status st;
+        while (!gone && g->n_tok - g->n_comp == 1 && (st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_comp + 1)) != RP_OK) {
+            rp_gen *victim = e->r_tail;
+            if (st != RP_ERR_RANGE) { // out of memory for the block table
+                next = g->next;
+                finish(e, g, RP_GEN_ERROR, rp_error_message());
+                gone = true;
+            } else if (victim == g && e->r_head == g) {
+                finish(e, g, RP_GEN_LENGTH, NULL); // alone and the pool is full: it can never grow
+                gone = true;
+            } else {
+                preempt(e, victim);
+                gone = victim == g; // g was the tail: nothing after it
             }
         }
-        g = gone ? NULL : g->next;
+        g = gone ? next : g->next;
     }
 }
 
@@ -734,13 +734,15 @@ rp_gen_finish rp_gen_read(rp_gen *g, double timeout_s, rp_gen_token *out, int ca
 {
     rp_engine *e = g->e;
     struct timespec deadline;
+    if (isnan(timeout_s))
+        timeout_s = 0;
     if (timeout_s > 0) {
+        if (timeout_s > 1e9) // ~30 years: as good as no limit, and no overflow
+            timeout_s = 1e9;
         clock_gettime(CLOCK_MONOTONIC, &deadline);
         double whole = floor(timeout_s);
-        if (whole > 1e9) // ~30 years: as good as no limit, and no overflow
-            whole = 1e9;
         deadline.tv_sec += (time_t)whole;
-        deadline.tv_nsec += (long)((timeout_s - floor(timeout_s)) * 1e9);
+        deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
         if (deadline.tv_nsec >= 1000000000L) {
             deadline.tv_sec++;
             deadline.tv_nsec -= 1000000000L;

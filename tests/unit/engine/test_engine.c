@@ -892,6 +892,56 @@ static void test_alloc_failures(void **state)
     rp_engine_destroy(e);
 }
 
+// One allocation fails somewhere in a run of two requests (submit, admission,
+// the KV block table as it grows, the outbox): the request it hits finishes
+// ERROR with the reason, the other one is untouched, the pool ends empty.
+static void test_alloc_failure_mid_run(void **state)
+{
+    enum { GEN = 24 };
+    static expect xa, xb;
+    reference(&P[13], GEN, true, &xa);
+    reference(&P[1], GEN, true, &xb);
+    // Blocks of one token: the block tables grow (16 -> 32 entries) a few tokens in.
+    rp_engine *e = make_engine(4, 256, 1, 0);
+    int table_hits = 0;
+    for (long k = 0; k < 48; k++) {
+        rp_gen_params ga = greedy_params(&P[13], GEN, true), gb = greedy_params(&P[1], GEN, true);
+        rp_gen *g[2] = {NULL, NULL};
+        const expect *x[2] = {&xa, &xb};
+        rp_alloc_fail_after(k, false);
+        rp_status sa = rp_engine_submit(e, &ga, &g[0]);
+        rp_status sb = rp_engine_submit(e, &gb, &g[1]);
+        assert_true(sa == RP_OK || sa == RP_ERR_NOMEM);
+        assert_true(sb == RP_OK || sb == RP_ERR_NOMEM);
+        int errors = (sa != RP_OK) + (sb != RP_OK);
+        for (int r = 0; r < 2; r++) {
+            if (!g[r])
+                continue;
+            int32_t ids[GEN];
+            int n;
+            rp_gen_finish f = read_all_ok(g[r], ids, NULL, GEN, &n);
+            if (f == RP_GEN_ERROR) {
+                const char *why = rp_gen_error(g[r]);
+                if (!strstr(why, "out of memory"))
+                    fail_msg("k=%ld, request %d: %s", k, r, why);
+                table_hits += strstr(why, "KV block table") != NULL;
+                errors++;
+            } else {
+                check(g[r], f, ids, &n, x[r], "the request the failure missed");
+            }
+        }
+        rp_alloc_fail_after(-1, false);
+        assert_true(errors <= 1);
+        rp_gen_release(g[0]);
+        rp_gen_release(g[1]);
+    }
+    assert_true(table_hits > 0);
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    assert_int_equal(es.kv_blocks_used, 0);
+    rp_engine_destroy(e);
+}
+
 static void test_json_unsupported(void **state)
 {
     rp_engine *e = make_engine(0, 0, 0, 0);
@@ -918,6 +968,7 @@ int main(void)
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_sampling_reproducible),
         cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_alloc_failure_mid_run),
         cmocka_unit_test(test_json_unsupported),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
