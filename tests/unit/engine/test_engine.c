@@ -942,6 +942,46 @@ static void test_alloc_failure_mid_run(void **state)
     rp_engine_destroy(e);
 }
 
+// rp_gen_read's waits: a request queued behind one that runs for a long time
+// has nothing to read; a zero, short or NaN timeout returns at once with nothing.
+static void test_read_timeouts(void **state)
+{
+    static expect x;
+    reference(&P[3], 4, true, &x);
+    rp_engine *e = make_engine(1, 0, 0, 0);
+    rp_gen_params gp = greedy_params(&P[1], 0, true); // until the context (32768) is full
+    rp_gen *a = submit(e, &gp);
+    gp = greedy_params(&P[3], 4, true);
+    rp_gen *b = submit(e, &gp);
+    rp_gen_token buf[4];
+    int k = -1;
+    assert_int_equal(rp_gen_read(b, 0, buf, 4, &k), RP_GEN_RUNNING);
+    assert_int_equal(k, 0);
+    k = -1;
+    assert_int_equal(rp_gen_read(b, 0.02, buf, 4, &k), RP_GEN_RUNNING);
+    assert_int_equal(k, 0);
+    k = -1;
+    assert_int_equal(rp_gen_read(b, NAN, buf, 4, &k), RP_GEN_RUNNING);
+    assert_int_equal(k, 0);
+    rp_gen_stats gs;
+    rp_gen_get_stats(b, &gs);
+    assert_true(gs.t_admit == 0 && gs.n_generated == 0); // still queued
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    assert_int_equal(es.running, 1);
+    assert_int_equal(es.queued, 1);
+    assert_true(es.kv_blocks_used > 0);
+    // Once a is gone, b runs; a read with cap 0 only reports the state.
+    rp_gen_release(a);
+    int32_t ids[4];
+    int n;
+    check(b, read_all_ok(b, ids, NULL, 4, &n), ids, &n, &x, "after the long one");
+    assert_int_equal(rp_gen_read(b, 1.0, NULL, 0, &k), RP_GEN_LENGTH);
+    assert_int_equal(k, 0);
+    rp_gen_release(b);
+    rp_engine_destroy(e);
+}
+
 static void test_json_unsupported(void **state)
 {
     rp_engine *e = make_engine(0, 0, 0, 0);
@@ -960,6 +1000,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_requests),
         cmocka_unit_test(test_preemption_keeps_outputs),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_read_timeouts),
         cmocka_unit_test(test_release_running),
         cmocka_unit_test(test_destroy_with_live_handles),
         cmocka_unit_test(test_limits),
