@@ -897,11 +897,12 @@ static void test_alloc_failures(void **state)
 // ERROR with the reason, the other one is untouched, the pool ends empty.
 static void test_alloc_failure_mid_run(void **state)
 {
-    enum { GEN = 24 };
+    enum { GEN = 12 };
     static expect xa, xb;
     reference(&P[13], GEN, true, &xa);
     reference(&P[1], GEN, true, &xb);
-    // Blocks of one token: the block tables grow (16 -> 32 entries) a few tokens in.
+    // Blocks of one token: the block tables grow (16 -> 32 entries) a few tokens in
+    // (prompts of 14 and 13 tokens).
     rp_engine *e = make_engine(4, 256, 1, 0);
     int table_hits = 0;
     for (long k = 0; k < 48; k++) {
