@@ -7,9 +7,9 @@
  *
  *   1. admits queued requests while the running set has room and the KV pool
  *      has blocks for their prompt (first come, first served),
- *   2. builds one flattened batch: a prefill chunk of each admitted prompt
- *      (chunks bounded by the model's max_batch) plus one decode token of each
- *      running request,
+ *   2. builds one flattened batch: one decode token of each running request,
+ *      then prefill chunks of the admitted prompts in admission order, the
+ *      whole batch at most the model's max_batch tokens (rp_model_max_batch),
  *   3. runs rp_model_forward, samples each request's next token with its own
  *      sampler (and, for JSON mode, its grammar mask),
  *   4. appends the tokens to the requests' outboxes and wakes their readers,
@@ -34,7 +34,8 @@
  * alone outgrows the whole pool finishes LENGTH.
  *
  * Threads: rp_engine_* and rp_gen_* may be called from any thread; a given
- * rp_gen belongs to the thread that submitted it (one reader).
+ * rp_gen belongs to the thread that submitted it (one reader). Between create
+ * and destroy the model is the engine thread's: nobody else may run it.
  */
 #ifndef RP_ENGINE_H
 #define RP_ENGINE_H
@@ -50,7 +51,7 @@ typedef struct rp_engine_params {
     int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = max(n_ctx, 4096) rounded up to blocks
     int kv_block;    // tokens per KV block; 0 = 16
     int max_running; // requests generating together; 0 = 16
-    int max_queue;   // requests waiting to be admitted; past it submit fails; 0 = 64
+    int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
 } rp_engine_params;
 
 void rp_engine_params_default(rp_engine_params *p);
