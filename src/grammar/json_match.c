@@ -549,12 +549,13 @@ rp_status rp_json_match_accept(rp_json_match *m, int32_t id)
     if (id < 0 || id >= v->n_tok)
         return RP_ERR(RP_ERR_INVALID, "token %d is outside the vocabulary (%d tokens)", (int)id, (int)v->n_tok);
     switch (v->kind[id]) {
-    case JT_EOG:
+    case JT_EOG: {
         // Allowed once the object is complete, or when the mask had to leave it as the only way on.
         size_t nr;
         if (json_done(&m->state) || walk(m, &nr) == 0)
             return RP_OK;
         return RP_ERR(RP_ERR_INVALID, "end-of-generation token %d before the JSON object is complete", (int)id);
+    }
     case JT_CAND:
         if (json_feed(&m->state, v->blob + v->off[id], v->off[id + 1] - v->off[id]))
             return RP_OK;
