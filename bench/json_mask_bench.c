@@ -8,7 +8,8 @@
  *   TOKENIZER: a tokenizer.json, model folder or .gguf file (rp_tok_load_file).
  * Prints one line per position: allowed tokens, microseconds per mask (median
  * and 90th percentile of REPEAT runs, default 200, after one warm-up run: the
- * median is the figure to quote on a shared machine).
+ * median is the figure to quote on a shared machine), next to the time of
+ * writing the whole row once (the floor of any mask).
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,6 +104,16 @@ int main(int argc, char **argv)
         {"object done", "{\"a\": 1}"},
     };
     printf("%-22s %8s %10s %10s\n", "position", "allowed", "median us", "p90 us");
+    // The floor of any mask: writing the whole row once.
+    for (int r = 0; r < repeat; r++) {
+        double t1 = now_us();
+        for (int32_t i = 0; i < n_vocab; i++)
+            logits[i] = -INFINITY;
+        __asm__ volatile("" : : "r"(logits) : "memory");
+        times[r] = now_us() - t1;
+    }
+    quantiles(times, repeat, &med, &p90);
+    printf("%-22s %8s %10.1f %10.1f\n", "(fill the row)", "", med, p90);
     for (size_t p = 0; p < sizeof(positions) / sizeof(positions[0]); p++) {
         rp_json_match *m = NULL;
         if (rp_json_match_create(v, &m) != RP_OK || !set_state(m, v, positions[p][1])) {

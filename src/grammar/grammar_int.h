@@ -21,35 +21,35 @@
 
 #include "grammar.h"
 
-#define JSON_MAX_DEPTH 64    // open objects/arrays at most (one bit each in json_state.stack)
-#define JSON_MAX_WS 32       // consecutive whitespace bytes between tokens at most
-#define JSON_MAX_PIECE 4096  // longer tokens are never allowed (bounds the walk's state stack)
+#define JSON_MAX_DEPTH 64   // open objects/arrays at most (one bit each in json_state.stack)
+#define JSON_MAX_WS 32      // consecutive whitespace bytes between tokens at most
+#define JSON_MAX_PIECE 4096 // longer tokens are never allowed (bounds the walk's state stack)
 
 // Modes of json_state.
 enum {
-    JM_START,     // before the top-level '{'
-    JM_OBJ_FIRST, // after '{': a key or '}'
-    JM_OBJ_KEY,   // after ',' in an object: a key
-    JM_COLON,     // after a key
-    JM_VALUE,     // after ':' or after ',' in an array: a value
-    JM_ARR_FIRST, // after '[': a value or ']'
-    JM_AFTER,     // after a value: ',' or the closing bracket of the innermost container
-    JM_DONE,      // the top-level object is closed: trailing whitespace only
-    JM_STR,       // inside a string, at a character boundary
-    JM_STR_UTF8,  // inside a multi-byte character: aux bytes still to come, the next in [lo, hi]
-    JM_STR_ESC,   // after a backslash
-    JM_STR_HEX,   // inside \uXXXX: aux digits read
-    JM_STR_LOW_BS,// after a high surrogate escape: '\' of the low one must follow
-    JM_STR_LOW_U, // after that '\': 'u'
-    JM_NUM_MINUS, // after '-'
-    JM_NUM_ZERO,  // a leading 0 (complete)
-    JM_NUM_INT,   // integer digits (complete)
-    JM_NUM_DOT,   // after '.'
-    JM_NUM_FRAC,  // fraction digits (complete)
-    JM_NUM_E,     // after 'e'/'E'
-    JM_NUM_ESIGN, // after the exponent's sign
-    JM_NUM_EXP,   // exponent digits (complete)
-    JM_LIT,       // inside true/false/null: aux = which, lo = bytes matched
+    JM_START,      // before the top-level '{'
+    JM_OBJ_FIRST,  // after '{': a key or '}'
+    JM_OBJ_KEY,    // after ',' in an object: a key
+    JM_COLON,      // after a key
+    JM_VALUE,      // after ':' or after ',' in an array: a value
+    JM_ARR_FIRST,  // after '[': a value or ']'
+    JM_AFTER,      // after a value: ',' or the closing bracket of the innermost container
+    JM_DONE,       // the top-level object is closed: trailing whitespace only
+    JM_STR,        // inside a string, at a character boundary
+    JM_STR_UTF8,   // inside a multi-byte character: aux bytes still to come, the next in [lo, hi]
+    JM_STR_ESC,    // after a backslash
+    JM_STR_HEX,    // inside \uXXXX: aux digits read
+    JM_STR_LOW_BS, // after a high surrogate escape: '\' of the low one must follow
+    JM_STR_LOW_U,  // after that '\': 'u'
+    JM_NUM_MINUS,  // after '-'
+    JM_NUM_ZERO,   // a leading 0 (complete)
+    JM_NUM_INT,    // integer digits (complete)
+    JM_NUM_DOT,    // after '.'
+    JM_NUM_FRAC,   // fraction digits (complete)
+    JM_NUM_E,      // after 'e'/'E'
+    JM_NUM_ESIGN,  // after the exponent's sign
+    JM_NUM_EXP,    // exponent digits (complete)
+    JM_LIT,        // inside true/false/null: aux = which, lo = bytes matched
 };
 
 // json_state.flags
@@ -93,27 +93,27 @@ enum {
 
 // Immutable after build; shared by all matches.
 struct rp_json_vocab {
-    int32_t n_tok;   // token ids 0..n_tok-1 (the tokenizer's size)
-    uint8_t *kind;   // (n_tok) JT_*
-    uint32_t *off;   // (n_tok + 1) token id -> its bytes in blob: [off[id], off[id+1])
-    uint8_t *blob;   // every token's bytes (JT_CAND ones only; others empty)
-    int32_t *eog;    // (n_eog) end-of-generation ids
+    int32_t n_tok; // token ids 0..n_tok-1 (the tokenizer's size)
+    uint8_t *kind; // (n_tok) JT_*
+    uint32_t *off; // (n_tok + 1) token id -> its bytes in blob: [off[id], off[id+1])
+    uint8_t *blob; // every token's bytes (JT_CAND ones only; others empty)
+    int32_t *eog;  // (n_eog) end-of-generation ids
     int32_t n_eog;
 
     // candidates sorted by bytes
     int32_t n_cand;
-    int32_t *order;  // (n_cand) token ids
-    int32_t *other;  // (n_other) ids that are neither candidates nor end-of-generation
+    int32_t *order; // (n_cand) token ids
+    int32_t *other; // (n_other) ids that are neither candidates nor end-of-generation
     int32_t n_other;
     // trie in preorder; node 0 is the root (the empty prefix)
     int32_t n_node;
-    uint8_t *byte;   // (n_node) the byte leading into the node
-    uint8_t *plain;  // (n_node) 1: every token below has a remainder (after this depth) made of
-                     //   whole UTF-8 characters other than '"', '\' and controls
-    uint16_t *depth; // (n_node)
-    uint32_t *end;   // (n_node) one past the node's subtree
-    uint32_t *first; // (n_node + 1) first candidate index below the node; first[n_node] = n_cand
-    uint32_t max_len;// longest candidate
+    uint8_t *byte;    // (n_node) the byte leading into the node
+    uint8_t *plain;   // (n_node) 1: every token below has a remainder (after this depth) made of
+                      //   whole UTF-8 characters other than '"', '\' and controls
+    uint16_t *depth;  // (n_node)
+    uint32_t *end;    // (n_node) one past the node's subtree
+    uint32_t *first;  // (n_node + 1) first candidate index below the node; first[n_node] = n_cand
+    uint32_t max_len; // longest candidate
 };
 
 // The match's current state (for tests and diagnostics).

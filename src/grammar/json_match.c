@@ -293,7 +293,7 @@ static inline bool step(json_state *s, uint8_t c)
     }
 
 structural:
-    // Structural modes (and JM_DONE, which takes trailing whitespace only): whitespace is counted, anything else resets the count.
+    // Structural modes, and JM_DONE (trailing whitespace only): whitespace is counted, anything else resets the count.
     if (is_ws(c)) {
         if (s->ws >= JSON_MAX_WS)
             return false;
@@ -377,10 +377,10 @@ struct rp_json_match {
     const rp_json_vocab *v;
     json_state state;
     // scratch of the mask
-    json_state *states;  // (v->max_len + 1) the walk's state per depth
-    cand_range *ranges;  // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
-    float *saved;        // (v->n_cand / 2 + 1) allowed logits while the row is cleared
-    float *eog_logit;    // (v->n_eog + 1) end-of-generation logits while masking
+    json_state *states; // (v->max_len + 1) the walk's state per depth
+    cand_range *ranges; // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
+    float *saved;       // (v->n_cand / 2 + 1) allowed logits while the row is cleared
+    float *eog_logit;   // (v->n_eog + 1) end-of-generation logits while masking
 };
 
 rp_status rp_json_match_create(const rp_json_vocab *v, rp_json_match **out)

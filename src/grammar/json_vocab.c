@@ -216,6 +216,19 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
     v->end[0] = n_node;
     v->first[n_node] = (uint32_t)v->n_cand;
     v->n_node = (int32_t)n_node;
+    // Shared prefixes leave most of the room unused: give it back (keeping the
+    // larger block where shrinking fails).
+    void *p;
+    if ((p = rp_realloc(v->byte, n_node)))
+        v->byte = p;
+    if ((p = rp_realloc(v->plain, n_node)))
+        v->plain = p;
+    if ((p = rp_realloc(v->depth, n_node * sizeof(*v->depth))))
+        v->depth = p;
+    if ((p = rp_realloc(v->end, n_node * sizeof(*v->end))))
+        v->end = p;
+    if ((p = rp_realloc(v->first, (n_node + 1) * sizeof(*v->first))))
+        v->first = p;
     rp_free(stack);
     rp_free(ok);
     *out = v;

@@ -331,7 +331,8 @@ static void test_limits(void **state)
 
 static void test_random_bytes(void **state)
 {
-    static const char alphabet[] = "{}[]\":,0123456789-+.eE \n\tabcdefnlrstu\\/\x01\xC3\xA9\xE4\xB8\xAD\xF0\x9F\xED\xFF";
+    static const char alphabet[] =
+        "{}[]\":,0123456789-+.eE \n\tabcdefnlrstu\\/\x01\xC3\xA9\xE4\xB8\xAD\xF0\x9F\xED\xFF";
     char buf[64];
     for (int it = 0; it < 200000; it++) {
         size_t len = 1 + rng_below(sizeof(buf));
@@ -606,7 +607,7 @@ static int distance(const json_state *s)
 
 typedef struct walk_result {
     int steps;
-    char *text;   // the pieces' bytes
+    char *text; // the pieces' bytes
     size_t len;
     int32_t *ids; // the ids picked
     size_t n_ids;
@@ -842,9 +843,10 @@ static void test_small_vocab(void **state)
 // many random small vocabularies at random reachable states.
 static void test_trie_random(void **state)
 {
-    static const char frag[][6] = {"{", "}", "[", "]", "\"", ":", ",", " ", "\n", "a", "1", "0", "-", ".", "e",
-                                   "true", "nul", "l", "\\", "u", "D8", "3d", "de", "00", "\xC3", "\xA9", "\xE4\xB8",
-                                   "\xAD", "\xF0\x9F", "\x98\x80", "\x01", "x"};
+    static const char frag[][6] = {"{",    "}",    "[",        "]",    "\"",       ":",        ",",    " ",
+                                   "\n",   "a",    "1",        "0",    "-",        ".",        "e",    "true",
+                                   "nul",  "l",    "\\",       "u",    "D8",       "3d",       "de",   "00",
+                                   "\xC3", "\xA9", "\xE4\xB8", "\xAD", "\xF0\x9F", "\x98\x80", "\x01", "x"};
     const int n_frag = (int)(sizeof(frag) / sizeof(frag[0]));
     for (int it = 0; it < 300; it++) {
         char store[48][24];
