@@ -4,8 +4,10 @@
  * a JSON object (start, key, string value, number, after a comma, inside a
  * UTF-8 character, after the end) and averaged over a random walk.
  *
- * Usage: json-mask-bench TOKENIZER [REPEAT]
+ * Usage: json-mask-bench TOKENIZER [REPEAT [ROW]]
  *   TOKENIZER: a tokenizer.json, model folder or .gguf file (rp_tok_load_file).
+ *   ROW: the logits row's length when the model pads it past the vocabulary
+ *   (e.g. 151936 for Qwen2); default the vocabulary's size.
  * Prints one line per position: allowed tokens, microseconds per mask (median
  * and 90th percentile of REPEAT runs, default 200, after one warm-up run: the
  * median is the figure to quote on a shared machine), next to the time of
@@ -65,7 +67,7 @@ static uint64_t rng(void)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s TOKENIZER [REPEAT]\n", argv[0]);
+        fprintf(stderr, "usage: %s TOKENIZER [REPEAT [ROW]]\n", argv[0]);
         return 2;
     }
     int repeat = argc > 2 ? atoi(argv[2]) : 200;
@@ -77,6 +79,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int32_t n_vocab = rp_tok_n_vocab(t);
+    if (argc > 3 && atoi(argv[3]) > n_vocab)
+        n_vocab = atoi(argv[3]);
     rp_json_vocab *v = NULL;
     double t0 = now_us();
     if (rp_json_vocab_create(t, &v) != RP_OK) {
@@ -84,8 +88,8 @@ int main(int argc, char **argv)
         return 1;
     }
     double t_build = now_us() - t0;
-    printf("vocabulary: %d tokens, %d candidates, %d trie nodes, longest %u bytes; build %.1f ms\n", (int)n_vocab,
-           (int)v->n_cand, (int)v->n_node, v->max_len, t_build / 1e3);
+    printf("vocabulary: %d tokens (row %d), %d candidates, %d trie nodes, longest %u bytes; build %.1f ms\n",
+           (int)rp_tok_n_vocab(t), (int)n_vocab, (int)v->n_cand, (int)v->n_node, v->max_len, t_build / 1e3);
 
     float *logits = malloc((size_t)n_vocab * sizeof(float));
     double *times = malloc((size_t)repeat * 5 * sizeof(double));
