@@ -630,7 +630,7 @@ static void walk(const rp_tokenizer *t, const rp_json_vocab *v, int32_t n_vocab,
     r->ids = malloc(8192 * sizeof(int32_t));
     r->len = 0;
     r->n_ids = 0;
-    assert_non_null(logits);
+    assert_true(logits && r->text && r->ids);
     int step = 0;
     for (;; step++) {
         assert_true(step < random_steps + 2000);
