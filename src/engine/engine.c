@@ -25,12 +25,19 @@
  *     queue, n_comp = 0; its sampler and emitted tokens are kept): vLLM's
  *     recompute preemption. The forward pass is per-token deterministic, so the
  *     recomputed logits, and the output, are what they would have been.
+ *   - JSON mode: the grammar's token table (rp_json_vocab) is built once, by
+ *     the first JSON request's submit; each JSON request gets a matcher at
+ *     first admission. Each step its logits row is masked before sampling
+ *     (and before logprobs) and the chosen token is accepted by the matcher.
  *   - Memory: engine buffers are sized at create (the batch for max_batch
  *     tokens, logits for max_running rows); a request's token list and outbox
- *     at submit, its sampler at first admission; the token list, the outbox and
- *     the KV block table grow geometrically. Nothing else is allocated per step.
+ *     at submit, its sampler and matcher at first admission; the token list,
+ *     the outbox and the KV block table grow geometrically. Nothing else is
+ *     allocated per step.
  */
 #include "engine.h"
+
+#include "../grammar/grammar.h"
 
 #include <errno.h>
 #include <math.h>
@@ -53,18 +60,19 @@ struct rp_gen {
 
     // Set at submit, read-only after.
     rp_sample_params sp;
-    bool ignore_eos;
+    bool ignore_eos, json;
     int n_logprobs;
     int n_prompt, max_tokens;
 
     // Engine thread only once queued.
     int32_t *toks; // (toks_cap) the prompt, then the generated tokens kept
     int toks_cap, n_tok, n_comp;
-    int n_gen;       // tokens sampled (a final end-of-generation one included)
-    int take;        // tokens fed this step
-    rp_sampler *smp; // from the first admission to retirement
-    rp_kv_seq kv;    // KV blocks (changed under e->mu: others read the pool's count)
-    bool has_tok;    // this step produced tok, to emit
+    int n_gen;         // tokens sampled (a final end-of-generation one included)
+    int take;          // tokens fed this step
+    rp_sampler *smp;   // from the first admission to retirement
+    rp_json_match *jm; // JSON mode: the same
+    rp_kv_seq kv;      // KV blocks (changed under e->mu: others read the pool's count)
+    bool has_tok;      // this step produced tok, to emit
     rp_gen_token tok;
     rp_gen_finish done;   // this step ended the request (RUNNING: it did not)
     const char *done_msg; // why, for RP_GEN_ERROR (valid until the publish)
@@ -95,6 +103,8 @@ struct rp_engine {
     atomic_int refs;
     pthread_t thread;
     bool thread_live;
+    pthread_mutex_t jv_mu; // guards the making of jv
+    rp_json_vocab *jv;     // JSON mode's token table, made by the first JSON submit
 
     // Under mu.
     bool stop;
@@ -171,6 +181,7 @@ static void engine_unref(rp_engine *e)
     if (atomic_fetch_sub(&e->refs, 1) != 1)
         return;
     pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->jv_mu);
     pthread_mutex_destroy(&e->mu);
     rp_free(e);
 }
@@ -219,6 +230,8 @@ static void finish(rp_engine *e, rp_gen *g, rp_gen_finish reason, const char *ms
     rp_kv_seq_deinit(e->kv, &g->kv);
     rp_sampler_destroy(g->smp);
     g->smp = NULL;
+    rp_json_match_destroy(g->jm);
+    g->jm = NULL;
     g->finish = reason;
     if (reason == RP_GEN_ERROR)
         snprintf(g->err, sizeof(g->err), "%s", msg && *msg ? msg : "generation failed");
@@ -272,6 +285,8 @@ static void admit(rp_engine *e)
         if (!g->smp && (st = rp_sampler_create(&g->sp, e->n_vocab, &g->smp)) == RP_OK)
             for (int i = 0; i < g->n_prompt; i++)
                 rp_sampler_accept(g->smp, g->toks[i], true);
+        if (!st && g->json && !g->jm)
+            st = rp_json_match_create(e->jv, &g->jm);
         if (!st)
             st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_tok);
         if (st) {
@@ -375,6 +390,8 @@ static void fill_logprobs(rp_engine *e, rp_gen *g, const float *row)
 // Samples g's next token from its logits row and decides whether it ends g.
 static void sample_row(rp_engine *e, rp_gen *g, float *row)
 {
+    if (g->jm)
+        rp_json_match_mask(g->jm, row, e->n_vocab);
     int32_t id = rp_sampler_sample(g->smp, row);
     g->tok.id = id;
     g->tok.logprob = 0.0f;
@@ -383,6 +400,12 @@ static void sample_row(rp_engine *e, rp_gen *g, float *row)
         fill_logprobs(e, g, row);
     rp_sampler_accept(g->smp, id, false);
     g->n_gen++;
+    if (g->jm && rp_json_match_accept(g->jm, id)) { // the mask allowed it: cannot happen
+        snprintf(e->step_err, sizeof(e->step_err), "JSON mode: %s", rp_error_message());
+        g->done = RP_GEN_ERROR;
+        g->done_msg = e->step_err;
+        return;
+    }
     if (!g->ignore_eos && is_eog(e, id)) {
         g->done = RP_GEN_STOP;
         return;
@@ -528,6 +551,8 @@ static void engine_free_parts(rp_engine *e)
     rp_free(e->b_rows);
     rp_free_aligned(e->logits);
     rp_free(e->lp);
+    rp_json_vocab_destroy(e->jv);
+    e->jv = NULL;
 }
 
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out)
@@ -564,7 +589,13 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         rp_free(e);
         return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a mutex");
     }
+    if (pthread_mutex_init(&e->jv_mu, NULL)) {
+        pthread_mutex_destroy(&e->mu);
+        rp_free(e);
+        return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a mutex");
+    }
     if (pthread_cond_init(&e->cv, NULL)) {
+        pthread_mutex_destroy(&e->jv_mu);
         pthread_mutex_destroy(&e->mu);
         rp_free(e);
         return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a condition variable");
@@ -649,8 +680,6 @@ static rp_status check_request(const rp_engine *e, const rp_gen_params *p)
     if (p->n_logprobs < -1 || p->n_logprobs > RP_GEN_TOP_MAX)
         return RP_ERR(RP_ERR_INVALID, "logprobs %d is out of range: must be -1 (none), 0 or up to %d", p->n_logprobs,
                       RP_GEN_TOP_MAX);
-    if (p->json)
-        return RP_ERR(RP_ERR_UNSUPPORTED, "JSON-constrained output is not available yet");
     if (p->n_prompt >= e->n_ctx)
         return RP_ERR(RP_ERR_RANGE,
                       "the prompt has %d tokens, the context is %d (at least one must be left to generate)",
@@ -671,6 +700,14 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     rp_status st = check_request(e, p);
     if (st)
         return st;
+    if (p->json) { // the grammar's token table, made once
+        pthread_mutex_lock(&e->jv_mu);
+        if (!e->jv)
+            st = rp_json_vocab_create(e->tok, &e->jv);
+        pthread_mutex_unlock(&e->jv_mu);
+        if (st)
+            return rp_error_prefix(st, "JSON mode");
+    }
     int room = e->n_ctx - p->n_prompt;
     int max_tokens = p->max_tokens > 0 && p->max_tokens < room ? p->max_tokens : room;
     rp_gen *g = rp_calloc(1, sizeof(*g));
@@ -679,6 +716,7 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     g->e = e;
     g->sp = p->sample;
     g->ignore_eos = p->ignore_eos;
+    g->json = p->json;
     g->n_logprobs = p->n_logprobs;
     g->n_prompt = g->n_tok = p->n_prompt;
     g->max_tokens = max_tokens;

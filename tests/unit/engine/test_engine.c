@@ -2,8 +2,8 @@
  * test_engine.c - the engine thread: its tokens against a plain loop over
  * rp_model_forward, alone and in company (threads, queueing, KV preemption),
  * cancel / release / destroy with live handles, the limits and bad requests,
- * logprobs against an independent log-softmax, seeded sampling, and
- * allocation failures.
+ * logprobs against an independent log-softmax, seeded sampling, JSON mode,
+ * and allocation failures.
  *
  * The model is models/rapid-tiny-draft (2 layers, trained: it ends its chat
  * replies with an end-of-generation token), loaded with max_batch 32 so longer
@@ -983,15 +983,110 @@ static void test_read_timeouts(void **state)
     rp_engine_destroy(e);
 }
 
-static void test_json_unsupported(void **state)
+// The text of a request's tokens, as a client would see it.
+static char *detok(const int32_t *ids, int n)
 {
-    rp_engine *e = make_engine(0, 0, 0, 0);
-    rp_gen_params gp = greedy_params(&P[0], 10, false);
+    char *text;
+    size_t len;
+    assert_int_equal(rp_tok_decode(TOK, ids, (size_t)n, true, &text, &len), RP_OK);
+    return text;
+}
+
+// JSON mode: whatever the prompt or the sampler, a request that ends (STOP)
+// has produced one JSON object; the mask is in the logprobs too; a JSON
+// request's tokens are the same alone, in company and through preemption.
+static void test_json_mode(void **state)
+{
+    enum { GEN = 160 };
+    static int32_t ids[GEN];
+    static rp_gen_token toks[GEN];
+    rp_engine *e = make_engine(16, 0, 0, 0);
+    // The first JSON submit builds the token table; its allocation failures are clean.
+    rp_gen_params gp = greedy_params(&P[10], GEN, false);
     gp.json = true;
     rp_gen *g = NULL;
-    assert_int_equal(rp_engine_submit(e, &gp, &g), RP_ERR_UNSUPPORTED);
-    assert_null(g);
+    int json_fails = 0;
+    for (long k = 0;; k++) {
+        rp_alloc_fail_after(k, false);
+        rp_status st = rp_engine_submit(e, &gp, &g);
+        rp_alloc_fail_after(-1, false);
+        if (st == RP_OK)
+            break;
+        assert_int_equal(st, RP_ERR_NOMEM);
+        assert_null(g);
+        assert_non_null(strstr(rp_error_message(), "out of memory"));
+        json_fails += strstr(rp_error_message(), "JSON mode") != NULL;
+    }
+    assert_true(json_fails > 0); // the table's own allocations were among those that failed
+    rp_gen_release(g);
+    // Greedy and sampled, JSON prompts and others: every STOP is an object.
+    int parsed = 0;
+    for (int c = 0; c < 8; c++) {
+        int pi = (int[]){10, 2, 0, 6, 10, 12, 4, 8}[c];
+        gp = greedy_params(&P[pi], GEN, false);
+        gp.json = true;
+        gp.n_logprobs = 3;
+        if (c >= 4) {
+            gp.sample.temperature = 1.0f;
+            gp.sample.seed = (uint64_t)c;
+        }
+        g = submit(e, &gp);
+        int n;
+        rp_gen_finish f = read_all_ok(g, ids, toks, GEN, &n);
+        assert_true(f == RP_GEN_STOP || f == RP_GEN_LENGTH);
+        char *text = detok(ids, n);
+        if (f == RP_GEN_STOP) {
+            json_error_t jerr;
+            json_t *obj = json_loads(text, 0, &jerr);
+            if (!json_is_object(obj))
+                fail_msg("prompt %d: [%s] is not a JSON object (%s)", pi, text, jerr.text);
+            json_decref(obj);
+            parsed++;
+        } else {
+            print_message("prompt %d: cut at %d tokens: %.80s...\n", pi, GEN, text);
+        }
+        // The alternatives offered are tokens the grammar allows (finite logprobs).
+        for (int t = 0; t < n; t++) {
+            assert_true(toks[t].n_top >= 1 && toks[t].n_top <= 3);
+            assert_true(isfinite(toks[t].logprob));
+            for (int j = 0; j < toks[t].n_top; j++)
+                assert_true(isfinite(toks[t].top_logprobs[j]));
+        }
+        rp_free(text);
+        rp_gen_release(g);
+    }
+    assert_true(parsed >= 4);
     rp_engine_destroy(e);
+
+    // The same JSON request alone, among others, and through preemption.
+    static job solo, jobs[6];
+    rp_gen_params jp = greedy_params(&P[2], 40, true);
+    jp.json = true;
+    jp.sample.temperature = 0.7f;
+    jp.sample.seed = 9;
+    e = make_engine(1, 0, 0, 0);
+    solo.e = e;
+    solo.gp = jp;
+    job_main(&solo);
+    assert_true(solo.finish == RP_GEN_LENGTH || solo.finish == RP_GEN_STOP);
+    rp_engine_destroy(e);
+    for (int r = 0; r < 2; r++) {
+        e = r == 0 ? make_engine(16, 0, 0, 0) : make_engine(16, 96, 4, 0);
+        for (int i = 0; i < 6; i++) {
+            jobs[i].e = e;
+            jobs[i].gp = i == 0 ? jp : greedy_params(&P[i], 40, true);
+        }
+        run_jobs(jobs, 6);
+        assert_int_equal(jobs[0].finish, solo.finish);
+        assert_int_equal(jobs[0].n, solo.n);
+        assert_memory_equal(jobs[0].ids, solo.ids, (size_t)solo.n * sizeof(int32_t));
+        rp_engine_stats es;
+        rp_engine_get_stats(e, &es);
+        if (r == 1)
+            assert_true(es.preemptions > 0);
+        assert_int_equal(es.kv_blocks_used, 0);
+        rp_engine_destroy(e);
+    }
 }
 
 int main(void)
@@ -1011,7 +1106,7 @@ int main(void)
         cmocka_unit_test(test_sampling_reproducible),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_alloc_failure_mid_run),
-        cmocka_unit_test(test_json_unsupported),
+        cmocka_unit_test(test_json_mode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

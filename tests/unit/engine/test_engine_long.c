@@ -4,6 +4,7 @@
  * a seeded storm of requests from eight threads over a small KV pool (so
  * requests are preempted and recomputed), with cancels and early releases
  * mixed in: every token any request emits is its solo reference's token.
+ * And JSON mode on the bundled model: its answers parse.
  */
 #include "../model/model_harness.h"
 
@@ -286,11 +287,54 @@ static void test_storm_with_preemption(void **state)
     rp_engine_destroy(e);
 }
 
+// JSON mode on the bundled model: the replies it gives as fenced JSON come out
+// as one bare object that parses.
+static void test_json_mode(void **state)
+{
+    rp_engine *e;
+    assert_int_equal(rp_engine_create(M, TOK, NULL, &e), RP_OK);
+    const int which[] = {2, 6, 0, 3};
+    int parsed = 0;
+    for (int c = 0; c < 4; c++) {
+        rp_gen_params gp;
+        rp_gen_params_default(&gp);
+        gp.prompt = P[which[c]];
+        gp.n_prompt = NP[which[c]];
+        gp.max_tokens = 200;
+        gp.sample.temperature = 0;
+        gp.json = true;
+        rp_gen *g;
+        assert_int_equal(rp_engine_submit(e, &gp, &g), RP_OK);
+        int32_t ids[200];
+        int n = 0, k;
+        rp_gen_token buf[8];
+        rp_gen_finish f;
+        do {
+            f = rp_gen_read(g, READ_GUARD_S, buf, 8, &k);
+            for (int i = 0; i < k; i++)
+                ids[n++] = buf[i].id;
+        } while (f == RP_GEN_RUNNING && k > 0);
+        char *text;
+        size_t len;
+        assert_int_equal(rp_tok_decode(TOK, ids, (size_t)n, true, &text, &len), RP_OK);
+        json_error_t jerr;
+        json_t *obj = f == RP_GEN_STOP ? json_loads(text, 0, &jerr) : NULL;
+        print_message("prompt %d (%s): %s\n", which[c], obj ? "an object" : "cut", text);
+        parsed += json_is_object(obj);
+        json_decref(obj);
+        rp_free(text);
+        rp_gen_release(g);
+    }
+    assert_true(parsed >= 2);
+    rp_engine_destroy(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sixteen_at_once),
         cmocka_unit_test(test_storm_with_preemption),
+        cmocka_unit_test(test_json_mode),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
