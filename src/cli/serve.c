@@ -24,8 +24,8 @@ static void serve_usage(FILE *f)
                "\n"
                "Serves MODEL (a Hugging Face folder or a .gguf file; without it the bundled demonstration\n"
                "model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
-               "/v1/models), the Anthropic API (/v1/messages), /health and /metrics. Runs until SIGINT or\n"
-               "SIGTERM, then finishes cleanly.\n"
+               "/v1/models), /health and /metrics (Prometheus). Runs until SIGINT or SIGTERM, then cancels\n"
+               "what is running, closes the connections and exits.\n"
                "\n"
                "options:\n"
                "      --host ADDR            address to listen on (default 127.0.0.1)\n"
@@ -186,6 +186,19 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     return 0;
 }
 
+// A progress bar on stderr (a terminal) while the layers load.
+static void load_progress(void *ctx, double fraction)
+{
+    const char *name = ctx;
+    int width = 30, done = (int)(fraction * width + 0.5);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < done ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\rrapid: loading %s [%s] %3d%%", name, bar, (int)(fraction * 100 + 0.5));
+    fflush(stderr);
+}
+
 int rp_cli_serve(int argc, char **argv)
 {
     serve_opts o;
@@ -201,12 +214,19 @@ int rp_cli_serve(int argc, char **argv)
     rp_model_params_default(&mp);
     mp.n_threads = o.threads;
     mp.quant = o.quant;
-    if (tty)
-        fprintf(stderr, "rapid: loading %s ...", o.model);
+    if (tty) { // the bar replaces the loader's own lines
+        mp.quiet = true;
+        mp.progress = load_progress;
+        mp.progress_ctx = (void *)o.model;
+        load_progress((void *)o.model, 0);
+    }
     double t0 = rp_time_s();
     rp_status st = rp_model_load(o.model, &mp, &model);
-    if (tty)
-        fprintf(stderr, st ? "\n" : " done (%.1fs)\n", rp_time_s() - t0);
+    if (tty) {
+        fprintf(stderr, "\r\033[K");
+        if (!st)
+            fprintf(stderr, "rapid: loaded %s in %.1fs\n", o.model, rp_time_s() - t0);
+    }
     if (st) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;

@@ -68,6 +68,10 @@ typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
     bool quiet;           // no load messages
+    // Called on the loading thread after each layer's weights are ready with the
+    // fraction done (0, 1]; NULL: none. For progress bars.
+    void (*progress)(void *ctx, double fraction);
+    void *progress_ctx;
 } rp_model_params;
 
 void rp_model_params_default(rp_model_params *p);
@@ -85,6 +89,8 @@ size_t rp_model_weight_bytes(const rp_model *m);
 const char *rp_model_describe(const rp_model *m);
 // The path the model was loaded from (folder or file).
 const char *rp_model_path(const rp_model *m);
+// The most tokens one rp_model_forward accepts (rp_model_params.max_batch after defaults).
+int rp_model_max_batch(const rp_model *m);
 
 // Creates a KV pool for this model with n_blocks blocks of block_size tokens.
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out);

@@ -388,6 +388,8 @@ static void state_release(conn_state *cs)
 {
     if (atomic_fetch_sub(&cs->refs, 1) != 1)
         return;
+    if (cs->req.stats.client_gone)
+        cs->req.status = 499; // nginx's "client closed request", for the log and the metrics only
     log_request(cs);
     rp_buf_deinit(&cs->body);
     rp_buf_deinit(&cs->sbuf);

@@ -471,12 +471,78 @@ static void test_buf_and_sse(void **state)
     rp_buf_deinit(&b);
 }
 
+// Random byte flips, insertions and truncations of a rich body: every one is
+// either read or refused with a 400 and a message, never a crash (ASan build).
+static void test_mutations(void **state)
+{
+    (void)state;
+    static const char base[] =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"s\"}]},"
+        "{\"role\":\"user\",\"content\":\"caf\xC3\xA9\"},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+        "[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[1,2]}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"c\",\"content\":\"3\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":{\"type\":"
+        "\"function\",\"function\":{\"name\":\"f\"}},\"stop\":[\"x\",\"yy\"],\"max_tokens\":5,\"temperature\":0.5,"
+        "\"top_p\":0.9,\"logprobs\":true,\"top_logprobs\":2,\"stream\":true,\"stream_options\":{\"include_usage\":"
+        "true},\"response_format\":{\"type\":\"json_object\"},\"chat_template_kwargs\":{\"enable_thinking\":false},"
+        "\"seed\":7}";
+    rp_api_req q;
+    rp_api_error e;
+    assert_true(chat(base, &q, &e));
+    rp_api_req_deinit(&q);
+    size_t n = sizeof(base) - 1;
+    char *buf = malloc(n + 8);
+    uint64_t x = 0x12345678ABCDEFull;
+    int accepted = 0, refused = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(buf, base, n);
+        size_t len = n;
+        int edits = 1 + (int)(x % 3);
+        for (int k = 0; k < edits; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = (size_t)(x >> 8) % len;
+            static const char pool[] = "{}[]\":,0123456789.-eE\\ \x80\xC3nulltruefalse";
+            switch (x % 4) {
+            case 0: buf[at] = pool[(x >> 40) % (sizeof(pool) - 1)]; break;
+            case 1: len = at + 1; break;
+            case 2:
+                memmove(buf + at, buf + at + 1, len - at - 1);
+                len--;
+                break;
+            default:
+                if (len < n + 7) {
+                    memmove(buf + at + 1, buf + at, len - at);
+                    buf[at] = pool[(x >> 33) % (sizeof(pool) - 1)];
+                    len++;
+                }
+            }
+        }
+        json_t *b = NULL;
+        if (rp_json_parse_bytes(buf, len, &b, &e)) {
+            if (chat_read(b, &q, &e)) {
+                accepted++;
+            } else {
+                assert_int_equal(e.status, 400);
+                refused++;
+            }
+            rp_api_req_deinit(&q);
+            json_decref(b);
+        } else {
+            assert_int_equal(e.status, 400);
+            assert_true(strlen(e.message) > 0);
+            refused++;
+        }
+    }
+    free(buf);
+    assert_true(accepted > 0 && refused > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields),      cmocka_unit_test(test_values),       cmocka_unit_test(test_messages_normalized),
         cmocka_unit_test(test_completions), cmocka_unit_test(test_bodies),       cmocka_unit_test(test_error_shapes),
-        cmocka_unit_test(test_buf_and_sse),
+        cmocka_unit_test(test_buf_and_sse), cmocka_unit_test(test_mutations),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

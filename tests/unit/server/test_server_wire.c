@@ -553,6 +553,7 @@ static void test_disconnect_and_busy(void **state)
     request("GET", "/metrics", NULL, NULL, &m);
     assert_non_null(strstr(m.body, "rapid_requests_client_gone_total"));
     assert_null(strstr(m.body, "rapid_requests_client_gone_total 0\n"));
+    assert_non_null(strstr(m.body, "rapid_requests_total{route=\"chat\",status=\"499\"}"));
     free(m.body);
 }
 
