@@ -307,6 +307,30 @@ done:
     return ok;
 }
 
+// A final assistant message is a prefill: the reply continues its text
+// (q->continue_final). As Anthropic, its text may not end in whitespace. One
+// with neither text nor tool calls is dropped.
+static bool read_prefill(const json_t *msgs, rp_api_req *q, rp_api_error *e)
+{
+    size_t n = json_array_size(msgs), k = json_array_size(q->messages);
+    const char *role = json_string_value(json_object_get(json_array_get(msgs, n - 1), "role"));
+    json_t *last = k ? json_array_get(q->messages, k - 1) : NULL;
+    if (strcmp(role, "assistant") != 0 || !last || json_object_get(last, "tool_calls"))
+        return true;
+    const char *t = json_string_value(json_object_get(last, "content"));
+    size_t len = t ? strlen(t) : 0;
+    if (len == 0)
+        return json_array_remove(q->messages, k - 1) == 0 ? true : oom(e);
+    char c = t[len - 1];
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+        char p[64];
+        snprintf(p, sizeof(p), "messages.%zu.content", n - 1);
+        return rp_api_fail(e, 400, p, NULL, "%s: final assistant content cannot end with trailing whitespace", p);
+    }
+    q->continue_final = true;
+    return true;
+}
+
 // system + messages -> q->messages.
 static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
@@ -377,6 +401,8 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
             return false;
         }
     }
+    if (!read_prefill(msgs, q, e))
+        return false;
     if (json_array_size(out) == 0)
         return rp_api_fail(e, 400, "messages", NULL, "messages: no message has any content this model can read");
     return true;

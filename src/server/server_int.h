@@ -140,6 +140,9 @@ typedef struct rp_api_req {
     bool include_usage;      // OpenAI stream_options.include_usage
     bool ignore_eos;
     char *model;             // the model name the client sent (owned), NULL if none
+    bool continue_final;     // the last message is an assistant message with non-empty text that the reply
+                             // continues (Anthropic prefill): rendered without the generation prompt and cut
+                             // right after that text
 } rp_api_req;
 
 void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling, max_tokens -1, logprobs -1, auto, parallel

@@ -3,7 +3,9 @@
  * of /v1/messages and /v1/messages/count_tokens (good, wrong type, out of
  * range, missing; each error a 400 naming the field), the values they set,
  * the conversion of system/messages/tools into the chat template's
- * OpenAI-style messages (checked as whole JSON), and a type-confusion sweep
+ * OpenAI-style messages (checked as whole JSON), prefill (a final assistant
+ * message continued: the rendered prompt ends with its text), count_tokens
+ * against the rendered prompt, and a type-confusion sweep
  * over a full request (every value replaced by every wrong type, every key
  * dropped) that must only ever accept or answer 400. Includes anthropic.c to
  * reach its readers.
@@ -349,7 +351,7 @@ static void test_conversion(void **state)
         "{\"type\":\"function\",\"function\":{\"name\":\"ls\",\"parameters\":{}}}]");
 
     // Text before a tool result stays before it; a system message in the list; an empty system is dropped;
-    // a tool_use without input gets {}.
+    // a tool_use without input gets {}; a final assistant message without text is dropped.
     expect_conversion("{\"max_tokens\":1,\"system\":\"\",\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":"
                       "\"text\",\"text\":\"S\"}]},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
                       "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\"}]},{\"role\":\"user\","
@@ -359,14 +361,138 @@ static void test_conversion(void **state)
                       "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"t\",\"type\":\"function\","
                       "\"function\":{\"name\":\"f\",\"arguments\":{}}}]},"
                       "{\"role\":\"user\",\"content\":\"first\"},"
-                      "{\"role\":\"tool\",\"tool_call_id\":\"t\",\"content\":\"r\"},"
-                      "{\"role\":\"assistant\",\"content\":\"\"}]",
+                      "{\"role\":\"tool\",\"tool_call_id\":\"t\",\"content\":\"r\"}]",
                       NULL);
 
     // Only Anthropic-defined tools: no tools at all.
     expect_conversion("{\"max_tokens\":1,\"tools\":[{\"type\":\"text_editor_20250728\",\"name\":\"str_replace_based_"
                       "edit_tool\"}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
                       "[{\"role\":\"user\",\"content\":\"q\"}]", NULL);
+}
+
+/* ---- prefill and the rendered prompt ---------------------------------------- */
+
+static rp_server srv;
+static rp_tokenizer *tok;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&srv, 0, sizeof(srv));
+    srv.model_name = "tiny-model";
+    srv.n_ctx = 4096;
+    if (rp_tok_load_file(rp_test_source("models/rapid-tiny"), &tok))
+        return -1;
+    const char *t = rp_tok_chat_template(tok);
+    if (!t || rp_chat_template_create(t, strlen(t), &srv.tpl))
+        return -1;
+    srv.tok = tok;
+    rp_parser_select(t, "qwen3", &srv.tool_format, &srv.reasoning_format);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rp_chat_template_destroy(srv.tpl);
+    rp_tok_destroy(tok);
+    return 0;
+}
+
+static bool ends_with(const char *s, size_t n, const char *suffix)
+{
+    size_t k = strlen(suffix);
+    return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+static void test_prefill(void **state)
+{
+    (void)state;
+    rp_api_req q;
+    rp_api_error e;
+    rp_prompt pr;
+    // A final assistant message: the prompt ends with its text, no new turn is opened.
+    assert_true(read_body("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"2+2?\"},{\"role\":"
+                          "\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"The answer is\"}]}]}",
+                          false, &q, &e));
+    assert_true(q.continue_final);
+    assert_true(rp_prompt_build(&srv, &q, &pr, &e));
+    if (!ends_with(pr.text, pr.text_len, "<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is"))
+        fail_msg("prompt: %s", pr.text);
+    assert_int_equal(strlen(pr.text), pr.text_len);
+    rp_prompt_deinit(&pr);
+    rp_api_req_deinit(&q);
+    // Without one, the generation prompt.
+    assert_true(read_body("{" MSG "}", false, &q, &e));
+    assert_false(q.continue_final);
+    assert_true(rp_prompt_build(&srv, &q, &pr, &e));
+    assert_true(ends_with(pr.text, pr.text_len, "<|im_start|>assistant\n"));
+    rp_prompt_deinit(&pr);
+    rp_api_req_deinit(&q);
+    // A final assistant turn with tool calls is history, not a prefill.
+    assert_true(read_body("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+                          "\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\","
+                          "\"input\":{}}]}]}",
+                          false, &q, &e));
+    assert_false(q.continue_final);
+    rp_api_req_deinit(&q);
+    // Trailing whitespace is refused, as Anthropic does.
+    assert_false(read_body("{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":"
+                           "\"assistant\",\"content\":\"Sure \"}]}",
+                           false, &q, &e));
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "messages.1.content");
+    rp_api_req_deinit(&q);
+    // A text the template does not show cannot be continued (this template skips unknown roles).
+    rp_api_req_init(&q);
+    q.messages = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"narrator\",\"content\":"
+                            "\"zzz-absent\"}]",
+                            0, NULL);
+    q.continue_final = true;
+    assert_false(rp_prompt_build(&srv, &q, &pr, &e));
+    assert_int_equal(e.status, 400);
+    rp_api_req_deinit(&q);
+}
+
+// count_tokens answers {"input_tokens": N} with N the rendered prompt's tokens.
+static void test_count_tokens(void **state)
+{
+    (void)state;
+    const char *body = "{\"model\":\"x\",\"system\":\"be brief\",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "\"hello there\"}],\"tools\":[" TOOL "]}";
+    rp_http_req r;
+    memset(&r, 0, sizeof(r));
+    r.srv = &srv;
+    r.body = body;
+    r.body_len = strlen(body);
+    rp_reply out;
+    memset(&out, 0, sizeof(out));
+    rp_buf_init(&out.body);
+    rp_anthropic_count_tokens(&r, &out);
+    assert_int_equal(out.status, 200);
+    json_t *v = json_loads(out.body.data, 0, NULL);
+    assert_non_null(v);
+    assert_int_equal(json_object_size(v), 1);
+    rp_api_req q;
+    rp_api_error e;
+    rp_prompt pr;
+    assert_true(read_body(body, true, &q, &e));
+    assert_true(rp_prompt_build(&srv, &q, &pr, &e));
+    assert_int_equal(json_integer_value(json_object_get(v, "input_tokens")), pr.n);
+    assert_non_null(strstr(pr.text, "\"name\": \"f\"")); // the tools are rendered (and counted)
+    rp_prompt_deinit(&pr);
+    rp_api_req_deinit(&q);
+    json_decref(v);
+    // Errors: not JSON, no messages.
+    r.body = "{";
+    r.body_len = 1;
+    rp_anthropic_count_tokens(&r, &out);
+    assert_int_equal(out.status, 400);
+    r.body = "{\"model\":\"x\"}";
+    r.body_len = strlen(r.body);
+    rp_anthropic_count_tokens(&r, &out);
+    assert_int_equal(out.status, 400);
+    rp_buf_deinit(&out.body);
 }
 
 /* ---- the type-confusion sweep ------------------------------------------------ */
@@ -436,10 +562,8 @@ static void test_sweep(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fields),
-        cmocka_unit_test(test_values),
-        cmocka_unit_test(test_conversion),
-        cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_fields), cmocka_unit_test(test_values),  cmocka_unit_test(test_conversion),
+        cmocka_unit_test(test_sweep),  cmocka_unit_test(test_prefill), cmocka_unit_test(test_count_tokens),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }
