@@ -31,8 +31,9 @@
  *     cache, which are cache_read_input_tokens (Anthropic's split);
  *     cache_creation_input_tokens is always 0. message_start carries what is
  *     known before the prefill; message_delta the final numbers.
- *   - thinking {type: enabled|adaptive} turns the template's enable_thinking on,
- *     {type: disabled} off; without `thinking` the template's default holds.
+ *   - thinking {type: enabled|adaptive} turns the template's enable_thinking on;
+ *     {type: disabled} and no `thinking` at all turn it off (as Anthropic: no
+ *     thinking blocks unless asked for).
  *     budget_tokens is type-checked, not enforced. Signatures are opaque
  *     markers; thinking blocks sent back are used as reasoning_content and
  *     their signatures ignored; redacted_thinking is dropped.
@@ -528,8 +529,11 @@ static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
 static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
     const json_t *th = json_object_get(b, "thinking");
-    if (!th || json_is_null(th))
+    if (!th || json_is_null(th)) { // as Anthropic: no thinking unless asked for
+        if (!(q->template_kwargs = json_pack("{s:b}", "enable_thinking", 0)))
+            return oom(e);
         return true;
+    }
     const char *type = json_string_value(json_object_get(th, "type"));
     if (!json_is_object(th) || !type)
         return rp_api_fail(e, 400, "thinking", NULL,

@@ -228,12 +228,12 @@ static void test_values(void **state)
     assert_int_equal(q.logprobs, -1);
     rp_api_req_deinit(&q);
 
-    // Defaults: Anthropic's temperature 1, no stop, not streaming, the template's own thinking default.
+    // Defaults: Anthropic's temperature 1, no stop, not streaming, no thinking unless asked for.
     assert_true(read_body("{" MSG "}", false, &q, &e));
     assert_true(q.sample.temperature == 1.0f);
     assert_int_equal(q.sample.top_k, 0);
     assert_false(q.stream || q.json_mode);
-    assert_null(q.template_kwargs);
+    assert_true(json_is_false(json_object_get(q.template_kwargs, "enable_thinking")));
     assert_null(q.model);
     assert_int_equal(q.tool_choice, RP_TOOL_CHOICE_AUTO);
     assert_true(q.parallel_tool_calls);
@@ -422,11 +422,11 @@ static void test_prefill(void **state)
     assert_int_equal(strlen(pr.text), pr.text_len);
     rp_prompt_deinit(&pr);
     rp_api_req_deinit(&q);
-    // Without one, the generation prompt.
+    // Without one, the generation prompt (thinking off: the template closes an empty think block).
     assert_true(read_body("{" MSG "}", false, &q, &e));
     assert_false(q.continue_final);
     assert_true(rp_prompt_build(&srv, &q, &pr, &e));
-    assert_true(ends_with(pr.text, pr.text_len, "<|im_start|>assistant\n"));
+    assert_true(ends_with(pr.text, pr.text_len, "<|im_start|>assistant\n<think>\n\n</think>\n\n"));
     rp_prompt_deinit(&pr);
     rp_api_req_deinit(&q);
     // A final assistant turn with tool calls is history, not a prefill.

@@ -245,6 +245,30 @@ static void test_messages_stream_matches_whole(void **state)
     rp_buf_deinit(&text);
     rp_buf_deinit(&thinking);
     json_decref(whole);
+
+    // Thinking asked for: a thinking block first, streamed as thinking_delta, the same as the whole reply.
+#define THINK ",\"max_tokens\":200,\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":1024}"
+    wire_request("POST", "/v1/messages", XKEY, MSG_BODY(THINK), &r);
+    assert_int_equal(r.status, 200);
+    whole = body_json(&r);
+    free(r.body);
+    json_t *first = json_array_get(json_object_get(whole, "content"), 0);
+    assert_string_equal(str(first, "type"), "thinking");
+    assert_true(strlen(str(first, "signature")) > 0);
+    rp_buf_init(&text);
+    rp_buf_init(&thinking);
+    message_text(whole, &text, &thinking);
+    assert_true(thinking.len > 0);
+    assert_null(strstr(thinking.data, "<think>"));
+    wire_request("POST", "/v1/messages", XKEY, MSG_BODY(THINK ",\"stream\":true"), &r);
+    accumulate_message(r.body, &a);
+    free(r.body);
+    assert_string_equal(a.thinking.data, thinking.data);
+    assert_string_equal(a.text.data ? a.text.data : "", text.data ? text.data : "");
+    acc_free(&a);
+    rp_buf_deinit(&text);
+    rp_buf_deinit(&thinking);
+    json_decref(whole);
 }
 
 #define TOOLS                                                                                                          \
