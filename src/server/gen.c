@@ -701,7 +701,7 @@ out:
 
 void rp_drv_take_logprobs(rp_drv *d, const rp_gen_token **toks, int *n)
 {
-    *toks = d->lp + d->lp_taken;
+    *toks = d->lp ? d->lp + d->lp_taken : NULL; // no logprobs kept: lp is NULL (no arithmetic on it)
     *n = d->n_lp - d->lp_taken;
     d->lp_taken = d->n_lp;
 }
