@@ -47,7 +47,10 @@
  *     prompt_cache_key, service_tier, safety_identifier, user and metadata
  *     are accepted and ignored (metadata is echoed);
  *   - max_output_tokens may be any positive number (OpenAI's floor of 16 is
- *     not applied); sampling has no seed field: each request gets a fresh seed.
+ *     not applied); sampling has no seed field: each request gets a fresh seed;
+ *   - every Response carries `output_text` (the messages' text joined), which
+ *     OpenAI leaves to its SDKs: their stream helpers return the final Response
+ *     as sent, so it is only there when the server sends it.
  */
 #include "server_int.h"
 
@@ -622,6 +625,29 @@ static json_t *usage_json(const rp_req_stats *st, int n_reasoning)
                      "reasoning_tokens", n_reasoning, "total_tokens", st->n_prompt + st->n_completion);
 }
 
+// The text of the output's messages joined: the SDKs' `output_text` convenience,
+// sent too so that their stream helpers' final Response has it.
+static json_t *output_text(const json_t *output)
+{
+    rp_buf t;
+    rp_buf_init(&t);
+    size_t i, k;
+    const json_t *it, *part;
+    json_array_foreach(output, i, it) {
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (!type || strcmp(type, "message") != 0)
+            continue;
+        json_array_foreach(json_object_get(it, "content"), k, part) {
+            const json_t *tx = json_object_get(part, "text");
+            if (json_is_string(tx))
+                rp_buf_append(&t, json_string_value(tx), json_string_length(tx));
+        }
+    }
+    json_t *v = t.failed ? NULL : json_stringn(t.data ? t.data : "", t.len);
+    rp_buf_deinit(&t);
+    return v;
+}
+
 // A Response object. output and usage are stolen (usage may be NULL: null).
 static json_t *response_object(rp_http_req *r, const char *id, long long created, const resp_echo *x,
                                const char *status, const char *incomplete, json_t *error, json_t *output, json_t *usage)
@@ -633,6 +659,7 @@ static json_t *response_object(rp_http_req *r, const char *id, long long created
         json_object_set_new(o, "model", json_string(r->srv->model_name));
         json_object_update(o, x->fields);
         json_object_set_new(o, "output", output ? output : json_array());
+        json_object_set_new(o, "output_text", output_text(json_object_get(o, "output")));
         json_object_set_new(o, "usage", usage ? usage : json_null());
     } else {
         json_decref(output);

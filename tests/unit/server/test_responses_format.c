@@ -144,6 +144,7 @@ static void test_response_body(void **state)
     assert_string_equal(str(part, "type"), "output_text");
     assert_string_equal(str(part, "text"), "Hello");
     assert_int_equal(json_array_size(json_object_get(part, "annotations")), 0);
+    assert_string_equal(str(b, "output_text"), "Hello"); // the SDKs' convenience, sent too
     json_t *fc = json_array_get(out, 2);
     assert_string_equal(str(fc, "type"), "function_call");
     assert_memory_equal(str(fc, "id"), "fc_", 3);
@@ -385,6 +386,7 @@ static void test_stream(void **state)
     json_t *fin = accumulate(f, n, &last);
     assert_string_equal(last, "response.completed");
     assert_string_equal(str(fin, "status"), "completed");
+    assert_string_equal(str(fin, "output_text"), "Hello");
     assert_string_equal(str(fin, "id"), "resp_s");
 
     // The final response equals the non-streaming one, item ids and created_at aside.
