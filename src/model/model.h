@@ -147,14 +147,15 @@ bool rp_model_has_mtp(const rp_model *m);
 // for rp_model_forward), then, for tokens that want logits, in batch order:
 // n_vocab MTP logits (predicting x[t+2]) into logits, and when hidden_out is not
 // NULL the MTP layer's output after mtp.norm (dim floats) into hidden_out.
-// Either output may be NULL.
+// Either output may be NULL; hidden_out may be hidden itself (read first).
 //
 // Chaining K drafts from a verified position t (h[t] known, x[t+1] just sampled):
 // step 1 runs (x[t+1], t, h[t]) and drafts d1 = x[t+2]; step k+1 runs
 // (d_k, t+k, hidden_out of step k). Training (tools/train/model.py) only ever
 // ran one step, always from the main model's h; feeding the MTP's own post-norm
 // output back as h is this project's choice (it has the same scale as the main
-// model's normed h), so acceptance beyond step 1 is measured, not promised.
+// model's normed h), so acceptance beyond step 1 is measured, not promised
+// (tests/unit/model/test_mtp.c prints it; the pre-norm output measured the same).
 // Drafted steps leave MTP KV at t+1..t+K-1 computed from MTP hiddens; after
 // verification, rerun the MTP over every newly accepted position with the main
 // model's real h (this overwrites those slots and gives the next chain's first
