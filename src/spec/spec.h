@@ -22,6 +22,22 @@
  *
  * MTP drafting itself is a model pass (rp_model_forward_mtp in model.h).
  *
+ * One step of one request, as the engine is meant to run it (x = the last
+ * emitted token, its KV not yet written):
+ *   1. available[NGRAM] = rp_spec_lookup_propose(...) tokens, [MTP] = the cap if
+ *      the model has MTP, [DRAFT] = the cap with a draft model; then
+ *      rp_spec_ctl_choose gives the method and k (0: a plain step).
+ *   2. Draft k tokens: prompt lookup's proposal; or k chained MTP steps (the
+ *      first from the main model's hidden row of x's predecessor); or k decode
+ *      steps of the draft model on its own KV. Sampled drafts keep their q rows.
+ *   3. Put x and the k drafts into the batched forward (rp_model_forward_ex when
+ *      MTP needs hidden rows), every one wanting logits.
+ *   4. rp_spec_verify -> n accepted + next. Emit draft[0..n) and next, append
+ *      them to the lookup index, truncate the KV (main, MTP, draft model) past
+ *      the last position whose token was emitted; with MTP, rerun it over the
+ *      accepted positions with the real hidden rows (see model.h).
+ *   5. rp_spec_ctl_observe(method, k, n); update the measured step costs.
+ *
  * Threads: every object here belongs to one request and is used by one thread
  * at a time (the engine thread). Nothing allocates per token except a lookup
  * index growing (amortized, by doubling).
