@@ -33,9 +33,10 @@
  *   3. Put x and the k drafts into the batched forward (rp_model_forward_ex when
  *      MTP needs hidden rows), every one wanting logits.
  *   4. rp_spec_verify -> n accepted + next. Emit draft[0..n) and next, append
- *      them to the lookup index, truncate the KV (main, MTP, draft model) past
- *      the last position whose token was emitted; with MTP, rerun it over the
- *      accepted positions with the real hidden rows (see model.h).
+ *      them to the lookup index, truncate the KV (main, MTP, draft model) to
+ *      the positions of x and the accepted drafts (next's is written by the
+ *      following step); with MTP, rerun it over the accepted positions with the
+ *      real hidden rows (see model.h).
  *   5. rp_spec_ctl_observe(method, k, n); update the measured step costs.
  *
  * Threads: every object here belongs to one request and is used by one thread
