@@ -159,6 +159,11 @@ const char *rp_model_path(const rp_model *m)
     return m->path;
 }
 
+int rp_model_max_batch(const rp_model *m)
+{
+    return m->params.max_batch;
+}
+
 int rp_model_kv_layers(const rp_model *m)
 {
     return m->cfg.n_layer + m->cfg.n_mtp;
