@@ -540,8 +540,9 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
                            "thinking: expected an object with a 'type' (enabled, disabled or adaptive)");
     bool on;
     if (strcmp(type, "enabled") == 0) {
+        long long budget = 0; // checked, not enforced: the reply's thinking is not cut at it
         const json_t *bt = json_object_get(th, "budget_tokens");
-        if (!json_is_integer(bt) || json_integer_value(bt) < 1)
+        if (!rp_field_int(th, "budget_tokens", 1, INT32_MAX, &budget, e) || !bt || json_is_null(bt))
             return rp_api_fail(e, 400, "thinking.budget_tokens", NULL,
                                "thinking.budget_tokens: a positive integer is required with type 'enabled'");
         on = true;

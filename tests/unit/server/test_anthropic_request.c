@@ -78,6 +78,8 @@ static const fcase field_cases[] = {
     {"\"system\":[\"a\"]", false, "system.0"},
     {"\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048}", true, ""},
     {"\"thinking\":{\"type\":\"enabled\"}", false, "thinking.budget_tokens"},
+    {"\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":2048.0}", true, ""},
+    {"\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":0}", false, "thinking.budget_tokens"},
     {"\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":\"lots\"}", false, "thinking.budget_tokens"},
     {"\"thinking\":{\"type\":\"disabled\"}", true, ""},
     {"\"thinking\":{\"type\":\"adaptive\"}", true, ""},
