@@ -950,7 +950,6 @@ void rp_responses_create(rp_http_req *r, rp_reply *out)
     rp_api_req_deinit(&q);
     if (!resp_read(b, &q, &x, &e) || !rp_server_check_model(r->srv, q.model, &e))
         goto fail;
-    q.sample.seed = (uint64_t)(rp_time_s() * 1e9) ^ (r->id * 0x9E3779B97F4A7C15ull);
     if (!rp_drv_start(r, &q, &d, &e))
         goto fail;
     char id[48];

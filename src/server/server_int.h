@@ -145,7 +145,7 @@ typedef struct rp_api_req {
                              // right after that text
 } rp_api_req;
 
-void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling, max_tokens -1, logprobs -1, auto, parallel
+void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling with a fresh seed, max_tokens -1, logprobs -1, auto, parallel
 void rp_api_req_deinit(rp_api_req *q);
 
 /* ---- field readers (fields.c) ---------------------------------------------- */
