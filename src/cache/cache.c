@@ -73,7 +73,6 @@ static void m_insert(rp_cache *c, rp_cache_key k, rp_cache_key parent, const int
     c->m_parent[b] = parent;
     memcpy(c->m_toks + (size_t)b * c->bs, toks, (size_t)c->bs * sizeof(int32_t));
     c->m_valid[b] = true;
-    c->m_use[b] = ++c->clock;
     c->n_mem++;
     rp_kv_block_set_cached(c->pool, b, true);
 }
@@ -115,7 +114,7 @@ static void on_evict(void *ctx, int32_t b)
     if (!c->m_valid[b])
         return;
     if (c->dir)
-        rp_cache_disk_stage(c, b, false);
+        rp_cache_disk_stage(c, b, rp_cache_now_ns(), false);
     m_remove(c, b);
     c->st.mem_evictions++;
 }
@@ -226,8 +225,9 @@ void rp_cache_destroy(rp_cache *c)
                 if (c->m_valid[b])
                     c->t_blocks[n++] = b;
             qsort_r(c->t_blocks, (size_t)n, sizeof(int32_t), cmp_use_desc, c->m_use);
-            for (int i = 0; i < n && rp_time_s() < c->deadline; i++)
-                rp_cache_disk_stage(c, c->t_blocks[i], true);
+            uint64_t now = rp_cache_now_ns();
+            for (int i = 0; i < n && rp_time_s() < c->deadline; i++) // the files keep the order
+                rp_cache_disk_stage(c, c->t_blocks[i], now - (uint64_t)i, true);
         }
         rp_cache_disk_close(c);
     }
@@ -306,7 +306,6 @@ rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_b
         int i = got;
         if (c->l_where[i] != WHERE_DISK) {
             c->t_blocks[i] = c->l_block[i];
-            c->m_use[c->l_block[i]] = ++c->clock;
             continue;
         }
         rp_cache_key parent = i ? c->l_key[i - 1] : (rp_cache_key){0, 0};
@@ -332,6 +331,9 @@ rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_b
             rp_kv_block_unref(c->pool, c->t_blocks[i]);
         got = 0;
     }
+    for (int i = 0; i < got; i++) // recency: the prefix's first block last
+        c->m_use[c->t_blocks[i]] = c->clock + (uint64_t)(got - i);
+    c->clock += (uint64_t)got;
     c->st.hit_blocks += (uint64_t)got;
     c->st.miss_blocks += (uint64_t)(c->l_max - got);
     c->l_n = 0;
@@ -348,15 +350,15 @@ void rp_cache_publish(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int 
         const int32_t *t = toks + (size_t)i * c->bs;
         rp_cache_key k = rp_cache_key_of(c, parent, t);
         int32_t b = s->blocks[i], have = m_find(c, k);
-        if (have >= 0) {
-            if (have == b)
-                c->m_use[b] = ++c->clock;
-            // else: the same prefix computed twice (or a key collision): the first copy stays
-        } else if (!c->m_valid[b]) {
+        if (have < 0 && !c->m_valid[b])
             m_insert(c, k, parent, t, b);
-        }
+        // else: cached already, by this block or, when the same prefix was computed
+        // twice (or the key collides), by another one, which stays
+        if (c->m_valid[b] && key_eq(c->m_key[b], k)) // recency: the prefix's first block last
+            c->m_use[b] = c->clock + (uint64_t)(n_blocks - i);
         parent = k;
     }
+    c->clock += (uint64_t)n_blocks;
 }
 
 void rp_cache_get_stats(rp_cache *c, rp_cache_stats *out)

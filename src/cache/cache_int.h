@@ -51,6 +51,7 @@ typedef struct stage_slot {
     uint8_t *data;  // (block_bytes) the payload
     int32_t *toks;  // (block_size)
     rp_cache_key key, parent;
+    uint64_t use;   // the file's last use (ns since the epoch, its mtime)
     int state;      // SLOT_FREE, SLOT_FILLING, SLOT_QUEUED, SLOT_WRITING
 } stage_slot;
 enum { SLOT_FREE = 0, SLOT_FILLING, SLOT_QUEUED, SLOT_WRITING };
@@ -76,7 +77,9 @@ struct rp_cache {
     rp_cache_key *m_key;    // (n_blocks)
     rp_cache_key *m_parent; // (n_blocks)
     int32_t *m_toks;        // (n_blocks, bs)
-    uint64_t *m_use;        // (n_blocks) the clock at the last publish or hit
+    uint64_t *m_use;        // (n_blocks) the clock at the last publish or hit; within one prefix
+                            // the earlier blocks get the later stamps (a block is no use without
+                            // its parents, so they are kept longer)
     uint64_t clock;
     int32_t *m_table;       // (m_cap) open addressing by key.lo, block ids, -1 empty
     size_t m_cap;
@@ -129,8 +132,10 @@ bool rp_cache_disk_has(rp_cache *c, rp_cache_key key, rp_cache_key parent, const
 // Reads the block file of key into pool block b after checking everything;
 // false (the file deleted and unindexed when it failed a check) otherwise.
 bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks, int32_t b);
-// Copies pool block b (memory entry) for the writer. wait: block until a slot
-// frees or the deadline passes (shutdown); else drop when none is free.
-void rp_cache_disk_stage(rp_cache *c, int32_t b, bool wait);
+// Copies pool block b (memory entry) for the writer, to be filed as last used
+// at `use` (ns since the epoch). wait: block until a slot frees or the
+// deadline passes (shutdown); else drop when none is free.
+void rp_cache_disk_stage(rp_cache *c, int32_t b, uint64_t use, bool wait);
+uint64_t rp_cache_now_ns(void);
 
 #endif

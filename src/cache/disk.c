@@ -38,7 +38,7 @@
 #define SLOTS_MAX 4096   // most staging buffers
 #define STAGE_BYTES_DEFAULT ((size_t)64 << 20)
 
-static uint64_t now_ns(void)
+uint64_t rp_cache_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -222,17 +222,22 @@ static void d_drop(rp_cache *c, int32_t e)
     d_remove(c, e);
 }
 
-// Removes least recently used files until `more` bytes fit the budget.
-static void d_make_room(rp_cache *c, uint64_t more)
+// Removes least recently used files, all used before `use`, until `more`
+// bytes fit the budget; false when that is not enough (a file older than
+// everything on disk does not push newer ones out).
+static bool d_make_room(rp_cache *c, uint64_t more, uint64_t use)
 {
-    while (c->n_disk > 0 && c->disk_bytes + more > c->budget) {
+    while (c->disk_bytes + more > c->budget) {
         int32_t lru = -1;
         for (int e = 0; e < c->n_ent; e++)
             if (c->ents[e].live && (lru < 0 || c->ents[e].last_use < c->ents[lru].last_use))
                 lru = e;
+        if (lru < 0 || c->ents[lru].last_use > use)
+            return false;
         d_drop(c, lru);
         c->st.disk_evictions++;
     }
+    return true;
 }
 
 /* ---- opening the folder ----------------------------------------------------- */
@@ -348,7 +353,7 @@ static rp_status index_dir(rp_cache *c)
     }
     closedir(d);
     rp_free(hdr);
-    d_make_room(c, 0); // the budget may have shrunk since the files were written
+    d_make_room(c, 0, UINT64_MAX); // the budget may have shrunk since the files were written
     return RP_OK;
 }
 
@@ -388,6 +393,10 @@ static bool write_block(rp_cache *c, const stage_slot *s)
     rp_file_writer_write(&w, s->data, c->block_bytes);
     if (fault && c->fault == FAULT_BEFORE_RENAME)
         _exit(RP_CACHE_FAULT_EXIT);
+    struct timespec t[2];
+    t[0].tv_sec = t[1].tv_sec = (time_t)(s->use / 1000000000u);
+    t[0].tv_nsec = t[1].tv_nsec = (long)(s->use % 1000000000u);
+    futimens(w.fd, t); // its recency, for the index of the next start
     return rp_file_writer_commit(&w) == RP_OK;
 }
 
@@ -417,22 +426,21 @@ static void *writer_main(void *arg)
         }
         int32_t e = d_find(c, s->key);
         uint64_t size = file_bytes(c);
-        if (e >= 0 || size > c->budget || !d_reserve(c)) {
-            if (e >= 0)
-                c->ents[e].last_use = now_ns();
-            else
+        if (e >= 0 || !d_reserve(c) || !d_make_room(c, size, s->use)) {
+            if (e >= 0 && c->ents[e].last_use < s->use)
+                c->ents[e].last_use = s->use;
+            else if (e < 0)
                 c->st.disk_write_drops++;
             slot_free(c, s);
             continue;
         }
-        d_make_room(c, size);
         c->disk_bytes += size; // held for this file while it is written
         s->state = SLOT_WRITING;
         pthread_mutex_unlock(&c->dmu);
         bool ok = write_block(c, s);
         pthread_mutex_lock(&c->dmu);
         if (ok && d_find(c, s->key) < 0 && d_reserve(c)) {
-            d_insert(c, s->key, s->parent, s->toks, now_ns());
+            d_insert(c, s->key, s->parent, s->toks, s->use);
             c->st.disk_writes++;
         } else {
             c->disk_bytes -= size;
@@ -604,7 +612,7 @@ done:
     pthread_mutex_lock(&c->dmu);
     int32_t e = d_find(c, key);
     if (ok && e >= 0) {
-        c->ents[e].last_use = now_ns();
+        c->ents[e].last_use = rp_cache_now_ns();
     } else if (!ok && e >= 0) {
         if (reject) {
             d_drop(c, e);
@@ -617,13 +625,14 @@ done:
     return ok;
 }
 
-void rp_cache_disk_stage(rp_cache *c, int32_t b, bool wait)
+void rp_cache_disk_stage(rp_cache *c, int32_t b, uint64_t use, bool wait)
 {
     rp_cache_key key = c->m_key[b];
     pthread_mutex_lock(&c->dmu);
     int32_t e = d_find(c, key);
     if (e >= 0) { // already on disk
-        c->ents[e].last_use = now_ns();
+        if (c->ents[e].last_use < use)
+            c->ents[e].last_use = use;
         pthread_mutex_unlock(&c->dmu);
         return;
     }
@@ -649,6 +658,7 @@ void rp_cache_disk_stage(rp_cache *c, int32_t b, bool wait)
     s->state = SLOT_FILLING;
     pthread_mutex_unlock(&c->dmu);
     s->key = key;
+    s->use = use;
     s->parent = c->m_parent[b];
     memcpy(s->toks, c->m_toks + (size_t)b * c->bs, (size_t)c->bs * sizeof(int32_t));
     rp_status st = rp_kv_block_read(c->pool, b, s->data);
