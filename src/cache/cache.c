@@ -19,7 +19,6 @@
 #include <xxhash.h>
 
 #define CACHE_TAG "rapid-kv-cache-1"
-#define STAGE_BYTES_DEFAULT ((size_t)64 << 20)
 
 void rp_cache_params_default(rp_cache_params *p)
 {

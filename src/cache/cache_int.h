@@ -110,6 +110,8 @@ struct rp_cache {
     uint64_t n_disk, disk_bytes;
     stage_slot *slots;  // (n_slots)
     int n_slots;
+    uint8_t *stage_data; // (n_slots, block_bytes) the slots' payloads, one allocation
+    int32_t *stage_toks; // (n_slots, bs)
     int *q;             // (n_slots) ring of queued slot indices
     int q_head, q_len;
     pthread_t writer;

@@ -511,15 +511,15 @@ rp_status rp_cache_disk_open(rp_cache *c, const char *base, const rp_cache_param
     n_slots = n_slots < 2 ? 2 : n_slots > SLOTS_MAX ? SLOTS_MAX : n_slots;
     c->slots = rp_calloc(n_slots, sizeof(stage_slot));
     c->q = rp_malloc(n_slots * sizeof(int));
-    if (!c->slots || !c->q)
-        return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory for the staging buffers");
+    c->stage_data = rp_malloc_aligned(n_slots * c->block_bytes); // n_slots * block_bytes <= max(2 blocks, stage)
+    c->stage_toks = rp_malloc(n_slots * (size_t)c->bs * sizeof(int32_t));
+    if (!c->slots || !c->q || !c->stage_data || !c->stage_toks)
+        return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory for %zu staging buffers of %zu bytes", n_slots,
+                      c->block_bytes);
     c->n_slots = (int)n_slots;
     for (size_t i = 0; i < n_slots; i++) {
-        c->slots[i].data = rp_malloc_aligned(c->block_bytes);
-        c->slots[i].toks = rp_malloc((size_t)c->bs * sizeof(int32_t));
-        if (!c->slots[i].data || !c->slots[i].toks)
-            return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory for %zu staging buffers of %zu bytes", n_slots,
-                          c->block_bytes);
+        c->slots[i].data = c->stage_data + i * c->block_bytes;
+        c->slots[i].toks = c->stage_toks + i * (size_t)c->bs;
     }
     if ((st = index_dir(c)))
         return st;
@@ -540,11 +540,10 @@ void rp_cache_disk_close(rp_cache *c)
         pthread_join(c->writer, NULL);
         c->writer_live = false;
     }
-    if (c->slots)
-        for (int i = 0; i < c->n_slots; i++) {
-            rp_free_aligned(c->slots[i].data);
-            rp_free(c->slots[i].toks);
-        }
+    rp_free_aligned(c->stage_data);
+    c->stage_data = NULL;
+    rp_free(c->stage_toks);
+    c->stage_toks = NULL;
     rp_free(c->slots);
     c->slots = NULL;
     rp_free(c->q);
