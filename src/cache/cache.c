@@ -184,7 +184,7 @@ rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp
     if (!c->m_valid || !c->m_key || !c->m_parent || !c->m_use || !c->m_table || !c->l_key || !c->l_where ||
         !c->l_block || !c->t_blocks || !c->m_toks) {
         cache_free(c);
-        return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory for the index of %d blocks", c->n_blocks);
+        return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory for the index of %zu blocks", nb);
     }
     for (size_t i = 0; i < c->m_cap; i++)
         c->m_table[i] = -1;
