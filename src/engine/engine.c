@@ -292,9 +292,9 @@ static void preempt(rp_engine *e, rp_gen *g)
 static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm)
 {
     g->n_comp = 0;
-    if (!e->cache || cm->n_blocks == 0)
+    if (!e->cache)
         return RP_OK;
-    int got;
+    int got; // (taking nothing still counts the misses)
     rp_status st = rp_cache_take(e->cache, g->toks, &g->kv, &got);
     if (st || got == 0)
         return st;
@@ -767,6 +767,11 @@ void rp_engine_destroy(rp_engine *e)
 int rp_engine_n_ctx(const rp_engine *e)
 {
     return e->n_ctx;
+}
+
+const char *rp_engine_cache_dir(const rp_engine *e)
+{
+    return e->cache ? rp_cache_dir(e->cache) : NULL;
 }
 
 void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)

@@ -102,6 +102,9 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
 void rp_engine_destroy(rp_engine *e);
 // The effective context length per request (n_ctx after defaults and the model's limit).
 int rp_engine_n_ctx(const rp_engine *e);
+// The prefix cache's disk folder (cache_dir/<fingerprint>), or NULL without a disk tier.
+// Valid until rp_engine_destroy.
+const char *rp_engine_cache_dir(const rp_engine *e);
 
 typedef struct rp_gen_params {
     const int32_t *prompt; // (n_prompt) token ids, copied at submit

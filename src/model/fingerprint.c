@@ -7,10 +7,11 @@
  * rope frequencies as computed (covers theta, scaling and GGUF rope_freqs);
  * the name, type and shape of every weight tensor the forward pass uses; the
  * quantization asked at load; the backend and, on the CPU, the SIMD level of
- * the kernels (different instruction sets do not round alike); the identity of
- * the files: the model path and, for each weight or config file, its name,
- * size and modification time. File contents are not read: a rewritten file
- * changes its size or mtime.
+ * the kernels (different instruction sets do not round alike); the running
+ * executable's size and modification time (a rebuilt or upgraded binary may
+ * compute other bits); the identity of the files: the model path and, for
+ * each weight or config file, its name, size and modification time. File
+ * contents are not read: a rewritten file changes its size or mtime.
  */
 #include "model_int.h"
 
@@ -184,6 +185,7 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
     put_str(&h, m->be->ops->name);
     if (strcmp(m->be->ops->name, "cpu") == 0)
         put_str(&h, rp_cpu_simd_name());
+    put_file(&h, "/proc/self/exe", "executable");
 
     char *real = realpath(m->path, NULL); // libc's allocation: freed with free()
     put_str(&h, real ? real : m->path);
