@@ -78,7 +78,7 @@ char *rp_bench_cmp_svg(const rp_bench_cmp *c)
                 max = r->e2e[k];
         }
     }
-    double axis = ceil(max * 2 + 1e-9) / 2; // up to the next half unit
+    double axis = ceil(max * 2 - 1e-9) / 2; // up to the next half unit
     if (axis > 1000)
         axis = 1000; // a broken file must not make a million ticks
     double scale = PLOT / axis;
