@@ -70,13 +70,17 @@ typedef struct rp_bench_result {
 void rp_bench_result_init(rp_bench_result *r);
 void rp_bench_result_deinit(rp_bench_result *r);
 
-// Derived figures of one request; NAN where undefined (no token, no usage,
-// fewer than two completion tokens, or the first and last token at one time).
+// Derived figures of one request; NAN where undefined: no token, no usage,
+// fewer than two completion tokens or token chunks, or token chunks that came
+// in a burst (less than RP_BENCH_MIN_CHUNK_GAP_S apart on average: the server
+// held the text back, so their times say nothing about decoding).
 typedef struct rp_bench_metrics {
     double ttft_s;       // t_first - t_sent
     double e2e_s;        // t_last - t_sent
     double decode_tok_s; // (completion_tokens - 1) / (t_last - t_first)
 } rp_bench_metrics;
+
+#define RP_BENCH_MIN_CHUNK_GAP_S 1e-4
 
 void rp_bench_metrics_of(const rp_bench_result *r, rp_bench_metrics *m);
 

@@ -296,16 +296,25 @@ static void test_metrics_undefined(void **state)
     rp_bench_metrics_of(&r, &m); // no token at all
     assert_true(isnan(m.ttft_s) && isnan(m.e2e_s) && isnan(m.decode_tok_s));
     r.t_first = r.t_last = 2;
-    r.completion_tokens = 5; // all tokens in one chunk: no span to divide by
+    r.completion_tokens = 5;
+    r.token_chunks = 1; // all tokens in one chunk: no span to divide by
     rp_bench_metrics_of(&r, &m);
     assert_true(m.ttft_s == 1 && m.e2e_s == 1 && isnan(m.decode_tok_s));
     r.t_last = 4;
+    r.token_chunks = 3;
     r.completion_tokens = -1; // no usage
     rp_bench_metrics_of(&r, &m);
     assert_true(isnan(m.decode_tok_s));
     r.completion_tokens = 9;
     rp_bench_metrics_of(&r, &m);
     assert_true(m.decode_tok_s == 4.0 && m.e2e_s == 3.0);
+    // Three chunks within 0.1 ms: a burst of held-back text, no decode rate.
+    r.t_last = 2 + 1.5e-4;
+    rp_bench_metrics_of(&r, &m);
+    assert_true(isnan(m.decode_tok_s));
+    r.t_last = 2 + 2.5e-4; // 0.125 ms apart on average: a (fast) stream
+    rp_bench_metrics_of(&r, &m);
+    assert_true(isfinite(m.decode_tok_s));
 }
 
 static void test_aggregate_over_streams(void **state)
