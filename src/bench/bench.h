@@ -92,8 +92,8 @@ typedef struct rp_bench_client_params {
     // The server: "http://HOST:PORT" or the OpenAI SDK's form ".../v1";
     // requests go to <base>/v1/chat/completions (no second /v1 when it ends in /v1).
     const char *base_url;
-    const char *api_key;   // sent as "Authorization: Bearer KEY"; NULL for none
-    double timeout_s;      // per request, whole transfer; <= 0: no limit
+    const char *api_key;     // sent as "Authorization: Bearer KEY"; NULL for none
+    double timeout_s;        // per request, whole transfer; <= 0: no limit
     rp_bench_clock_fn clock; // NULL: rp_bench_clock_monotonic
     void *clock_ctx;
 } rp_bench_client_params;
@@ -143,13 +143,13 @@ typedef struct rp_bench_params {
     int warmup;              // unrecorded requests sent first
     const int *levels;       // concurrency levels; NULL: the task file's
     size_t n_levels;
-    uint64_t seed;           // makes the nonces of cold prompts (same seed, same prompts)
-    double timeout_s;        // per request
+    uint64_t seed;            // makes the nonces of cold prompts (same seed, same prompts)
+    double timeout_s;         // per request
     double restart_timeout_s; // how long to wait for the restarted server
-    const json_t *meta;      // object of extra facts for the environment (borrowed), or NULL
-    const json_t *argv;      // the command line as an array of strings (borrowed), or NULL
-    bool quiet;              // no progress lines on stderr
-    rp_bench_clock_fn clock; // NULL: monotonic
+    const json_t *meta;       // object of extra facts for the environment (borrowed), or NULL
+    const json_t *argv;       // the command line as an array of strings (borrowed), or NULL
+    bool quiet;               // no progress lines on stderr
+    rp_bench_clock_fn clock;  // NULL: monotonic
     void *clock_ctx;
 } rp_bench_params;
 

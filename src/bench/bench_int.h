@@ -195,17 +195,20 @@ void rp_bench_taskset_deinit(rp_bench_taskset *ts);
 // The task with this id from "tasks", or NULL.
 const json_t *rp_bench_taskset_find(const rp_bench_taskset *ts, const char *id);
 
-// Expands the placeholders of s. stdlib_dir may be NULL (then a {{source:}}
-// fails with a message saying no Python installation was found); nonce may be
-// NULL ({{nonce}} then fails). Errors: RP_ERR_INVALID (unknown placeholder, bad
-// module name), RP_ERR_IO (module not found, named with the folder), RP_ERR_NOMEM.
+// Expands the placeholders of s into a heap string (*out, rp_free it); inserted
+// text is not scanned again. ts NULL copies s as it is. stdlib_dir may be NULL
+// (then a {{source:}} fails with a message saying no Python installation was
+// found); nonce may be NULL ({{nonce}} then fails). Errors: RP_ERR_INVALID
+// (unknown placeholder, bad module name), RP_ERR_IO (module not found, named
+// with the folder), RP_ERR_NOMEM.
 rp_status rp_bench_expand(const rp_bench_taskset *ts, const char *stdlib_dir, const char *nonce, const char *s,
                           char **out);
 
 // The request body (JSON text, rp_free it) for a request spec: an object with
 // "prompt" or "messages", optional "system", "tools" (names in the task file's
-// tool map), "tool_choice", "max_tokens", "thinking". Errors: as rp_bench_expand,
-// RP_ERR_INVALID (unknown tool name).
+// tool map), "tool_choice", "max_tokens" (default 256), "thinking" (default
+// false) and "literal" (true: strings are sent without expanding placeholders).
+// Errors: as rp_bench_expand, RP_ERR_INVALID (unknown tool name).
 rp_status rp_bench_body(const rp_bench_taskset *ts, const json_t *spec, const char *model, const char *stdlib_dir,
                         const char *nonce, char **out);
 
@@ -236,14 +239,14 @@ void rp_bench_hash_hex(const void *p, size_t n, char *buf);
 /* ---- comparison -------------------------------------------------------------- */
 
 typedef struct rp_bench_cmp_row {
-    const char *task;     // borrowed from the documents
-    const char *scenario; // borrowed
-    int n_pairs;          // runs measured in both files
-    double decode[3];     // B/A decode tok/s: median, min, max over pairs (NAN when none)
-    double e2e[3];        // A/B end to end
-    double ttft[3];       // A/B time to first token
-    double a_decode, b_decode; // median decode tok/s of each file
-    double a_e2e, b_e2e;       // median end to end of each file (s)
+    const char *task;           // borrowed from the documents
+    const char *scenario;       // borrowed
+    int n_pairs;                // runs measured in both files
+    double decode[3];           // B/A decode tok/s: median, min, max over pairs (NAN when none)
+    double e2e[3];              // A/B end to end
+    double ttft[3];             // A/B time to first token
+    double a_decode, b_decode;  // median decode tok/s of each file
+    double a_e2e, b_e2e;        // median end to end of each file (s)
     int n_identical, n_outputs; // (run, stream) outputs compared and byte-identical
     int a_errors, b_errors;
     char only; // 'A' or 'B' when the task is in one file only, else 0

@@ -112,7 +112,8 @@ static const char *scenario_of(const json_t *records, const char *task)
 {
     size_t i;
     const json_t *rec;
-    json_array_foreach(records, i, rec) {
+    json_array_foreach(records, i, rec)
+    {
         const char *t = json_string_value(json_object_get(rec, "task"));
         if (t && strcmp(t, task) == 0)
             return json_string_value(json_object_get(rec, "scenario"));
@@ -333,8 +334,7 @@ static rp_status write_text(const char *path, const char *text)
     return rp_file_writer_commit(&w);
 }
 
-rp_status rp_bench_compare(const char *a_path, const char *b_path, FILE *out, const char *md_path,
-                           const char *svg_path)
+rp_status rp_bench_compare(const char *a_path, const char *b_path, FILE *out, const char *md_path, const char *svg_path)
 {
     json_t *a = NULL, *b = NULL;
     rp_bench_cmp c = {0};

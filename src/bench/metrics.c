@@ -145,7 +145,8 @@ rp_status rp_bench_task_ids(const json_t *records, const char ***ids, size_t *n)
         return RP_ERR(RP_ERR_NOMEM, "out of memory listing tasks");
     size_t i;
     const json_t *rec;
-    json_array_foreach(records, i, rec) {
+    json_array_foreach(records, i, rec)
+    {
         const char *t = json_string_value(json_object_get(rec, "task"));
         if (!t)
             continue;
@@ -170,7 +171,8 @@ size_t rp_bench_select(const json_t *records, const char *task, int run, const j
 {
     size_t k = 0, i;
     const json_t *rec;
-    json_array_foreach(records, i, rec) {
+    json_array_foreach(records, i, rec)
+    {
         const char *t = json_string_value(json_object_get(rec, "task"));
         if (!t || strcmp(t, task) != 0 || count(rec, "run") != run)
             continue;
@@ -193,7 +195,8 @@ int rp_bench_run_count(const json_t *records)
     int64_t max = -1;
     size_t i;
     const json_t *rec;
-    json_array_foreach(records, i, rec) {
+    json_array_foreach(records, i, rec)
+    {
         int64_t r = count(rec, "run");
         max = r > max ? r : max;
     }
@@ -283,7 +286,8 @@ static json_t *tools_summary(const json_t *records, int runs)
         int pass = 0, n = 0;
         size_t i;
         const json_t *rec;
-        json_array_foreach(records, i, rec) {
+        json_array_foreach(records, i, rec)
+        {
             const json_t *p = json_object_get(rec, "pass");
             if (count(rec, "run") != r || !json_is_boolean(p))
                 continue;

@@ -24,17 +24,19 @@ json_t *rp_bench_record_new(const rp_bench_result *r, double t0, const char *sce
     json_t *calls = r->tool_calls ? json_deep_copy(r->tool_calls) : json_null();
     json_t *rec = json_pack("{s:s, s:s, s:i, s:i, s:b, s:s?, s:i, s:o, s:o, s:o, s:o, s:o, s:o}", "scenario", scenario,
                             "task", task, "run", run, "stream", 0, "ok", r->error == NULL, "error", r->error,
-                            "http_status", (int)r->http_status, "t_sent", rp_bench_json_real(r->t_sent - t0),
-                            "t_first", rp_bench_json_real(r->t_first - t0), "t_last",
-                            rp_bench_json_real(r->t_last - t0), "ttft_s", rp_bench_json_real(m.ttft_s),
-                            "decode_tok_s", rp_bench_json_real(m.decode_tok_s), "e2e_s", rp_bench_json_real(m.e2e_s));
+                            "http_status", (int)r->http_status, "t_sent", rp_bench_json_real(r->t_sent - t0), "t_first",
+                            rp_bench_json_real(r->t_first - t0), "t_last", rp_bench_json_real(r->t_last - t0), "ttft_s",
+                            rp_bench_json_real(m.ttft_s), "decode_tok_s", rp_bench_json_real(m.decode_tok_s), "e2e_s",
+                            rp_bench_json_real(m.e2e_s));
     if (!rec) {
         json_decref(calls);
         return NULL;
     }
     int bad = 0;
-    bad |= json_object_set_new(rec, "prompt_tokens", r->prompt_tokens >= 0 ? json_integer(r->prompt_tokens) : json_null());
-    bad |= json_object_set_new(rec, "cached_tokens", r->cached_tokens >= 0 ? json_integer(r->cached_tokens) : json_null());
+    bad |=
+        json_object_set_new(rec, "prompt_tokens", r->prompt_tokens >= 0 ? json_integer(r->prompt_tokens) : json_null());
+    bad |=
+        json_object_set_new(rec, "cached_tokens", r->cached_tokens >= 0 ? json_integer(r->cached_tokens) : json_null());
     bad |= json_object_set_new(rec, "completion_tokens",
                                r->completion_tokens >= 0 ? json_integer(r->completion_tokens) : json_null());
     bad |= json_object_set_new(rec, "token_chunks", json_integer(r->token_chunks));
@@ -84,7 +86,8 @@ rp_status rp_bench_doc_check(const json_t *doc)
         return RP_ERR(RP_ERR_INVALID, "\"records\" is missing or not an array");
     size_t i;
     const json_t *rec;
-    json_array_foreach(recs, i, rec) {
+    json_array_foreach(recs, i, rec)
+    {
         if (!json_is_object(rec))
             return RP_ERR(RP_ERR_INVALID, "record %zu is not an object", i);
         if (!json_is_string(json_object_get(rec, "task")))
@@ -181,23 +184,26 @@ rp_status rp_bench_merge(const char *const *in_paths, size_t n, const char *out_
             if (!label_copy || !out)
                 goto oom;
         } else if (strcmp(label, label_copy) != 0) {
-            st = RP_ERR(RP_ERR_INVALID, "%s: label '%s' differs from '%s' in %s (merge joins runs of one configuration)",
-                        in_paths[f], label, label_copy, in_paths[0]);
+            st =
+                RP_ERR(RP_ERR_INVALID, "%s: label '%s' differs from '%s' in %s (merge joins runs of one configuration)",
+                       in_paths[f], label, label_copy, in_paths[0]);
             goto fail;
         }
         const json_t *recs = json_object_get(doc, "records");
         size_t i;
         json_t *rec;
-        json_array_foreach(recs, i, rec) {
+        json_array_foreach(recs, i, rec)
+        {
             json_t *c = json_deep_copy(rec);
-            if (!c || json_object_set_new(c, "run", json_integer(offset + json_integer_value(json_object_get(rec, "run")))) ||
+            if (!c ||
+                json_object_set_new(c, "run", json_integer(offset + json_integer_value(json_object_get(rec, "run")))) ||
                 json_array_append_new(records, c))
                 goto oom;
         }
         const json_t *env = json_object_get(doc, "environment");
         if (json_array_append_new(inputs, json_pack("{s:s, s:i, s:O?, s:O?, s:O?}", "file", in_paths[f], "run_offset",
-                                                    offset, "started", json_object_get(env, "started"),
-                                                    "load_start", json_object_get(env, "load_start"), "load_end",
+                                                    offset, "started", json_object_get(env, "started"), "load_start",
+                                                    json_object_get(env, "load_start"), "load_end",
                                                     json_object_get(env, "load_end"))))
             goto oom;
         offset += rp_bench_run_count(recs);

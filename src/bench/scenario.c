@@ -90,6 +90,16 @@ static void make_nonce(uint64_t seed, int run, const char *what, char *buf)
 
 /* ---- records ---------------------------------------------------------------------- */
 
+// A number field printed with fmt, or "n/a" when it is null.
+static void fmt_field(const json_t *rec, const char *key, const char *fmt, char *buf, size_t cap)
+{
+    const json_t *v = json_object_get(rec, key);
+    if (json_is_number(v))
+        snprintf(buf, cap, fmt, json_number_value(v));
+    else
+        snprintf(buf, cap, "n/a");
+}
+
 static void progress(const runner *r, const json_t *rec)
 {
     if (r->p->quiet)
@@ -102,13 +112,13 @@ static void progress(const runner *r, const json_t *rec)
         fprintf(stderr, "rapid bench: [%s %d/%d] %s: FAILED: %s\n", sc, run + 1, r->p->runs, task, err);
         return;
     }
-    const json_t *ttft = json_object_get(rec, "ttft_s"), *dec = json_object_get(rec, "decode_tok_s");
-    const json_t *e2e = json_object_get(rec, "e2e_s");
-    fprintf(stderr, "rapid bench: [%s %d/%d] %s: ttft %.3f s, decode %.1f tok/s, %lld tokens, %.2f s\n", sc, run + 1,
-            r->p->runs, task, json_is_number(ttft) ? json_number_value(ttft) : NAN,
-            json_is_number(dec) ? json_number_value(dec) : NAN,
-            (long long)json_integer_value(json_object_get(rec, "completion_tokens")),
-            json_is_number(e2e) ? json_number_value(e2e) : NAN);
+    char ttft[32], dec[32], e2e[32];
+    fmt_field(rec, "ttft_s", "%.3f s", ttft, sizeof(ttft));
+    fmt_field(rec, "decode_tok_s", "%.1f tok/s", dec, sizeof(dec));
+    fmt_field(rec, "e2e_s", "%.2f s", e2e, sizeof(e2e));
+    fprintf(stderr, "rapid bench: [%s %d/%d] %s: ttft %s, decode %s, %lld tokens in %d chunks, %s\n", sc, run + 1,
+            r->p->runs, task, ttft, dec, (long long)json_integer_value(json_object_get(rec, "completion_tokens")),
+            (int)json_integer_value(json_object_get(rec, "token_chunks")), e2e);
 }
 
 // Takes rec (NULL means OOM) into the records; shows it unless it is one of several streams.
@@ -228,11 +238,11 @@ static rp_status make_doc(runner *r, const char *tasks_text, size_t tasks_len)
         if (p->scenarios & (1u << i))
             json_array_append_new(sc, json_string(scenario_names[i]));
     r->records = json_array();
-    r->env = json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:s, s:s?, s:o, s:i, s:s, s:s, s:s?}", "rapid_version",
-                       RP_VERSION, "libcurl", curl_version(), "started", now, "machine", rp_bench_machine(),
-                       "load_start", rp_bench_loadavg(), "base_url", p->base_url, "model", p->model, "label", p->label,
-                       "scenarios", sc, "runs", p->runs, "tasks_file", p->tasks_path, "tasks_hash", hash,
-                       "python_stdlib", r->stdlib);
+    r->env =
+        json_pack("{s:s, s:s, s:s, s:o, s:o, s:s, s:s, s:s?, s:o, s:i, s:s, s:s, s:s?}", "rapid_version", RP_VERSION,
+                  "libcurl", curl_version(), "started", now, "machine", rp_bench_machine(), "load_start",
+                  rp_bench_loadavg(), "base_url", p->base_url, "model", p->model, "label", p->label, "scenarios", sc,
+                  "runs", p->runs, "tasks_file", p->tasks_path, "tasks_hash", hash, "python_stdlib", r->stdlib);
     if (!r->records || !r->env)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     char seed[24];
@@ -272,7 +282,8 @@ static rp_status scenario_tasks(runner *r)
     for (int run = 0; run < r->p->runs; run++) {
         size_t i;
         const json_t *t;
-        json_array_foreach(tasks, i, t) {
+        json_array_foreach(tasks, i, t)
+        {
             const char *id = json_string_value(json_object_get(t, "id"));
             if (!wanted(r->p->only, id))
                 continue;
@@ -300,7 +311,8 @@ static void level_progress(const runner *r, const char *id, int run)
         fprintf(stderr, "rapid bench: [concurrency %d/%d] %s: %d of %zu streams FAILED (reasons in the records)\n",
                 run + 1, r->p->runs, id, m.n_errors, n);
     else
-        fprintf(stderr, "rapid bench: [concurrency %d/%d] %s: aggregate decode %.1f tok/s, median ttft %.3f s, %.2f s\n",
+        fprintf(stderr,
+                "rapid bench: [concurrency %d/%d] %s: aggregate decode %.1f tok/s, median ttft %.3f s, %.2f s\n",
                 run + 1, r->p->runs, id, m.decode_tok_s, m.ttft_s, m.e2e_s);
 }
 
@@ -326,7 +338,8 @@ static rp_status scenario_concurrency(runner *r)
                 recs[i] = NULL;
                 if (json_object_set_new(rec, "n_streams", json_integer(n)) ||
                     json_object_set_new(rec, "stream", json_integer(i)) ||
-                    json_object_set_new(rec, "source_task", json_string(json_string_value(json_object_get(task, "id"))))) {
+                    json_object_set_new(rec, "source_task",
+                                        json_string(json_string_value(json_object_get(task, "id"))))) {
                     json_decref(rec);
                     rec = NULL;
                 }
@@ -353,7 +366,10 @@ static char *restart_server(runner *r)
     int rc = system(r->p->restart_cmd);
     if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
         return rp_bench_fmt("the restart command failed (%s %d): %s", rc == -1 || !WIFEXITED(rc) ? "status" : "exit",
-                            rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : rc, r->p->restart_cmd);
+                            rc == -1        ? -1
+                            : WIFEXITED(rc) ? WEXITSTATUS(rc)
+                                            : rc,
+                            r->p->restart_cmd);
     if (rp_bench_client_wait_ready(r->client, r->p->restart_timeout_s) != RP_OK)
         return rp_bench_fmt("the server did not come back after the restart: %s", rp_error_message());
     return NULL;
@@ -455,7 +471,8 @@ static rp_status scenario_prefill(runner *r)
     for (int run = 0; run < r->p->runs; run++) {
         size_t i;
         const json_t *jsz;
-        json_array_foreach(sizes, i, jsz) {
+        json_array_foreach(sizes, i, jsz)
+        {
             json_int_t size = json_integer_value(jsz);
             char id[64], nonce[17];
             if (size % 1024 == 0)
@@ -506,7 +523,8 @@ static rp_status scenario_tools(runner *r)
     for (int run = 0; run < r->p->runs; run++) {
         size_t i;
         const json_t *c;
-        json_array_foreach(cases, i, c) {
+        json_array_foreach(cases, i, c)
+        {
             char id[64];
             snprintf(id, sizeof(id), "tools-%02zu", i + 1);
             json_t *spec = json_pack("{s:O, s:O, s:O, s:O?}", "prompt", json_object_get(c, "prompt"), "tools",
@@ -599,7 +617,7 @@ rp_status rp_bench_run(const rp_bench_params *p, size_t *n_requests, size_t *n_f
     warm_up(&r);
     r.t0 = (p->clock ? p->clock : rp_bench_clock_monotonic)(p->clock_ctx);
     static rp_status (*const run_fn[])(runner *) = {scenario_tasks, scenario_concurrency, scenario_agent,
-                                                     scenario_prefill, scenario_tools};
+                                                    scenario_prefill, scenario_tools};
     for (size_t i = 0; i < N_SCENARIOS; i++) {
         if (!(p->scenarios & (1u << i)))
             continue;

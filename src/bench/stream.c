@@ -460,8 +460,8 @@ static bool tool_delta(rp_bench_stream *s, const json_t *d, size_t pos)
     const json_t *fn = json_object_get(d, "function");
     if (fn && !json_is_null(fn) && !json_is_object(fn))
         return false;
-    return join_field(call, d, "id") && (!fn || json_is_null(fn) || (join_field(call, fn, "name") &&
-                                                                      join_field(call, fn, "arguments")));
+    return join_field(call, d, "id") &&
+           (!fn || json_is_null(fn) || (join_field(call, fn, "name") && join_field(call, fn, "arguments")));
 }
 
 static rp_status on_event(void *ctx, const char *data, size_t len)
@@ -533,7 +533,8 @@ static rp_status on_event(void *ctx, const char *data, size_t len)
     }
     size_t i;
     const json_t *ch;
-    json_array_foreach(choices, i, ch) {
+    json_array_foreach(choices, i, ch)
+    {
         if (!json_is_object(ch)) {
             chunk_fail(s, "a choice is not an object", data, len);
             goto done;
@@ -560,7 +561,8 @@ static rp_status on_event(void *ctx, const char *data, size_t len)
                 }
                 size_t k;
                 const json_t *d;
-                json_array_foreach(calls, k, d) {
+                json_array_foreach(calls, k, d)
+                {
                     if (!tool_delta(s, d, k)) {
                         chunk_fail(s, "a malformed tool-call delta", data, len);
                         goto done;

@@ -28,11 +28,21 @@ static void xml_text(rp_bench_buf *b, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '&': rp_bench_buf_adds(b, "&amp;"); break;
-        case '<': rp_bench_buf_adds(b, "&lt;"); break;
-        case '>': rp_bench_buf_adds(b, "&gt;"); break;
-        case '"': rp_bench_buf_adds(b, "&quot;"); break;
-        case '\'': rp_bench_buf_adds(b, "&apos;"); break;
+        case '&':
+            rp_bench_buf_adds(b, "&amp;");
+            break;
+        case '<':
+            rp_bench_buf_adds(b, "&lt;");
+            break;
+        case '>':
+            rp_bench_buf_adds(b, "&gt;");
+            break;
+        case '"':
+            rp_bench_buf_adds(b, "&quot;");
+            break;
+        case '\'':
+            rp_bench_buf_adds(b, "&apos;");
+            break;
         default:
             // Control characters are not allowed in XML 1.0.
             if ((unsigned char)*s >= 0x20 || *s == '\t')
@@ -88,20 +98,22 @@ char *rp_bench_cmp_svg(const rp_bench_cmp *c)
                         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f "
                         "%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
                         width, height, width, height);
-    rp_bench_buf_adds(&b, "<style>.v{fill:#333;font-size:10px}.w{stroke:#222;stroke-width:1;fill:none}"
-                          ".g{stroke:#ddd;stroke-width:1}.one{stroke:#c00;stroke-width:1;stroke-dasharray:4 3}</style>\n");
+    rp_bench_buf_adds(&b,
+                      "<style>.v{fill:#333;font-size:10px}.w{stroke:#222;stroke-width:1;fill:none}"
+                      ".g{stroke:#ddd;stroke-width:1}.one{stroke:#c00;stroke-width:1;stroke-dasharray:4 3}</style>\n");
     rp_bench_buf_printf(&b, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n", width, height);
     rp_bench_buf_adds(&b, "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">Speedup of B (");
     xml_text(&b, c->label_b);
     rp_bench_buf_adds(&b, ") over A (");
     xml_text(&b, c->label_a);
     rp_bench_buf_adds(&b, ")</text>\n");
-    rp_bench_buf_printf(&b,
-                        "<rect x=\"10\" y=\"34\" width=\"12\" height=\"10\" fill=\"%s\"/><text x=\"26\" y=\"43\">decode "
-                        "tok/s B/A</text>\n<rect x=\"150\" y=\"34\" width=\"12\" height=\"10\" fill=\"%s\"/><text "
-                        "x=\"166\" y=\"43\">end to end A/B</text>\n<text x=\"290\" y=\"43\" class=\"v\">median, whisker: "
-                        "range over runs</text>\n",
-                        color_decode, color_e2e);
+    rp_bench_buf_printf(
+        &b,
+        "<rect x=\"10\" y=\"34\" width=\"12\" height=\"10\" fill=\"%s\"/><text x=\"26\" y=\"43\">decode "
+        "tok/s B/A</text>\n<rect x=\"150\" y=\"34\" width=\"12\" height=\"10\" fill=\"%s\"/><text "
+        "x=\"166\" y=\"43\">end to end A/B</text>\n<text x=\"290\" y=\"43\" class=\"v\">median, whisker: "
+        "range over runs</text>\n",
+        color_decode, color_e2e);
     // Grid lines and axis labels every half unit.
     double bottom = TOP + ROW * (double)rows;
     for (int k = 0; k <= (int)(axis * 2 + 1e-9); k++) {

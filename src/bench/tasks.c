@@ -47,7 +47,8 @@ static rp_status check_tool_names(const rp_bench_taskset *ts, const json_t *name
     const json_t *map = json_object_get(ts->root, "tools");
     size_t i;
     const json_t *n;
-    json_array_foreach(names, i, n) {
+    json_array_foreach(names, i, n)
+    {
         if (!json_is_string(n))
             return bad(ts, "%s: \"tools\" holds a value that is not a name%s", where, NULL);
         if (!json_object_get(map, json_string_value(n)))
@@ -72,7 +73,8 @@ static rp_status check_messages(const rp_bench_taskset *ts, const json_t *msgs, 
         return bad(ts, "%s: \"messages\" must be a non-empty array%s", where, NULL);
     size_t i;
     const json_t *m;
-    json_array_foreach(msgs, i, m) {
+    json_array_foreach(msgs, i, m)
+    {
         if (!json_is_object(m) || !json_is_string(json_object_get(m, "role")))
             return bad(ts, "%s: a message is not an object with a \"role\"%s", where, NULL);
     }
@@ -170,12 +172,16 @@ static rp_status check_sections(rp_bench_taskset *ts)
             return st;
         if (!names)
             return bad(ts, "tools_scenario: \"tools\" is missing%s%s", NULL, NULL);
+        const json_t *sys = json_object_get(tools, "system");
+        if (sys && !json_is_string(sys))
+            return bad(ts, "tools_scenario: \"system\" is not a string%s%s", NULL, NULL);
         const json_t *cases = json_object_get(tools, "cases");
         if (!json_is_array(cases) || json_array_size(cases) == 0)
             return bad(ts, "tools_scenario: \"cases\" must be a non-empty array%s%s", NULL, NULL);
         size_t i;
         const json_t *c;
-        json_array_foreach(cases, i, c) {
+        json_array_foreach(cases, i, c)
+        {
             const char *name = json_string_value(json_object_get(c, "name"));
             if (!json_is_string(json_object_get(c, "prompt")) || !name ||
                 !json_is_object(json_object_get(c, "arguments")))
@@ -219,7 +225,8 @@ rp_status rp_bench_taskset_load(const char *path, rp_bench_taskset *out)
     }
     const char *key;
     const json_t *v;
-    json_object_foreach((json_t *)texts, key, v) {
+    json_object_foreach((json_t *)texts, key, v)
+    {
         if (!json_is_string(v)) {
             st = bad(out, "texts: '%s' is not a string%s", key, NULL);
             goto fail;
@@ -230,7 +237,8 @@ rp_status rp_bench_taskset_load(const char *path, rp_bench_taskset *out)
         st = bad(out, "\"tools\" is not an object of name -> definition%s%s", NULL, NULL);
         goto fail;
     }
-    json_object_foreach((json_t *)tools, key, v) {
+    json_object_foreach((json_t *)tools, key, v)
+    {
         if (!json_is_object(v) || !json_is_string(json_object_get(v, "description")) ||
             !json_is_object(json_object_get(v, "parameters"))) {
             st = bad(out, "tools: '%s' needs a \"description\" and a \"parameters\" object%s", key, NULL);
@@ -243,7 +251,8 @@ rp_status rp_bench_taskset_load(const char *path, rp_bench_taskset *out)
         goto fail;
     }
     size_t i;
-    json_array_foreach(tasks, i, v) {
+    json_array_foreach(tasks, i, v)
+    {
         if ((st = check_task(out, v, i)) != RP_OK)
             goto fail;
         const char *id = json_string_value(json_object_get(v, "id"));
@@ -272,7 +281,8 @@ const json_t *rp_bench_taskset_find(const rp_bench_taskset *ts, const char *id)
 {
     size_t i;
     const json_t *t;
-    json_array_foreach(json_object_get(ts->root, "tasks"), i, t) {
+    json_array_foreach(json_object_get(ts->root, "tasks"), i, t)
+    {
         const char *tid = json_string_value(json_object_get(t, "id"));
         if (tid && strcmp(tid, id) == 0)
             return t;
@@ -397,7 +407,8 @@ static rp_status expand_json(const rp_bench_taskset *ts, const char *stdlib, con
     if (json_is_object(v)) {
         const char *k;
         json_t *x;
-        json_object_foreach(v, k, x) {
+        json_object_foreach(v, k, x)
+        {
             if (json_is_string(x)) {
                 char *e = NULL;
                 rp_status st = rp_bench_expand(ts, stdlib, nonce, json_string_value(x), &e);
@@ -416,7 +427,8 @@ static rp_status expand_json(const rp_bench_taskset *ts, const char *stdlib, con
     } else if (json_is_array(v)) {
         size_t i;
         json_t *x;
-        json_array_foreach(v, i, x) {
+        json_array_foreach(v, i, x)
+        {
             if (json_is_string(x)) {
                 char *e = NULL;
                 rp_status st = rp_bench_expand(ts, stdlib, nonce, json_string_value(x), &e);
@@ -497,7 +509,8 @@ rp_status rp_bench_body(const rp_bench_taskset *ts, const json_t *spec, const ch
             goto oom;
         size_t i;
         const json_t *n;
-        json_array_foreach(names, i, n) {
+        json_array_foreach(names, i, n)
+        {
             const char *name = json_string_value(n);
             const json_t *def = name ? json_object_get(map, name) : NULL;
             if (!def) {
@@ -568,7 +581,8 @@ bool rp_bench_tool_pass(const json_t *tool_calls, const char *name, const json_t
     bool ok = json_is_object(parsed);
     const char *k;
     const json_t *v;
-    json_object_foreach((json_t *)expected_args, k, v) {
+    json_object_foreach((json_t *)expected_args, k, v)
+    {
         if (!ok)
             break;
         const json_t *g = json_object_get(parsed, k);

@@ -24,42 +24,41 @@
 
 static void bench_usage(FILE *f)
 {
-    fprintf(f,
-            "usage: rapid bench --base-url URL --model NAME --out FILE.json [options]\n"
-            "       rapid bench compare A.json B.json [--md OUT.md] [--svg OUT.svg]\n"
-            "       rapid bench merge --out OUT.json IN.json...\n"
-            "\n"
-            "Measures an OpenAI-compatible server (any, not only rapid serve) with streaming\n"
-            "/v1/chat/completions requests: time to first token, decode tok/s = (completion tokens - 1) /\n"
-            "(last token - first token) with the server's own token count, end to end, and the text. Every\n"
-            "request's record, a summary (medians over runs) and the machine go into FILE.json; failed\n"
-            "requests are recorded with the reason and the run goes on.\n"
-            "\n"
-            "options:\n"
-            "      --base-url URL       the server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)\n"
-            "      --model NAME         the request's model field\n"
-            "      --out FILE           the result file (rewritten after each scenario)\n"
-            "      --tasks FILE         task file (default: bench/tasks.json, also looked for next to the binary)\n"
-            "      --scenario LIST      tasks, concurrency, agent, prefill, tools or all, comma-separated\n"
-            "                           (default tasks)\n"
-            "      --runs N             repetitions (default 3)\n"
-            "      --label TEXT         name of the configuration measured (compare shows it)\n"
-            "      --only IDS           only these tasks of the tasks scenario (comma-separated ids)\n"
-            "      --concurrency LIST   streams started together (default from the task file: 1,4,16)\n"
-            "      --restart-cmd CMD    agent: shell command that restarts the server; the turns are then replayed\n"
-            "      --restart-timeout S  how long to wait for the restarted server (default 300)\n"
-            "      --warmup N           unrecorded requests first (default 0)\n"
-            "      --seed N             nonces of cold prompts (same seed: same prompts; default: from the clock)\n"
-            "      --timeout S          per request (default 600)\n"
-            "      --stdlib DIR         Python standard library folder (default: asked of python3)\n"
-            "      --api-key KEY        sent as Authorization: Bearer KEY\n"
-            "      --meta KEY=VALUE     a fact recorded in the environment (repeatable)\n"
-            "  -q, --quiet              no progress lines\n"
-            "\n"
-            "compare: per task the speedup of B over A (decode B/A, end to end and TTFT A/B), median and\n"
-            "range over runs paired by index, and how many outputs were byte-identical; --md writes a\n"
-            "Markdown table, --svg a bar chart.\n"
-            "  -h, --help               this help\n");
+    fprintf(f, "usage: rapid bench --base-url URL --model NAME --out FILE.json [options]\n"
+               "       rapid bench compare A.json B.json [--md OUT.md] [--svg OUT.svg]\n"
+               "       rapid bench merge --out OUT.json IN.json...\n"
+               "\n"
+               "Measures an OpenAI-compatible server (any, not only rapid serve) with streaming\n"
+               "/v1/chat/completions requests: time to first token, decode tok/s = (completion tokens - 1) /\n"
+               "(last token - first token) with the server's own token count, end to end, and the text. Every\n"
+               "request's record, a summary (medians over runs) and the machine go into FILE.json; failed\n"
+               "requests are recorded with the reason and the run goes on.\n"
+               "\n"
+               "options:\n"
+               "      --base-url URL       the server, e.g. http://127.0.0.1:8000 (a trailing /v1 is fine)\n"
+               "      --model NAME         the request's model field\n"
+               "      --out FILE           the result file (rewritten after each scenario)\n"
+               "      --tasks FILE         task file (default: bench/tasks.json, also looked for next to the binary)\n"
+               "      --scenario LIST      tasks, concurrency, agent, prefill, tools or all, comma-separated\n"
+               "                           (default tasks)\n"
+               "      --runs N             repetitions (default 3)\n"
+               "      --label TEXT         name of the configuration measured (compare shows it)\n"
+               "      --only IDS           only these tasks of the tasks scenario (comma-separated ids)\n"
+               "      --concurrency LIST   streams started together (default from the task file: 1,4,16)\n"
+               "      --restart-cmd CMD    agent: shell command that restarts the server; the turns are then replayed\n"
+               "      --restart-timeout S  how long to wait for the restarted server (default 300)\n"
+               "      --warmup N           unrecorded requests first (default 0)\n"
+               "      --seed N             nonces of cold prompts (same seed: same prompts; default: from the clock)\n"
+               "      --timeout S          per request (default 600)\n"
+               "      --stdlib DIR         Python standard library folder (default: asked of python3)\n"
+               "      --api-key KEY        sent as Authorization: Bearer KEY\n"
+               "      --meta KEY=VALUE     a fact recorded in the environment (repeatable)\n"
+               "  -q, --quiet              no progress lines\n"
+               "\n"
+               "compare: per task the speedup of B over A (decode B/A, end to end and TTFT A/B), median and\n"
+               "range over runs paired by index, and how many outputs were byte-identical; --md writes a\n"
+               "Markdown table, --svg a bar chart.\n"
+               "  -h, --help               this help\n");
 }
 
 static bool parse_long(const char *s, long long lo, long long hi, long long *out)
@@ -275,25 +274,55 @@ int rp_cli_bench(int argc, char **argv)
         li = -1;
         long long v;
         switch (c) {
-        case O_BASE: p.base_url = optarg; break;
-        case O_MODEL: p.model = optarg; break;
-        case O_OUT: p.out_path = optarg; break;
-        case O_TASKS: p.tasks_path = optarg; break;
-        case O_SCENARIO: ok = rp_bench_scenarios_parse(optarg, &p.scenarios) == RP_OK; break;
-        case O_RUNS: ok = parse_long(optarg, 1, 1000, &v), p.runs = (int)v; break;
-        case O_LABEL: p.label = optarg; break;
-        case O_ONLY: p.only = optarg; break;
+        case O_BASE:
+            p.base_url = optarg;
+            break;
+        case O_MODEL:
+            p.model = optarg;
+            break;
+        case O_OUT:
+            p.out_path = optarg;
+            break;
+        case O_TASKS:
+            p.tasks_path = optarg;
+            break;
+        case O_SCENARIO:
+            ok = rp_bench_scenarios_parse(optarg, &p.scenarios) == RP_OK;
+            break;
+        case O_RUNS:
+            ok = parse_long(optarg, 1, 1000, &v), p.runs = (int)v;
+            break;
+        case O_LABEL:
+            p.label = optarg;
+            break;
+        case O_ONLY:
+            p.only = optarg;
+            break;
         case O_CONC:
             ok = parse_levels(optarg, levels, 16, &p.n_levels);
             p.levels = levels;
             break;
-        case O_RESTART: p.restart_cmd = optarg; break;
-        case O_RESTART_TIMEOUT: ok = parse_seconds(optarg, &p.restart_timeout_s); break;
-        case O_WARMUP: ok = parse_long(optarg, 0, 100, &v), p.warmup = (int)v; break;
-        case O_SEED: ok = parse_long(optarg, 0, LLONG_MAX, &v), p.seed = (uint64_t)v; break;
-        case O_TIMEOUT: ok = parse_seconds(optarg, &p.timeout_s); break;
-        case O_STDLIB: p.stdlib_dir = optarg; break;
-        case O_KEY: p.api_key = optarg; break;
+        case O_RESTART:
+            p.restart_cmd = optarg;
+            break;
+        case O_RESTART_TIMEOUT:
+            ok = parse_seconds(optarg, &p.restart_timeout_s);
+            break;
+        case O_WARMUP:
+            ok = parse_long(optarg, 0, 100, &v), p.warmup = (int)v;
+            break;
+        case O_SEED:
+            ok = parse_long(optarg, 0, LLONG_MAX, &v), p.seed = (uint64_t)v;
+            break;
+        case O_TIMEOUT:
+            ok = parse_seconds(optarg, &p.timeout_s);
+            break;
+        case O_STDLIB:
+            p.stdlib_dir = optarg;
+            break;
+        case O_KEY:
+            p.api_key = optarg;
+            break;
         case O_META: {
             const char *eq = strchr(optarg, '=');
             ok = eq && eq != optarg;
@@ -304,10 +333,19 @@ int rp_cli_bench(int argc, char **argv)
             }
             break;
         }
-        case 'q': p.quiet = true; break;
-        case 'h': bench_usage(stdout); rc = 0; goto done;
-        case ':': rc = bad_usage("option '%s' needs a value", argv[optind - 1]); goto done;
-        default: rc = bad_usage("unknown option '%s'", argv[optind - 1]); goto done;
+        case 'q':
+            p.quiet = true;
+            break;
+        case 'h':
+            bench_usage(stdout);
+            rc = 0;
+            goto done;
+        case ':':
+            rc = bad_usage("option '%s' needs a value", argv[optind - 1]);
+            goto done;
+        default:
+            rc = bad_usage("unknown option '%s'", argv[optind - 1]);
+            goto done;
         }
         if (!ok) {
             fprintf(stderr, "rapid bench: invalid value '%s' for %s", optarg, optname);

@@ -31,7 +31,7 @@ typedef struct sse_script {
 } sse_script;
 
 #define SSE_USAGE(p, c)                                                                                                \
-    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" #p ",\"completion_tokens\":" #c                             \
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":" #p ",\"completion_tokens\":" #c                              \
     ",\"prompt_tokens_details\":{\"cached_tokens\":0}}}\n\n"
 
 #define SSE_CONTENT(text) "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" text "\"}}]}\n\n"
@@ -39,35 +39,50 @@ typedef struct sse_script {
 static const sse_script sse_scripts[] = {
     // Four token chunks, 7 completion tokens: with a clock stepping 0.25 s from
     // the send, TTFT 0.25 s, end to end 1 s, decode (7 - 1) / 0.75 = 8 tok/s.
-    {"good", 200, "text/event-stream",
+    {"good",
+     200,
+     "text/event-stream",
      {"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}],"
       "\"system_fingerprint\":\"fp-test\"}\n\n",
       SSE_CONTENT("Hel"), "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo", "\"}}]}\r\n\r\n",
       ": keep-alive\n\n", SSE_CONTENT(", wor"),
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ld\"},\"finish_reason\":\"stop\"}]}\n\n",
       SSE_USAGE(12, 7), "data: [DONE]\n\n", NULL},
-     1, false},
-    {"tool", 200, "text/event-stream",
+     1,
+     false},
+    {"tool",
+     200,
+     "text/event-stream",
      {"data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":"
       "\"get_weather\",\"arguments\":\"{\\\"city\\\":\"}}]}}]}\n\n",
       "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
       "\" \\\"Porto\\\"}\"}}]},\"finish_reason\":\"tool_calls\"}]}\n\n",
       SSE_USAGE(40, 9), "data: [DONE]\n\n", NULL},
-     0, false},
-    {"http500", 500, "application/json",
+     0,
+     false},
+    {"http500",
+     500,
+     "application/json",
      {"{\"error\":{\"message\":\"engine exploded\",\"type\":\"server_error\"}}", NULL},
-     0, false},
-    {"json", 200, "application/json",
+     0,
+     false},
+    {"json",
+     200,
+     "application/json",
      {"{\"object\":\"chat.completion\",\"choices\":[{\"message\":{\"content\":\"hi\"}}]}", NULL},
-     0, false},
+     0,
+     false},
     {"nodata", 200, "text/event-stream", {"hello there\n", NULL}, 0, false},
     {"malformed", 200, "text/event-stream", {SSE_CONTENT("a"), "data: {\"choices\": [oops]}\n\n", NULL}, 0, false},
     {"nousage", 200, "text/event-stream", {SSE_CONTENT("a"), SSE_CONTENT("b"), "data: [DONE]\n\n", NULL}, 0, false},
     {"nodone", 200, "text/event-stream", {SSE_CONTENT("a"), SSE_USAGE(3, 1), NULL}, 0, false},
     {"cut", 200, "text/event-stream", {SSE_CONTENT("a"), SSE_CONTENT("b"), NULL}, 1, true},
-    {"errchunk", 200, "text/event-stream",
+    {"errchunk",
+     200,
+     "text/event-stream",
      {SSE_CONTENT("a"), "data: {\"error\":{\"message\":\"context length exceeded\"}}\n\n", NULL},
-     0, false},
+     0,
+     false},
     {"slow", 200, "text/event-stream", {SSE_CONTENT("a"), SSE_USAGE(1, 1), "data: [DONE]\n\n", NULL}, 400, false},
 };
 

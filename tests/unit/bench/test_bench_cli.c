@@ -80,10 +80,9 @@ static void test_usage(void **state)
     assert_contains(err, "merge needs --out");
 }
 
-static const char tasks_json[] =
-    "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":["
-    "{\"id\":\"one\",\"kind\":\"chat\",\"prompt\":\"hi\",\"max_tokens\":4},"
-    "{\"id\":\"two\",\"kind\":\"chat\",\"prompt\":\"ho\",\"max_tokens\":4}]}";
+static const char tasks_json[] = "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":["
+                                 "{\"id\":\"one\",\"kind\":\"chat\",\"prompt\":\"hi\",\"max_tokens\":4},"
+                                 "{\"id\":\"two\",\"kind\":\"chat\",\"prompt\":\"ho\",\"max_tokens\":4}]}";
 
 static void test_run_compare_merge(void **state)
 {
@@ -101,9 +100,8 @@ static void test_run_compare_merge(void **state)
                      0);
     assert_contains(err, "[tasks 2/2] two: ttft");
     assert_contains(err, "4 requests, 0 failed");
-    assert_int_equal(rapid("bench --base-url %s --model tiny --tasks %s --runs 1 --label other -q --out %s", url, tasks,
-                           b),
-                     0);
+    assert_int_equal(
+        rapid("bench --base-url %s --model tiny --tasks %s --runs 1 --label other -q --out %s", url, tasks, b), 0);
     assert_string_equal(err, "");
     assert_int_equal(rapid("bench compare %s %s --md %s --svg %s", a, b, md, svg), 0);
     assert_contains(out, "A: base\nB: other\n");

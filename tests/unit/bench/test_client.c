@@ -24,13 +24,14 @@ static int teardown(void **state)
     return rp_test_tmp_teardown(state);
 }
 
-static const char body_json[] = "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}";
+static const char body_json[] =
+    "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true}";
 
 // Sends n copies of body_json to a base URL; fills out[] (initialised here).
 static void send_n(const char *base, double timeout_s, fake_clock *clk, size_t n, rp_bench_result *out)
 {
-    rp_bench_client_params p = {.base_url = base, .timeout_s = timeout_s, .clock = clk ? fake_now : NULL,
-                                .clock_ctx = clk};
+    rp_bench_client_params p = {
+        .base_url = base, .timeout_s = timeout_s, .clock = clk ? fake_now : NULL, .clock_ctx = clk};
     rp_bench_client *c = NULL;
     assert_int_equal(rp_bench_client_create(&p, &c), RP_OK);
     const char *bodies[16];
@@ -203,7 +204,8 @@ static const json_t *find_record(const json_t *doc, const char *task, int run, i
 {
     size_t i;
     const json_t *rec;
-    json_array_foreach(json_object_get(doc, "records"), i, rec) {
+    json_array_foreach(json_object_get(doc, "records"), i, rec)
+    {
         if (strcmp(json_string_value(json_object_get(rec, "task")), task) == 0 &&
             json_integer_value(json_object_get(rec, "run")) == run &&
             json_integer_value(json_object_get(rec, "stream")) == stream)
@@ -217,7 +219,8 @@ static const json_t *summary_of(const json_t *doc, const char *task)
 {
     size_t i;
     const json_t *t;
-    json_array_foreach(json_object_get(json_object_get(doc, "summary"), "tasks"), i, t) {
+    json_array_foreach(json_object_get(json_object_get(doc, "summary"), "tasks"), i, t)
+    {
         if (strcmp(json_string_value(json_object_get(t, "task")), task) == 0)
             return t;
     }
@@ -270,7 +273,7 @@ static void test_run_every_scenario(void **state)
     assert_int_equal(rp_bench_run(&p, &n_req, &n_failed), RP_OK);
     // tasks 2x3, concurrency 2x(1+3), agent 2x2 turns x2 phases, prefill 2x2, tools 2x2
     assert_int_equal(n_req, 6 + 8 + 8 + 4 + 4);
-    assert_int_equal(n_failed, 2); // the missing module, once per run
+    assert_int_equal(n_failed, 2);                                   // the missing module, once per run
     assert_int_equal(srv.n_bodies - first_body, 1 + (int)n_req - 2); // + warm-up, - the two never sent
 
     json_t *doc = NULL;
@@ -364,7 +367,8 @@ static void test_run_every_scenario(void **state)
     json_decref(r2);
     // Prefill: the nonce first, the source cut at a line end, the question last.
     json_t *pf = body_at(agent_first + 8);
-    const char *prompt = json_string_value(json_object_get(json_array_get(json_object_get(pf, "messages"), 0), "content"));
+    const char *prompt =
+        json_string_value(json_object_get(json_array_get(json_object_get(pf, "messages"), 0), "content"));
     assert_int_equal(strncmp(prompt, "Request ", 8), 0);
     assert_contains(prompt, ".\n\n# ---- fakemod ----\ndef f():\n\nQ?");
     json_decref(pf);
@@ -452,12 +456,9 @@ static void test_run_bad_parameters(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_stream_exact),
-        cmocka_unit_test(test_failures_become_records),
-        cmocka_unit_test(test_concurrent_streams),
-        cmocka_unit_test(test_client_bad_input),
-        cmocka_unit_test(test_run_every_scenario),
-        cmocka_unit_test(test_run_restart_failure_and_refused),
+        cmocka_unit_test(test_good_stream_exact),  cmocka_unit_test(test_failures_become_records),
+        cmocka_unit_test(test_concurrent_streams), cmocka_unit_test(test_client_bad_input),
+        cmocka_unit_test(test_run_every_scenario), cmocka_unit_test(test_run_restart_failure_and_refused),
         cmocka_unit_test(test_run_bad_parameters),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

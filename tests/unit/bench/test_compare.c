@@ -20,9 +20,9 @@ static json_t *rec(const char *task, int run, double ttft, double dec, double e2
 // A stream of a concurrency level: times relative to the run's start.
 static json_t *stream_rec(const char *task, int run, int stream, double sent, double first, double last, int tokens)
 {
-    return json_pack("{s:s, s:s, s:i, s:i, s:n, s:f, s:f, s:f, s:f, s:i, s:s}", "scenario", "concurrency", "task",
-                     task, "run", run, "stream", stream, "error", "t_sent", sent, "t_first", first, "t_last", last,
-                     "ttft_s", first - sent, "completion_tokens", tokens, "text", "same");
+    return json_pack("{s:s, s:s, s:i, s:i, s:n, s:f, s:f, s:f, s:f, s:i, s:s}", "scenario", "concurrency", "task", task,
+                     "run", run, "stream", stream, "error", "t_sent", sent, "t_first", first, "t_last", last, "ttft_s",
+                     first - sent, "completion_tokens", tokens, "text", "same");
 }
 
 static json_t *doc(const char *label, json_t *records)
@@ -133,7 +133,8 @@ static void test_markdown_exact(void **state)
         "Speedup of B over A (above 1: B is faster): decode tok/s B/A, end to end and time to first token A/B; "
         "median [min-max] over the runs paired by index.\n"
         "\n"
-        "| task | runs | decode B/A | end to end A/B | TTFT A/B | A tok/s | B tok/s | identical outputs | errors A/B |\n"
+        "| task | runs | decode B/A | end to end A/B | TTFT A/B | A tok/s | B tok/s | identical outputs | errors A/B "
+        "|\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         "| x | 3 | 1.50x [1.00-1.50] | 2.00x [1.00-2.00] | 2.00x | 20.0 | 30.0 | 2/3 | 0/0 |\n"
         "| only-a | 0 | only in A | | | | | | |\n"
@@ -309,9 +310,8 @@ static void test_merge(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_compare_arithmetic), cmocka_unit_test(test_markdown_exact),
-        cmocka_unit_test(test_svg),                cmocka_unit_test(test_compare_files),
-        cmocka_unit_test(test_malformed_files),    cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_compare_arithmetic), cmocka_unit_test(test_markdown_exact),  cmocka_unit_test(test_svg),
+        cmocka_unit_test(test_compare_files),      cmocka_unit_test(test_malformed_files), cmocka_unit_test(test_merge),
     };
     return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }

@@ -94,7 +94,8 @@ static void test_sse_callback_error_stops(void **state)
 // A complete reply: role chunk, reasoning, content split over chunks, finish,
 // usage, [DONE]. Four chunks carry tokens.
 static const char good_stream[] =
-    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"system_fingerprint\":\"fp-1\",\"choices\":[{\"index\":0,"
+    "data: "
+    "{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"system_fingerprint\":\"fp-1\",\"choices\":[{\"index\":0,"
     "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}],\"usage\":null}\n\n"
     "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Think.\"}}]}\n\n"
     ": keep-alive\n\n"
@@ -155,7 +156,8 @@ static void test_stream_exact_metrics_every_split(void **state)
 static void test_stream_tool_calls(void **state)
 {
     const char *body =
-        "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
+        "data: "
+        "{\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"tool_calls\":[{\"index\":0,\"id\":\"call_1\","
         "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":\"\"}}]}}]}\n\n"
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":"
         "\"{\\\"city\\\": \"}}]}}]}\n\n"
@@ -172,8 +174,9 @@ static void test_stream_tool_calls(void **state)
     assert_true(r.t_first == 100.25);
     assert_int_equal(r.token_chunks, 3);
     assert_int_equal(json_array_size(r.tool_calls), 2);
-    json_t *want = test_json("[{\"id\":\"call_1\",\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Porto\\\"}\"},"
-                             "{\"id\":\"call_2\",\"name\":\"set_timer\",\"arguments\":\"{}\"}]");
+    json_t *want =
+        test_json("[{\"id\":\"call_1\",\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Porto\\\"}\"},"
+                  "{\"id\":\"call_2\",\"name\":\"set_timer\",\"arguments\":\"{}\"}]");
     assert_true(json_equal(want, r.tool_calls));
     json_decref(want);
     assert_int_equal(r.cached_tokens, -1); // not reported
@@ -232,8 +235,9 @@ static void test_stream_errors(void **state)
 static void test_stream_nul_and_utf8(void **state)
 {
     // \u0000 in content is kept (with its length); a record of it is valid JSON.
-    const char *body = "data: {\"choices\":[{\"delta\":{\"content\":\"a\\u0000b\"}}]}\n\n"
-                       "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
+    const char *body =
+        "data: {\"choices\":[{\"delta\":{\"content\":\"a\\u0000b\"}}]}\n\n"
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n";
     rp_bench_result r;
     fake_clock clk;
     run_stream(body, strlen(body), 3, &r, &clk);
@@ -251,7 +255,9 @@ static void test_stream_nul_and_utf8(void **state)
     json_decref(rec);
     rp_bench_result_deinit(&r);
     // Invalid UTF-8 in an excerpt or a JSON string is replaced, never passed on.
-    char *x = rp_bench_excerpt("ab\xff\xfe\ncd\x01\x02" "ef", 11, 100);
+    char *x = rp_bench_excerpt("ab\xff\xfe\ncd\x01\x02"
+                               "ef",
+                               11, 100);
     assert_string_equal(x, "ab?? cd ef");
     rp_free(x);
     x = rp_bench_excerpt("0123456789", 10, 4);
@@ -319,13 +325,13 @@ static void test_metrics_undefined(void **state)
 
 static void test_aggregate_over_streams(void **state)
 {
-    json_t *recs = test_json(
-        "[{\"task\":\"c\",\"run\":0,\"stream\":1,\"t_sent\":0,\"t_first\":2,\"t_last\":5,\"ttft_s\":2,"
-        "\"completion_tokens\":9,\"prompt_tokens\":10,\"cached_tokens\":0,\"error\":null},"
-        " {\"task\":\"c\",\"run\":0,\"stream\":0,\"t_sent\":0,\"t_first\":1,\"t_last\":3,\"ttft_s\":1,"
-        "\"completion_tokens\":11,\"prompt_tokens\":10,\"cached_tokens\":4,\"error\":null},"
-        " {\"task\":\"c\",\"run\":0,\"stream\":2,\"t_sent\":0.5,\"t_first\":1.5,\"t_last\":4,\"ttft_s\":1,"
-        "\"completion_tokens\":3,\"prompt_tokens\":10,\"cached_tokens\":0,\"error\":null}]");
+    json_t *recs =
+        test_json("[{\"task\":\"c\",\"run\":0,\"stream\":1,\"t_sent\":0,\"t_first\":2,\"t_last\":5,\"ttft_s\":2,"
+                  "\"completion_tokens\":9,\"prompt_tokens\":10,\"cached_tokens\":0,\"error\":null},"
+                  " {\"task\":\"c\",\"run\":0,\"stream\":0,\"t_sent\":0,\"t_first\":1,\"t_last\":3,\"ttft_s\":1,"
+                  "\"completion_tokens\":11,\"prompt_tokens\":10,\"cached_tokens\":4,\"error\":null},"
+                  " {\"task\":\"c\",\"run\":0,\"stream\":2,\"t_sent\":0.5,\"t_first\":1.5,\"t_last\":4,\"ttft_s\":1,"
+                  "\"completion_tokens\":3,\"prompt_tokens\":10,\"cached_tokens\":0,\"error\":null}]");
     const json_t *sel[4];
     assert_int_equal(rp_bench_select(recs, "c", 0, sel, 4), 3);
     assert_int_equal(json_integer_value(json_object_get(sel[0], "stream")), 0); // ordered by stream
@@ -349,18 +355,18 @@ static void test_aggregate_over_streams(void **state)
 static void test_summary(void **state)
 {
     // Task a over three runs (one failed), task b once, two tool cases per run.
-    json_t *recs = test_json(
-        "[{\"scenario\":\"tasks\",\"task\":\"a\",\"run\":0,\"ttft_s\":0.5,\"decode_tok_s\":10,\"e2e_s\":3,"
-        "\"prompt_tokens\":100,\"completion_tokens\":21,\"cached_tokens\":0,\"error\":null},"
-        " {\"scenario\":\"tasks\",\"task\":\"a\",\"run\":1,\"ttft_s\":0.25,\"decode_tok_s\":30,\"e2e_s\":1,"
-        "\"prompt_tokens\":100,\"completion_tokens\":21,\"cached_tokens\":0,\"error\":null},"
-        " {\"scenario\":\"tasks\",\"task\":\"a\",\"run\":2,\"ttft_s\":null,\"error\":\"HTTP 500: x\"},"
-        " {\"scenario\":\"prefill\",\"task\":\"p\",\"run\":0,\"ttft_s\":2,\"prompt_tokens\":1000,"
-        "\"cached_tokens\":200,\"completion_tokens\":1,\"error\":null},"
-        " {\"scenario\":\"tools\",\"task\":\"t1\",\"run\":0,\"pass\":true,\"error\":null},"
-        " {\"scenario\":\"tools\",\"task\":\"t2\",\"run\":0,\"pass\":false,\"error\":null},"
-        " {\"scenario\":\"tools\",\"task\":\"t1\",\"run\":1,\"pass\":true,\"error\":null},"
-        " {\"scenario\":\"tools\",\"task\":\"t2\",\"run\":1,\"pass\":true,\"error\":null}]");
+    json_t *recs =
+        test_json("[{\"scenario\":\"tasks\",\"task\":\"a\",\"run\":0,\"ttft_s\":0.5,\"decode_tok_s\":10,\"e2e_s\":3,"
+                  "\"prompt_tokens\":100,\"completion_tokens\":21,\"cached_tokens\":0,\"error\":null},"
+                  " {\"scenario\":\"tasks\",\"task\":\"a\",\"run\":1,\"ttft_s\":0.25,\"decode_tok_s\":30,\"e2e_s\":1,"
+                  "\"prompt_tokens\":100,\"completion_tokens\":21,\"cached_tokens\":0,\"error\":null},"
+                  " {\"scenario\":\"tasks\",\"task\":\"a\",\"run\":2,\"ttft_s\":null,\"error\":\"HTTP 500: x\"},"
+                  " {\"scenario\":\"prefill\",\"task\":\"p\",\"run\":0,\"ttft_s\":2,\"prompt_tokens\":1000,"
+                  "\"cached_tokens\":200,\"completion_tokens\":1,\"error\":null},"
+                  " {\"scenario\":\"tools\",\"task\":\"t1\",\"run\":0,\"pass\":true,\"error\":null},"
+                  " {\"scenario\":\"tools\",\"task\":\"t2\",\"run\":0,\"pass\":false,\"error\":null},"
+                  " {\"scenario\":\"tools\",\"task\":\"t1\",\"run\":1,\"pass\":true,\"error\":null},"
+                  " {\"scenario\":\"tools\",\"task\":\"t2\",\"run\":1,\"pass\":true,\"error\":null}]");
     json_t *s = rp_bench_summary(recs);
     assert_non_null(s);
     assert_int_equal(json_integer_value(json_object_get(s, "requests")), 8);

@@ -46,9 +46,9 @@ static void test_shipped_task_file(void **state)
     const json_t *tasks = json_object_get(ts.root, "tasks");
     assert_int_equal(json_array_size(tasks), 20);
     // The kinds the issue asks for, each at least once.
-    static const char *const kinds[] = {"code-edit", "diff",   "json",        "tool-call",    "agent",
-                                        "summary",   "translation", "proofreading", "email", "story",
-                                        "code-explanation", "sql", "regex",   "markdown",     "technical"};
+    static const char *const kinds[] = {"code-edit",        "diff",        "json",         "tool-call", "agent",
+                                        "summary",          "translation", "proofreading", "email",     "story",
+                                        "code-explanation", "sql",         "regex",        "markdown",  "technical"};
     for (size_t k = 0; k < sizeof(kinds) / sizeof(*kinds); k++) {
         bool found = false;
         size_t i;
@@ -81,7 +81,8 @@ static void test_shipped_task_file(void **state)
     mkdir(dir, 0755);
     fake_sources(dir, all);
     free(all);
-    json_array_foreach(tasks, i, t) {
+    json_array_foreach(tasks, i, t)
+    {
         char *body = NULL;
         if (rp_bench_body(&ts, t, "m", dir, NULL, &body) != RP_OK)
             fail_msg("%s: %s", json_string_value(json_object_get(t, "id")), rp_error_message());
@@ -106,8 +107,7 @@ static void test_shipped_task_file(void **state)
     json_decref(b);
     rp_free(body);
     // Without a Python the code tasks fail with a message saying so.
-    assert_int_equal(rp_bench_body(&ts, rp_bench_taskset_find(&ts, "code-rename"), "m", NULL, NULL, &body),
-                     RP_ERR_IO);
+    assert_int_equal(rp_bench_body(&ts, rp_bench_taskset_find(&ts, "code-rename"), "m", NULL, NULL, &body), RP_ERR_IO);
     assert_contains(rp_error_message(), "no Python standard library was found");
     rp_bench_taskset_deinit(&ts);
 }
@@ -199,17 +199,22 @@ static void test_bad_task_files(void **state)
          "exactly one of \"prompt\" and \"messages\""},
         {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\"}]}",
          "\"max_tokens\" must be"},
-        {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":0}]}",
+        {"{\"format\":\"rapid-bench-tasks/"
+         "1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":0}]}",
          "\"max_tokens\" must be"},
-        {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"messages\":[],\"max_tokens\":5}]}",
+        {"{\"format\":\"rapid-bench-tasks/"
+         "1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"messages\":[],\"max_tokens\":5}]}",
          "\"messages\" must be a non-empty array"},
-        {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5,"
+        {"{\"format\":\"rapid-bench-tasks/"
+         "1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5,"
          "\"tools\":[\"nope\"]}]}",
          "tool 'nope' is not defined"},
-        {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5,"
+        {"{\"format\":\"rapid-bench-tasks/"
+         "1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5,"
          "\"thinking\":\"yes\"}]}",
          "\"thinking\" is not true or false"},
-        {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5},"
+        {"{\"format\":\"rapid-bench-tasks/"
+         "1\",\"tasks\":[{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5},"
          "{\"id\":\"a\",\"kind\":\"k\",\"prompt\":\"p\",\"max_tokens\":5}]}",
          "task id 'a' appears twice"},
         {"{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[],\"concurrency\":{\"task\":\"zz\",\"levels\":[1]}}",
