@@ -274,6 +274,52 @@ static void test_stream_nul_and_utf8(void **state)
     json_decref(j);
 }
 
+// Thousands of mutated replies (flipped, dropped and inserted bytes, fed in random
+// pieces): each gives a result or an error, never a crash (the point under ASan).
+static void test_stream_mutations(void **state)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    size_t n = strlen(good_stream);
+    char *buf = rp_malloc(n + 64);
+    assert_non_null(buf);
+    int ok = 0, failed = 0;
+    for (int iter = 0; iter < 3000; iter++) {
+        memcpy(buf, good_stream, n);
+        size_t len = n;
+        int edits = 1 + iter % 4;
+        for (int e = 0; e < edits; e++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t at = (size_t)(x % len);
+            unsigned char c = (unsigned char)(x >> 40);
+            if (e % 3 == 0) {
+                buf[at] = (char)c;
+            } else if (e % 3 == 1 && len > 1) {
+                memmove(buf + at, buf + at + 1, len - at - 1);
+                len--;
+            } else {
+                memmove(buf + at + 1, buf + at, len - at);
+                buf[at] = "{}[]\"\\:,\n\r"[c % 10];
+                len++;
+            }
+        }
+        rp_bench_result r;
+        fake_clock clk;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        run_stream(buf, len, (size_t)(x % (len + 1)), &r, &clk);
+        if (r.error)
+            failed++;
+        else
+            ok++;
+        assert_non_null(r.text);
+        json_t *rec = rp_bench_record_new(&r, 100.0, "tasks", "m", 0);
+        assert_non_null(rec); // always a valid record, whatever came
+        json_decref(rec);
+        rp_bench_result_deinit(&r);
+    }
+    assert_true(ok > 0 && failed > 0);
+    rp_free(buf);
+}
+
 /* ---- arithmetic ------------------------------------------------------------------ */
 
 static void test_median_range(void **state)
@@ -404,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_stream_tool_calls),
         cmocka_unit_test(test_stream_errors),
         cmocka_unit_test(test_stream_nul_and_utf8),
+        cmocka_unit_test(test_stream_mutations),
         cmocka_unit_test(test_median_range),
         cmocka_unit_test(test_metrics_undefined),
         cmocka_unit_test(test_aggregate_over_streams),
