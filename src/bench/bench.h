@@ -71,9 +71,10 @@ void rp_bench_result_init(rp_bench_result *r);
 void rp_bench_result_deinit(rp_bench_result *r);
 
 // Derived figures of one request; NAN where undefined: no token, no usage,
-// fewer than two completion tokens or token chunks, or token chunks that came
-// in a burst (less than RP_BENCH_MIN_CHUNK_GAP_S apart on average: the server
-// held the text back, so their times say nothing about decoding).
+// fewer than two completion tokens, fewer than three token chunks, or token
+// chunks that came in a burst (less than RP_BENCH_MIN_CHUNK_GAP_S apart on
+// average). The last two mean the server held the text back (a tool-call
+// parser does), so the chunks' times say nothing about decoding.
 typedef struct rp_bench_metrics {
     double ttft_s;       // t_first - t_sent
     double e2e_s;        // t_last - t_sent

@@ -275,10 +275,10 @@ void rp_bench_metrics_of(const rp_bench_result *r, rp_bench_metrics *m)
     m->e2e_s = isfinite(r->t_last) ? r->t_last - r->t_sent : NAN;
     m->decode_tok_s = NAN;
     double span = r->t_last - r->t_first;
-    // Chunks that came in one burst (a server holding text back, e.g. while it
-    // parses a tool call) carry no decode timing: their span is read time, not
-    // generation time.
-    if (r->completion_tokens >= 2 && r->token_chunks >= 2 && isfinite(span) &&
+    // A reply in one or two token chunks, or in chunks that came in one burst,
+    // was held back by the server (e.g. while it parsed a tool call): its first
+    // chunk came late, so the span says nothing about decoding.
+    if (r->completion_tokens >= 2 && r->token_chunks >= 3 && isfinite(span) &&
         span >= RP_BENCH_MIN_CHUNK_GAP_S * (r->token_chunks - 1))
         m->decode_tok_s = (double)(r->completion_tokens - 1) / span;
 }

@@ -367,6 +367,10 @@ static void test_metrics_undefined(void **state)
     r.t_last = 2 + 2.5e-4; // 0.125 ms apart on average: a (fast) stream
     rp_bench_metrics_of(&r, &m);
     assert_true(isfinite(m.decode_tok_s));
+    r.token_chunks = 2; // a held-back reply flushed in two pieces
+    r.t_last = 4;
+    rp_bench_metrics_of(&r, &m);
+    assert_true(isnan(m.decode_tok_s));
 }
 
 static void test_aggregate_over_streams(void **state)
