@@ -114,7 +114,7 @@ start_server() {
 }
 
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff --quiet HEAD 2>/dev/null || commit="$commit+dirty"
+git diff --quiet HEAD -- . ':!bench/results' 2>/dev/null || commit="$commit+dirty" # results do not count
 version=$("$rapid" --version)
 n=${#configs[@]}
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $version ($commit), $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
