@@ -13,6 +13,7 @@ int rp_cli_run(int argc, char **argv);
 int rp_cli_serve(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
+int rp_cli_bench(int argc, char **argv);
 
 // The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found.
 const char *rp_cli_default_model(void);
