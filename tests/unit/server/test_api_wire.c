@@ -2,7 +2,7 @@
  * test_api_wire.c - the Anthropic and Responses APIs through the real server
  * in-process (bundled tiny model, loopback, raw sockets): /v1/messages whole
  * and streamed (every frame with its event line; greedy stream == greedy
- * whole), count_tokens == the prompt a message request reports, tools forced
+ * whole; the repeat's prompt read from the prefix cache), count_tokens == the prompt a message request reports, tools forced
  * by tool_choice (tool_use / function_call, streamed and whole), stop
  * sequences, max_tokens, errors in each API's shape (400 naming the field,
  * 401, 404 unknown path), 503 overloaded with Retry-After when the queue is
@@ -230,6 +230,12 @@ static void test_messages_stream_matches_whole(void **state)
     assert_int_equal(num(du, "output_tokens"), num(usage, "output_tokens"));
     assert_int_equal(num(du, "input_tokens") + num(du, "cache_read_input_tokens"),
                      num(usage, "input_tokens") + num(usage, "cache_read_input_tokens"));
+    // The repeat finds its prompt in the prefix cache: whole 16-token blocks, less one
+    // token (the model has an MTP layer, so the last cached position runs again).
+    long long total = num(usage, "input_tokens") + num(usage, "cache_read_input_tokens");
+    assert_true(total > 16);
+    assert_int_equal(num(usage, "cache_read_input_tokens"), 0);
+    assert_int_equal(num(du, "cache_read_input_tokens"), total / 16 * 16 - 1);
     assert_string_equal(str(a.start, "model"), "rapid-tiny");
     acc_free(&a);
 
