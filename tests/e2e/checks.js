@@ -1,0 +1,242 @@
+// checks.js - shape checks shared by the test files: what the OpenAI and
+// Anthropic services put in their bodies and stream chunks, field by field, and
+// a way to pick a stop string from a greedy reply.
+import assert from 'node:assert/strict';
+
+import { SERVED } from './harness.js';
+
+export const isInt = (v) => Number.isInteger(v);
+
+// `created` / `created_at`: Unix seconds, close to now (a generous window).
+export function assertUnixSeconds(v, what) {
+    assert.ok(isInt(v), `${what} is not an integer: ${JSON.stringify(v)}`);
+    const now = Date.now() / 1000;
+    assert.ok(Math.abs(v - now) < 3600, `${what} = ${v} is not Unix seconds near now (${Math.round(now)})`);
+}
+
+// OpenAI usage: prompt/completion/total tokens and prompt_tokens_details.cached_tokens.
+export function assertOpenAIUsage(u, what = 'usage') {
+    assert.ok(u && typeof u === 'object', `${what} missing: ${JSON.stringify(u)}`);
+    assert.ok(isInt(u.prompt_tokens) && u.prompt_tokens > 0, `${what}.prompt_tokens: ${JSON.stringify(u)}`);
+    assert.ok(isInt(u.completion_tokens) && u.completion_tokens >= 0, `${what}.completion_tokens: ${JSON.stringify(u)}`);
+    assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens, `${what}.total_tokens != prompt + completion`);
+    const d = u.prompt_tokens_details;
+    assert.ok(d && isInt(d.cached_tokens), `${what}.prompt_tokens_details.cached_tokens missing: ${JSON.stringify(u)}`);
+    assert.ok(d.cached_tokens >= 0 && d.cached_tokens <= u.prompt_tokens, `${what}: cached_tokens out of range`);
+}
+
+// A non-streaming chat.completion body. Returns choices[0].
+export function assertChatCompletion(body, { model = SERVED } = {}) {
+    assert.equal(typeof body.id, 'string', 'id is a string');
+    assert.ok(body.id.startsWith('chatcmpl-'), `id ${JSON.stringify(body.id)} starts with chatcmpl-`);
+    assert.equal(body.object, 'chat.completion');
+    assertUnixSeconds(body.created, 'created');
+    assert.equal(body.model, model, 'model is the served name');
+    assert.ok(Array.isArray(body.choices) && body.choices.length === 1, `one choice: ${JSON.stringify(body.choices)}`);
+    const c = body.choices[0];
+    assert.equal(c.index, 0, 'choices[0].index');
+    assert.ok(c.message && c.message.role === 'assistant', `message.role: ${JSON.stringify(c.message)}`);
+    assert.ok('content' in c.message, 'message.content present');
+    assert.ok(c.message.content === null || typeof c.message.content === 'string', 'message.content string or null');
+    assert.ok('refusal' in c.message && c.message.refusal === null, `message.refusal is null: ${JSON.stringify(c.message)}`);
+    assert.ok('logprobs' in c, 'choices[0].logprobs present');
+    assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason), `finish_reason ${JSON.stringify(c.finish_reason)}`);
+    assertOpenAIUsage(body.usage);
+    return c;
+}
+
+// The chunks of a chat completion stream (parsed JSON, without [DONE]): every
+// field on every chunk, role first, finish_reason null until the last choice
+// chunk, the usage chunk last when asked. Returns the assembled
+// { content, reasoning, toolCalls, finish, usage, role }.
+export function assertChatChunks(chunks, { includeUsage = false, model = SERVED } = {}) {
+    assert.ok(chunks.length >= 2, `at least two chunks, got ${chunks.length}`);
+    const id = chunks[0].id;
+    const created = chunks[0].created;
+    assert.equal(typeof id, 'string');
+    assert.ok(id.startsWith('chatcmpl-'), `chunk id ${JSON.stringify(id)} starts with chatcmpl-`);
+    assertUnixSeconds(created, 'chunk created');
+    let choiceChunks = chunks;
+    let usage = null;
+    if (includeUsage) {
+        const last = chunks[chunks.length - 1];
+        assert.deepEqual(last.choices, [], `the usage chunk has choices: [] (${JSON.stringify(last)})`);
+        assertOpenAIUsage(last.usage, 'usage chunk');
+        usage = last.usage;
+        choiceChunks = chunks.slice(0, -1);
+    }
+    const out = { content: '', reasoning: '', toolCalls: [], finish: null, usage, role: null };
+    const seenTool = new Set();
+    choiceChunks.forEach((ch, i) => {
+        const where = `chunk ${i} ${JSON.stringify(ch)}`;
+        assert.equal(ch.id, id, `same id on every chunk: ${where}`);
+        assert.equal(ch.created, created, `same created on every chunk: ${where}`);
+        assert.equal(ch.object, 'chat.completion.chunk', where);
+        assert.equal(ch.model, model, `model is the served name: ${where}`);
+        if (includeUsage) assert.ok('usage' in ch && ch.usage === null, `usage: null on every chunk but the last: ${where}`);
+        else assert.ok(ch.usage === undefined || ch.usage === null, `no usage without include_usage: ${where}`);
+        assert.ok(Array.isArray(ch.choices) && ch.choices.length === 1, `one choice: ${where}`);
+        const c = ch.choices[0];
+        assert.equal(c.index, 0, `choices[0].index: ${where}`);
+        assert.ok(c.delta && typeof c.delta === 'object', `delta: ${where}`);
+        assert.ok('finish_reason' in c, `finish_reason present: ${where}`);
+        if (i === 0) assert.equal(c.delta.role, 'assistant', `the first delta carries the role: ${where}`);
+        if (c.delta.role !== undefined) out.role = c.delta.role;
+        if (i < choiceChunks.length - 1) assert.equal(c.finish_reason, null, `finish_reason null before the last chunk: ${where}`);
+        else assert.ok(typeof c.finish_reason === 'string', `finish_reason on the last chunk: ${where}`);
+        if (typeof c.delta.content === 'string') out.content += c.delta.content;
+        if (typeof c.delta.reasoning_content === 'string') out.reasoning += c.delta.reasoning_content;
+        for (const tc of c.delta.tool_calls || []) {
+            assert.ok(isInt(tc.index), `tool call delta has an index: ${where}`);
+            if (!seenTool.has(tc.index)) {
+                seenTool.add(tc.index);
+                assert.ok(typeof tc.id === 'string' && tc.id.length > 0, `first fragment of tool call ${tc.index} has an id: ${where}`);
+                assert.equal(tc.type, 'function', `first fragment of tool call ${tc.index} has type: ${where}`);
+                assert.ok(tc.function && typeof tc.function.name === 'string' && tc.function.name.length > 0,
+                    `first fragment of tool call ${tc.index} has function.name: ${where}`);
+                out.toolCalls[tc.index] = { id: tc.id, name: tc.function.name, arguments: '' };
+            } else if (tc.id !== undefined && tc.id !== null) {
+                assert.equal(tc.id, out.toolCalls[tc.index].id, `a later fragment does not change the id: ${where}`);
+            }
+            if (tc.function && typeof tc.function.arguments === 'string') out.toolCalls[tc.index].arguments += tc.function.arguments;
+        }
+        out.finish = c.finish_reason;
+    });
+    return out;
+}
+
+// Parses a tool call's arguments string: a JSON object.
+export function parseArgs(s, what = 'arguments') {
+    assert.equal(typeof s, 'string', `${what} is a string`);
+    let v;
+    try {
+        v = JSON.parse(s);
+    } catch (e) {
+        assert.fail(`${what} is not JSON (${e.message}): ${s}`);
+    }
+    assert.ok(v && typeof v === 'object' && !Array.isArray(v), `${what} is a JSON object: ${s}`);
+    return v;
+}
+
+// A stop string taken from a greedy reply: 3 characters from about a third in,
+// not whitespace only. Returns { stop, expected } where expected is the reply up
+// to the stop string's first occurrence.
+export function pickStop(text) {
+    for (let k = Math.floor(text.length / 3); k + 3 <= text.length; k++) {
+        const stop = text.slice(k, k + 3);
+        if (stop.trim().length === 0) continue;
+        const at = text.indexOf(stop);
+        if (at <= 0) continue;
+        return { stop, expected: text.slice(0, at) };
+    }
+    throw new Error(`no usable stop string in ${JSON.stringify(text)}`);
+}
+
+// Anthropic usage: input/output tokens and the cache counters.
+export function assertAnthropicUsage(u, what = 'usage') {
+    assert.ok(u && typeof u === 'object', `${what} missing`);
+    assert.ok(isInt(u.input_tokens) && u.input_tokens > 0, `${what}.input_tokens: ${JSON.stringify(u)}`);
+    assert.ok(isInt(u.output_tokens) && u.output_tokens >= 0, `${what}.output_tokens: ${JSON.stringify(u)}`);
+    assert.ok(isInt(u.cache_read_input_tokens) && u.cache_read_input_tokens >= 0,
+        `${what}.cache_read_input_tokens: ${JSON.stringify(u)}`);
+    assert.ok(u.cache_creation_input_tokens === null || isInt(u.cache_creation_input_tokens),
+        `${what}.cache_creation_input_tokens: ${JSON.stringify(u)}`);
+}
+
+// A non-streaming Anthropic message body.
+export function assertAnthropicMessage(m, { model = SERVED } = {}) {
+    assert.equal(typeof m.id, 'string');
+    assert.ok(m.id.startsWith('msg_'), `id ${JSON.stringify(m.id)} starts with msg_`);
+    assert.equal(m.type, 'message');
+    assert.equal(m.role, 'assistant');
+    assert.equal(m.model, model, 'model is the served name');
+    assert.ok(Array.isArray(m.content), 'content is an array');
+    for (const b of m.content) {
+        if (b.type === 'text') assert.equal(typeof b.text, 'string', `text block: ${JSON.stringify(b)}`);
+        else if (b.type === 'thinking') assert.equal(typeof b.thinking, 'string', `thinking block: ${JSON.stringify(b)}`);
+        else if (b.type === 'tool_use') {
+            assert.ok(typeof b.id === 'string' && b.id.length > 0, `tool_use.id: ${JSON.stringify(b)}`);
+            assert.equal(typeof b.name, 'string');
+            assert.ok(b.input && typeof b.input === 'object' && !Array.isArray(b.input), `tool_use.input object: ${JSON.stringify(b)}`);
+        } else assert.fail(`unexpected content block ${JSON.stringify(b)}`);
+    }
+    assert.ok(['end_turn', 'max_tokens', 'stop_sequence', 'tool_use'].includes(m.stop_reason), `stop_reason ${m.stop_reason}`);
+    assert.ok('stop_sequence' in m, 'stop_sequence present');
+    if (m.stop_reason !== 'stop_sequence') assert.equal(m.stop_sequence, null, 'stop_sequence null');
+    assertAnthropicUsage(m.usage);
+}
+
+export const textOf = (m) => m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+
+// The frames of an Anthropic stream (from parseSSE): an event line on every frame
+// naming the data's type, message_start first, blocks opened/filled/closed in index
+// order, message_delta then message_stop last. Returns the assembled message
+// { start, blocks: [{type, text|thinking|partial_json|..., start}], delta, usage }.
+export function assertAnthropicFrames(frames, { model = SERVED } = {}) {
+    const events = frames.filter((f) => f.event !== 'ping');
+    for (const f of frames) {
+        assert.ok(f.event !== null, `every frame has an event: line (frame ${JSON.stringify(f.raw)})`);
+        assert.ok(f.json, `frame data is JSON: ${f.raw}`);
+        assert.equal(f.json.type, f.event, `data.type equals the event name: ${f.raw}`);
+    }
+    assert.ok(events.length >= 3, `at least message_start, message_delta, message_stop: ${frames.map((f) => f.event)}`);
+    assert.equal(events[0].event, 'message_start', 'the first event is message_start');
+    const start = events[0].json.message;
+    assert.ok(start && start.type === 'message' && start.role === 'assistant', `message_start.message: ${events[0].raw}`);
+    assert.ok(typeof start.id === 'string' && start.id.startsWith('msg_'), `message id: ${events[0].raw}`);
+    assert.equal(start.model, model);
+    assert.deepEqual(start.content, [], 'message_start has empty content');
+    assert.equal(start.stop_reason, null, 'message_start stop_reason null');
+    assert.ok(start.usage && isInt(start.usage.input_tokens), `message_start usage.input_tokens: ${events[0].raw}`);
+    assert.equal(events[events.length - 1].event, 'message_stop', 'the last event is message_stop');
+    assert.equal(events[events.length - 2].event, 'message_delta', 'message_delta comes just before message_stop');
+    const md = events[events.length - 2].json;
+    assert.ok(md.delta && typeof md.delta.stop_reason === 'string', `message_delta.delta.stop_reason: ${events[events.length - 2].raw}`);
+    assert.ok('stop_sequence' in md.delta, 'message_delta.delta.stop_sequence present');
+    assert.ok(md.usage && isInt(md.usage.output_tokens), `message_delta.usage.output_tokens: ${events[events.length - 2].raw}`);
+    assert.ok(isInt(md.usage.cache_read_input_tokens), `message_delta.usage.cache_read_input_tokens: ${events[events.length - 2].raw}`);
+    const blocks = [];
+    let open = null;
+    for (const f of events.slice(1, -2)) {
+        const d = f.json;
+        if (f.event === 'content_block_start') {
+            assert.equal(open, null, `a block starts while block ${open} is open: ${f.raw}`);
+            assert.equal(d.index, blocks.length, `block indexes count up from 0: ${f.raw}`);
+            const b = d.content_block;
+            assert.ok(b && typeof b.type === 'string', f.raw);
+            if (b.type === 'text') assert.equal(b.text, '', `a text block starts empty: ${f.raw}`);
+            if (b.type === 'thinking') assert.equal(b.thinking, '', `a thinking block starts empty: ${f.raw}`);
+            if (b.type === 'tool_use') {
+                assert.ok(typeof b.id === 'string' && b.id.length > 0 && typeof b.name === 'string', `tool_use start: ${f.raw}`);
+                assert.deepEqual(b.input, {}, `tool_use starts with input {}: ${f.raw}`);
+            }
+            blocks.push({ type: b.type, start: b, text: '', thinking: '', partial_json: '', signature: '' });
+            open = d.index;
+        } else if (f.event === 'content_block_delta') {
+            assert.equal(d.index, open, `delta for the open block: ${f.raw}`);
+            const b = blocks[open];
+            const t = d.delta && d.delta.type;
+            if (t === 'text_delta') {
+                assert.equal(b.type, 'text', f.raw);
+                b.text += d.delta.text;
+            } else if (t === 'thinking_delta') {
+                assert.equal(b.type, 'thinking', f.raw);
+                b.thinking += d.delta.thinking;
+            } else if (t === 'signature_delta') {
+                assert.equal(b.type, 'thinking', f.raw);
+                b.signature = d.delta.signature;
+            } else if (t === 'input_json_delta') {
+                assert.equal(b.type, 'tool_use', f.raw);
+                assert.equal(typeof d.delta.partial_json, 'string', f.raw);
+                b.partial_json += d.delta.partial_json;
+            } else assert.fail(`unknown delta type: ${f.raw}`);
+        } else if (f.event === 'content_block_stop') {
+            assert.equal(d.index, open, `stop for the open block: ${f.raw}`);
+            open = null;
+        } else {
+            assert.fail(`unexpected event ${f.event} between message_start and message_delta: ${f.raw}`);
+        }
+    }
+    assert.equal(open, null, 'every block is closed before message_delta');
+    return { start, blocks, delta: md.delta, usage: md.usage };
+}
