@@ -47,15 +47,14 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         }
     });
 
-    test('a prompt longer than the context → 400 context_length_exceeded naming both numbers', T, async () => {
-        for (const path of ['/v1/chat/completions', '/v1/completions', '/v1/responses']) {
-            const body =
-                path === '/v1/completions'
-                    ? { model: name, prompt: LONG, max_tokens: 4 }
-                    : path === '/v1/responses'
-                      ? { model: name, input: LONG, max_output_tokens: 16 }
-                      : { model: name, messages: user(LONG), max_tokens: 4 };
-            const res = await request(server, { method: 'POST', path, body });
+    const tooLong = {
+        '/v1/chat/completions': () => ({ model: name, messages: user(LONG), max_tokens: 4 }),
+        '/v1/completions': () => ({ model: name, prompt: LONG, max_tokens: 4 }),
+        '/v1/responses': () => ({ model: name, input: LONG, max_output_tokens: 16 }),
+    };
+    for (const [path, body] of Object.entries(tooLong)) {
+        test(`${path}: a prompt longer than the context → 400 context_length_exceeded naming both numbers`, T, async () => {
+            const res = await request(server, { method: 'POST', path, body: body() });
             assert.equal(res.status, 400, `${path}: ${res.text}`);
             const b = res.json();
             assert.equal(openaiErrorShape(b), null);
@@ -64,7 +63,10 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
             assert.ok(n.includes(64), `${path}: the message names the context (64): ${b.error.message}`);
             assert.ok(n.some((x) => x > 64), `${path}: the message names the prompt's length: ${b.error.message}`);
             await assertHealthy(server);
-        }
+        });
+    }
+
+    test('/v1/messages: a prompt longer than the context → 400 invalid_request_error naming both numbers', T, async () => {
         const res = await request(server, {
             method: 'POST',
             path: '/v1/messages',
@@ -76,9 +78,10 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         assert.equal(b.error.type, 'invalid_request_error');
         const n = numbersIn(b.error.message);
         assert.ok(n.includes(64) && n.some((x) => x > 64), `both numbers: ${b.error.message}`);
+        await assertHealthy(server);
     });
 
-    test('max_tokens beyond the context is clamped: 200, length, prompt + completion = context', T, async () => {
+    test('OpenAI: max_tokens beyond the context is clamped: 200, length, prompt + completion = context', T, async () => {
         const client = openaiClient(server);
         const r = await client.chat.completions.create({ model: name, messages: user(PROMPTS.endless), max_tokens: 1000, temperature: 0 });
         assertChatCompletion(r, { model: name });
@@ -87,6 +90,9 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         const r2 = await client.chat.completions.create({ model: name, messages: user(PROMPTS.endless), temperature: 0 });
         assert.equal(r2.choices[0].finish_reason, 'length', 'without max_tokens: to the end of the context');
         assert.equal(r2.usage.total_tokens, 64, JSON.stringify(r2.usage));
+    });
+
+    test('Anthropic: max_tokens beyond the context is clamped: 200, max_tokens, input + output = context', T, async () => {
         const m = await anthropicClient(server).messages.create({
             model: name,
             messages: user(PROMPTS.endless),
@@ -140,7 +146,7 @@ describe('--strict-model-name', { skip: SKIP }, () => {
         }
     });
 
-    test('the served name → 200; another name → 404 on every API; /v1/models/{other} → 404', T, async () => {
+    test('the served name → 200; /v1/models/{other} → 404; the SDK sees 404', T, async () => {
         const ok = await request(server, {
             method: 'POST',
             path: '/v1/chat/completions',
@@ -148,20 +154,30 @@ describe('--strict-model-name', { skip: SKIP }, () => {
         });
         assert.equal(ok.status, 200, ok.text);
         assert.equal(ok.json().model, name);
-        for (const path of ['/v1/chat/completions', '/v1/completions', '/v1/responses']) {
-            const body =
-                path === '/v1/completions'
-                    ? { model: 'gpt-4o', prompt: 'x', max_tokens: 2 }
-                    : path === '/v1/responses'
-                      ? { model: 'gpt-4o', input: 'x' }
-                      : { model: 'gpt-4o', messages: user('x'), max_tokens: 2 };
+        const m = await request(server, { path: '/v1/models/gpt-4o' });
+        assert.equal(m.status, 404);
+        await assert.rejects(
+            openaiClient(server).chat.completions.create({ model: 'gpt-4o', messages: user('x'), max_tokens: 2 }),
+            (e) => e.status === 404,
+        );
+    });
+
+    for (const [path, body] of Object.entries({
+        '/v1/chat/completions': { model: 'gpt-4o', messages: user('x'), max_tokens: 2 },
+        '/v1/completions': { model: 'gpt-4o', prompt: 'x', max_tokens: 2 },
+        '/v1/responses': { model: 'gpt-4o', input: 'x' },
+    })) {
+        test(`${path}: another model name → 404 model_not_found`, T, async () => {
             const res = await request(server, { method: 'POST', path, body });
             assert.equal(res.status, 404, `${path}: ${res.text}`);
             const b = res.json();
             assert.equal(openaiErrorShape(b), null);
             assert.equal(b.error.code, 'model_not_found', `${path}: ${res.text}`);
             assert.match(b.error.message, /gpt-4o/);
-        }
+        });
+    }
+
+    test('/v1/messages: another model name → 404 not_found_error', T, async () => {
         const res = await request(server, {
             method: 'POST',
             path: '/v1/messages',
@@ -171,12 +187,7 @@ describe('--strict-model-name', { skip: SKIP }, () => {
         const b = res.json();
         assert.equal(anthropicErrorShape(b), null);
         assert.equal(b.error.type, 'not_found_error');
-        const m = await request(server, { path: '/v1/models/gpt-4o' });
-        assert.equal(m.status, 404);
-        await assert.rejects(
-            openaiClient(server).chat.completions.create({ model: 'gpt-4o', messages: user('x'), max_tokens: 2 }),
-            (e) => e.status === 404,
-        );
+        assert.match(b.error.message, /claude-sonnet-4-5/);
     });
 });
 

@@ -31,6 +31,7 @@ const T = { timeout: TIMEOUT };
 const user = (content) => [{ role: 'user', content }];
 const NOTHINK = { chat_template_kwargs: { enable_thinking: false } };
 const THINK = { chat_template_kwargs: { enable_thinking: true } };
+const DEFAULT = { chat_template_kwargs: undefined }; // JSON.stringify drops it: what plain clients send
 
 describe('OpenAI chat completions', { skip: SKIP }, () => {
     let server;
@@ -44,7 +45,9 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         await stopSharedServer();
     });
 
-    const base = (extra = {}) => ({ model: SERVED, temperature: 0, ...extra });
+    // Thinking off unless a test turns it on (or, with DEFAULT, leaves the server's default):
+    // the tests that compare text need the reply in content.
+    const base = (extra = {}) => ({ model: SERVED, temperature: 0, ...NOTHINK, ...extra });
 
     // A greedy request without stream through the SDK, checked field by field.
     async function complete(extra) {
@@ -72,7 +75,7 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         const res = await request(server, {
             method: 'POST',
             path: '/v1/chat/completions',
-            body: base({ messages: user(PROMPTS.short), max_tokens: 64 }),
+            body: base({ messages: user(PROMPTS.short), max_tokens: 64, ...DEFAULT }),
         });
         assert.equal(res.status, 200, res.text);
         assert.match(res.headers['content-type'] || '', /^application\/json/);
@@ -86,7 +89,7 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
     });
 
     test('stream through the SDK equals the non-stream reply (greedy), usage chunk last', T, async () => {
-        const extra = { messages: user(PROMPTS.short), max_tokens: 64 };
+        const extra = { messages: user(PROMPTS.short), max_tokens: 64, ...DEFAULT };
         const { body, choice } = await complete(extra);
         const stream = await client.chat.completions.create(
             base({ ...extra, stream: true, stream_options: { include_usage: true } }),
@@ -340,7 +343,7 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         const off = await complete({ messages: user(PROMPTS.think), max_tokens: 96, ...NOTHINK });
         const ro = off.choice.message.reasoning_content;
         assert.ok(ro === undefined || ro === null || ro === '', `no reasoning with enable_thinking false: ${JSON.stringify(ro)}`);
-        const eff = await complete({ messages: user(PROMPTS.think), max_tokens: 96, reasoning_effort: 'none' });
+        const eff = await complete({ messages: user(PROMPTS.think), max_tokens: 96, reasoning_effort: 'none', ...DEFAULT });
         const re = eff.choice.message.reasoning_content;
         assert.ok(re === undefined || re === null || re === '', `no reasoning with reasoning_effort none: ${JSON.stringify(re)}`);
     });
