@@ -17,7 +17,7 @@ build:
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build build -j $(JOBS)
 
-# The optimized build runs every tier; the sanitizer build runs the unit tier.
+# The optimized build runs every tier; the sanitizer build runs the unit and e2e tiers.
 test: test-fast test-asan test-clang
 
 # The e2e suite's SDKs: npm ci when node_modules is missing or older than the lock file.
@@ -36,7 +36,7 @@ test-fast: e2e-deps
 test-asan: e2e-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DRP_SANITIZE=ON -DRP_WERROR=ON $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L unit
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -L 'unit|e2e'
 
 test-e2e: e2e-deps
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DRP_WERROR=ON $(CMAKE_FLAGS)
