@@ -52,6 +52,12 @@ const sdks = await loadSdks();
 export const SKIP = sdks.skip;
 
 let serverCount = 0;
+const live = new Set();
+// A test file that ends without stopping its servers (a crash, a failed hook) must
+// not leave them running.
+process.on('exit', () => {
+    for (const proc of live) proc.kill('SIGKILL');
+});
 
 // Starts a server: `rapid serve [model] --port 0 ...args`. Resolves once it listens.
 // Returns { url, host, port, proc, args, log(), stop() }.
@@ -59,9 +65,14 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
     const argv = ['serve'];
     if (model) argv.push(model);
     argv.push('--host', '127.0.0.1', '--port', '0', ...args);
+    let stderr = '';
     const proc = spawn(BINARY, argv, {
         env: { RAPID_MODELS: path.join(SOURCE_DIR, 'models'), ...process.env, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    live.add(proc);
+    proc.on('error', (e) => {
+        stderr += `\n(spawning ${BINARY} failed: ${e.message})\n`;
     });
     const id = `${process.pid}-${++serverCount}`;
     let logFile = null;
@@ -71,7 +82,6 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
         logFile = path.join(process.env.RAPID_E2E_LOGS, `${name}-${id}.log`);
         fs.writeFileSync(logFile, `$ ${BINARY} ${argv.join(' ')}\n`);
     }
-    let stderr = '';
     const keep = 1 << 20; // the last MiB of stderr, for messages
     const server = {
         args,
@@ -83,6 +93,7 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
     const exited = new Promise((resolve) => {
         // 'close': the process has exited and its stderr is read to the end.
         proc.on('close', (code, signal) => {
+            live.delete(proc);
             server.exited = { code, signal };
             resolve(server.exited);
         });
@@ -110,7 +121,14 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
             reject(new Error(`rapid serve exited (${JSON.stringify(e)}) before listening:\n${stderr}`));
         });
     });
-    const { host, port } = await listening;
+    let host;
+    let port;
+    try {
+        ({ host, port } = await listening);
+    } catch (e) {
+        proc.kill('SIGKILL');
+        throw e;
+    }
     server.host = host;
     server.port = port;
     server.url = `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
