@@ -256,6 +256,29 @@ describe('OpenAI Responses API', { skip: SKIP }, () => {
         assert.deepEqual(parseArgs(fc[0].arguments), parseArgs(ref[0].arguments));
     });
 
+    test('a request shaped as Codex sends it (developer item, store false, include, tool_choice) streams to completion', T, async () => {
+        const res = await postSSE(server, '/v1/responses', {
+            model: SERVED,
+            instructions: 'You are a coding agent.',
+            input: [
+                { type: 'message', role: 'developer', content: [{ type: 'input_text', text: 'Work in /tmp.' }] },
+                { type: 'message', role: 'user', content: [{ type: 'input_text', text: PROMPTS.tool }] },
+            ],
+            tools: RESPONSES_TOOLS,
+            tool_choice: 'auto',
+            parallel_tool_calls: false,
+            reasoning: null,
+            store: false,
+            stream: true,
+            include: [],
+            prompt_cache_key: 'e2e-session',
+            max_output_tokens: 64,
+            temperature: 0,
+        });
+        const { completed } = checkResponseEvents(res.frames);
+        assert.ok(['completed', 'incomplete'].includes(completed.status));
+    });
+
     test('previous_response_id → 400 naming it (the server is stateless)', T, async () => {
         const res = await request(server, {
             method: 'POST',
