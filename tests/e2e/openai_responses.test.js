@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { assertUnixSeconds, isInt, parseArgs } from './checks.js';
+import { assertResponse, checkResponseEvents, functionCalls, messageText, parseArgs } from './checks.js';
 import {
     PROMPTS,
     RESPONSES_TOOLS,
@@ -22,136 +22,6 @@ import {
 } from './harness.js';
 
 const T = { timeout: TIMEOUT };
-
-function assertResponse(r) {
-    assert.equal(typeof r.id, 'string');
-    assert.ok(r.id.startsWith('resp_'), `id ${JSON.stringify(r.id)} starts with resp_`);
-    assert.equal(r.object, 'response');
-    assertUnixSeconds(r.created_at, 'created_at');
-    assert.equal(r.model, SERVED);
-    assert.ok(['completed', 'incomplete'].includes(r.status), `status ${r.status}`);
-    assert.ok(Array.isArray(r.output) && r.output.length >= 1, `output: ${JSON.stringify(r.output)}`);
-    for (const item of r.output) {
-        const w = JSON.stringify(item);
-        assert.equal(typeof item.id, 'string', `item id: ${w}`);
-        if (item.type === 'message') {
-            assert.equal(item.role, 'assistant', w);
-            assert.ok(Array.isArray(item.content), w);
-            for (const part of item.content) {
-                assert.equal(part.type, 'output_text', w);
-                assert.equal(typeof part.text, 'string', w);
-                assert.ok(Array.isArray(part.annotations), `output_text.annotations: ${w}`);
-            }
-        } else if (item.type === 'function_call') {
-            assert.ok(typeof item.call_id === 'string' && item.call_id.length > 0, `call_id: ${w}`);
-            assert.equal(typeof item.name, 'string', w);
-            assert.equal(typeof item.arguments, 'string', w);
-        } else {
-            assert.equal(item.type, 'reasoning', `output item type: ${w}`);
-        }
-    }
-    const u = r.usage;
-    assert.ok(u && isInt(u.input_tokens) && u.input_tokens > 0 && isInt(u.output_tokens), `usage: ${JSON.stringify(u)}`);
-    assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
-    assert.ok(u.input_tokens_details && isInt(u.input_tokens_details.cached_tokens), `input_tokens_details.cached_tokens: ${JSON.stringify(u)}`);
-}
-
-const messageText = (r) =>
-    r.output.filter((i) => i.type === 'message').flatMap((i) => i.content.map((p) => p.text)).join('');
-const functionCalls = (r) => r.output.filter((i) => i.type === 'function_call');
-
-// Checks a Responses event stream (SSE frames) and rebuilds its items from the
-// deltas. Returns { events, items: [{item, text, args}], completed }.
-function checkResponseEvents(frames) {
-    const types = frames.map((f) => f.json && f.json.type);
-    let seq = -Infinity;
-    for (const f of frames) {
-        assert.ok(f.json, `frame data is JSON: ${f.raw}`);
-        assert.equal(f.event, f.json.type, `the event: line names the data's type: ${f.raw}`);
-        assert.ok(isInt(f.json.sequence_number), `sequence_number: ${f.raw}`);
-        assert.ok(f.json.sequence_number > seq, `sequence_number increases: ${f.raw}`);
-        seq = f.json.sequence_number;
-        assert.ok(!['error', 'response.failed'].includes(f.json.type), `no error events: ${f.raw}`);
-    }
-    assert.equal(types[0], 'response.created', `first event: ${types}`);
-    assert.equal(types[types.length - 1], 'response.completed', `last event: ${types}`);
-    const created = frames[0].json.response;
-    assert.ok(created && created.id.startsWith('resp_'), `response.created.response: ${frames[0].raw}`);
-    const items = [];
-    const byId = (ev) => {
-        const it = items[ev.output_index];
-        assert.ok(it, `an item at output_index ${ev.output_index}: ${JSON.stringify(ev)}`);
-        if (ev.item_id !== undefined) assert.equal(ev.item_id, it.item.id, `item_id matches the added item: ${JSON.stringify(ev)}`);
-        assert.ok(!it.done, `event after output_item.done: ${JSON.stringify(ev)}`);
-        return it;
-    };
-    for (const f of frames.slice(1, -1)) {
-        const ev = f.json;
-        switch (ev.type) {
-            case 'response.in_progress':
-                break;
-            case 'response.output_item.added':
-                assert.equal(ev.output_index, items.length, `items added in order: ${f.raw}`);
-                assert.equal(typeof ev.item.id, 'string', f.raw);
-                if (ev.item.type === 'function_call') assert.equal(ev.item.arguments, '', `arguments start empty: ${f.raw}`);
-                items.push({ item: ev.item, text: '', args: '', parts: 0, done: false });
-                break;
-            case 'response.content_part.added': {
-                const it = byId(ev);
-                assert.equal(ev.content_index, it.parts, f.raw);
-                it.parts++;
-                break;
-            }
-            case 'response.output_text.delta': {
-                const it = byId(ev);
-                assert.equal(it.item.type, 'message', f.raw);
-                assert.ok(ev.content_index < it.parts, `text delta before content_part.added: ${f.raw}`);
-                assert.equal(typeof ev.delta, 'string');
-                it.text += ev.delta;
-                break;
-            }
-            case 'response.output_text.done':
-                assert.equal(ev.text, byId(ev).text, `output_text.done.text == the deltas: ${f.raw}`);
-                break;
-            case 'response.content_part.done':
-                assert.equal(ev.part.text, byId(ev).text, f.raw);
-                break;
-            case 'response.function_call_arguments.delta': {
-                const it = byId(ev);
-                assert.equal(it.item.type, 'function_call', f.raw);
-                it.args += ev.delta;
-                break;
-            }
-            case 'response.function_call_arguments.done':
-                assert.equal(ev.arguments, byId(ev).args, f.raw);
-                break;
-            case 'response.output_item.done': {
-                const it = byId(ev);
-                assert.equal(ev.item.id, it.item.id, f.raw);
-                assert.equal(ev.item.type, it.item.type, f.raw);
-                if (ev.item.type === 'message') assert.equal(ev.item.content.map((p) => p.text).join(''), it.text, f.raw);
-                if (ev.item.type === 'function_call') {
-                    assert.equal(ev.item.arguments, it.args, `done item arguments == the deltas: ${f.raw}`);
-                    assert.equal(ev.item.name, it.item.name, f.raw);
-                    assert.equal(ev.item.call_id, it.item.call_id, f.raw);
-                }
-                it.item = ev.item;
-                it.done = true;
-                break;
-            }
-            default:
-                // Other documented events (reasoning summaries, ...) may come; they are not checked here.
-                break;
-        }
-    }
-    for (const it of items) assert.ok(it.done, `output_item.done for every item: ${JSON.stringify(it.item)}`);
-    const completed = frames[frames.length - 1].json.response;
-    assertResponse(completed);
-    assert.equal(completed.id, created.id, 'one response id throughout');
-    assert.equal(completed.output.length, items.length, 'response.completed lists every streamed item');
-    completed.output.forEach((o, i) => assert.equal(o.id, items[i].item.id));
-    return { types, items, completed };
-}
 
 describe('OpenAI Responses API', { skip: SKIP }, () => {
     let server;
