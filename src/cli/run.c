@@ -4,14 +4,16 @@
  * With no MODEL the bundled default model is used. When the model has a chat
  * template, the prompt is sent as one user turn (plus --system) rendered by it,
  * with thinking off unless --think; --raw sends the text as it is, with the
- * special tokens the tokenizer adds. The prompt is prefilled in chunks, then
- * decoded one token per forward until -n tokens or an end-of-generation token.
- * Text is printed through the incremental detokenizer, so the output is always
- * valid UTF-8; one stats line goes to stderr at the end.
+ * special tokens the tokenizer adds. Generation runs on the engine (one
+ * request: the same loop as the server's), until -n tokens, the context or an
+ * end-of-generation token; the tokens are printed as they are read back,
+ * through the incremental detokenizer, so the output is always valid UTF-8.
+ * One stats line goes to stderr at the end.
  */
 #include "cli.h"
 
 #include "../chat/chat.h"
+#include "../engine/engine.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../tokenizer/tokenizer.h"
@@ -20,8 +22,6 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#define KV_BLOCK 16
 
 static void run_usage(FILE *f)
 {
@@ -357,14 +357,24 @@ static void show_events(const rp_parse_event *ev, size_t n, call_buf *cb)
     }
 }
 
-static bool is_stop(const rp_tokenizer *tok, const rp_model_config *cfg, int32_t id)
+// Prints one generated token's text (through the output parser when there is one).
+static rp_status show_token(rp_detok *dt, rp_parser *parser, call_buf *cb, int32_t id)
 {
-    if (rp_tok_is_eog(tok, id))
-        return true;
-    for (int i = 0; i < cfg->n_eos; i++)
-        if (cfg->eos_ids[i] == id)
-            return true;
-    return false;
+    const char *text;
+    size_t len;
+    rp_status st = rp_detok_push(dt, id, &text, &len);
+    if (st)
+        return st;
+    if (!parser) {
+        emit(text, len);
+        return RP_OK;
+    }
+    const rp_parse_event *ev;
+    size_t n_ev;
+    if ((st = rp_parser_push(parser, text, len, &ev, &n_ev)))
+        return st;
+    show_events(ev, n_ev, cb);
+    return RP_OK;
 }
 
 int rp_cli_run(int argc, char **argv)
@@ -376,13 +386,10 @@ int rp_cli_run(int argc, char **argv)
 
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
-    rp_kv_pool *kv = NULL;
-    rp_sampler *smp = NULL;
+    rp_engine *eng = NULL;
+    rp_gen *gen = NULL;
     int32_t *ids = NULL;
-    float *logits = NULL;
     char *prompt_buf = NULL;
-    rp_kv_seq seq;
-    rp_kv_seq_init(&seq);
     rp_detok dt;
     bool dt_live = false;
     json_t *tools = NULL;
@@ -446,78 +453,43 @@ int rp_cli_run(int argc, char **argv)
         fprintf(stderr, "rapid: the prompt (%zu tokens) does not fit the context (%d tokens)\n", n_prompt, ctx);
         goto done;
     }
-    if (rp_model_kv_create(model, KV_BLOCK, (ctx + KV_BLOCK - 1) / KV_BLOCK, &kv) ||
-        rp_sampler_create(&o.sp, cfg->n_vocab, &smp)) {
+    // One request: a KV pool of exactly the context, as before the engine existed.
+    rp_engine_params ep;
+    rp_engine_params_default(&ep);
+    ep.n_ctx = ctx;
+    ep.kv_tokens = ctx;
+    ep.max_running = 1;
+    ep.max_queue = 1;
+    rp_gen_params gp;
+    rp_gen_params_default(&gp);
+    gp.prompt = ids;
+    gp.n_prompt = (int)n_prompt;
+    gp.max_tokens = o.n_predict;
+    gp.sample = o.sp;
+    gp.ignore_eos = o.ignore_eos;
+    if (rp_engine_create(model, tok, &ep, &eng)) {
         fail(NULL);
         goto done;
     }
-    logits = rp_malloc((size_t)cfg->n_vocab * sizeof(float));
-    int32_t *pos = rp_malloc(512 * sizeof(int32_t)), *seqi = rp_calloc(512, sizeof(int32_t));
-    bool *want = rp_calloc(512, sizeof(bool));
-    if (!logits || !pos || !seqi || !want) {
-        rp_free(pos);
-        rp_free(seqi);
-        rp_free(want);
-        fprintf(stderr, "rapid: out of memory\n");
-        goto done;
-    }
-    rp_kv_seq *seqs[1] = {&seq};
-    rp_status st = RP_OK;
-
-    // Prefill in chunks; only the prompt's last token produces logits.
-    double t0 = rp_time_s();
-    for (size_t at = 0; at < n_prompt && !st; at += 512) {
-        int n = (int)(n_prompt - at < 512 ? n_prompt - at : 512);
-        for (int i = 0; i < n; i++) {
-            pos[i] = (int32_t)(at + i);
-            want[i] = at + i == n_prompt - 1;
-            rp_sampler_accept(smp, ids[at + i], true);
-        }
-        rp_batch b = {n, ids + at, pos, seqi, want, seqs, 1};
-        st = rp_kv_seq_reserve(kv, &seq, (int32_t)(at + n));
-        if (!st)
-            st = rp_model_forward(model, kv, &b, logits);
-    }
-    double t1 = rp_time_s();
-    int n_gen = 0;
-    double t_first = t1;
     rp_detok_init(&dt, tok);
     dt_live = true;
-    for (int32_t p = (int32_t)n_prompt; !st && n_gen < o.n_predict && p < ctx; p++) {
-        int32_t next = rp_sampler_sample(smp, logits);
-        rp_sampler_accept(smp, next, false);
-        n_gen++;
-        if (n_gen == 1)
-            t_first = rp_time_s();
-        if (!o.ignore_eos && is_stop(tok, cfg, next))
-            break;
-        const char *text;
-        size_t len;
-        if ((st = rp_detok_push(&dt, next, &text, &len)))
-            break;
-        if (parser) {
-            const rp_parse_event *ev;
-            size_t n_ev;
-            if ((st = rp_parser_push(parser, text, len, &ev, &n_ev)))
-                break;
-            show_events(ev, n_ev, &cb);
-        } else {
-            emit(text, len);
-        }
-        if (n_gen == o.n_predict || p + 1 >= ctx)
-            break;
-        pos[0] = p;
-        want[0] = true;
-        rp_batch b = {1, &next, pos, seqi, want, seqs, 1};
-        st = rp_kv_seq_reserve(kv, &seq, p + 1);
-        if (!st)
-            st = rp_model_forward(model, kv, &b, logits);
+    rp_status st = RP_OK;
+    rp_gen_finish fin = RP_GEN_LENGTH;
+    // -n 0 generates nothing (the engine's max_tokens 0 would mean "until the context is full").
+    if (o.n_predict > 0 && (st = rp_engine_submit(eng, &gp, &gen))) {
+        fail(NULL);
+        goto done;
     }
-    double t2 = rp_time_s();
-    rp_free(pos);
-    rp_free(seqi);
-    rp_free(want);
-    if (!st) {
+    while (gen) {
+        rp_gen_token toks[64];
+        int n = 0;
+        fin = rp_gen_read(gen, -1, toks, 64, &n);
+        for (int i = 0; i < n && !st; i++)
+            st = show_token(&dt, parser, &cb, toks[i].id);
+        if (st || fin != RP_GEN_RUNNING)
+            break;
+    }
+    if (!st && fin != RP_GEN_ERROR) {
         const char *text;
         size_t len;
         const rp_parse_event *ev;
@@ -537,24 +509,30 @@ int rp_cli_run(int argc, char **argv)
         fail("generation");
         goto done;
     }
-    // Decode speed counts the forwards after the first sampled token (each makes one token).
-    double dec_s = t2 - t_first;
+    if (fin == RP_GEN_ERROR) {
+        fprintf(stderr, "rapid: generation: %s\n", rp_gen_error(gen));
+        goto done;
+    }
+    rp_gen_stats gs = {0};
+    if (gen)
+        rp_gen_get_stats(gen, &gs);
+    // Prefill: from admission to the first token. Decode speed counts the steps
+    // after the first token (each makes one token).
+    double pre_s = gs.t_first - gs.t_admit, dec_s = gs.t_last - gs.t_first;
+    int n_gen = gs.n_generated;
     fprintf(stderr, "prompt: %zu tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s | %s, %d threads\n", n_prompt,
-            n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen, n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0,
+            gen ? n_prompt / (pre_s > 0 ? pre_s : 1e-9) : 0.0, n_gen, n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0,
             rp_model_describe(model), rp_backend_cpu_threads(rp_model_backend(model)));
     rc = 0;
 done:
     if (dt_live)
         rp_detok_deinit(&dt);
+    rp_gen_release(gen);
+    rp_engine_destroy(eng);
     rp_parser_destroy(parser);
     rp_free(cb.args);
     rp_free(rendered);
     json_decref(tools);
-    if (kv)
-        rp_kv_seq_deinit(kv, &seq);
-    rp_kv_pool_destroy(kv);
-    rp_sampler_destroy(smp);
-    rp_free(logits);
     rp_free(ids);
     rp_free(prompt_buf);
     rp_tok_destroy(tok);

@@ -7,9 +7,9 @@
  *
  *   1. admits queued requests while the running set has room and the KV pool
  *      has blocks for their prompt (first come, first served),
- *   2. builds one flattened batch: a prefill chunk of each admitted prompt
- *      (chunks bounded by the model's max_batch) plus one decode token of each
- *      running request,
+ *   2. builds one flattened batch: one decode token of each running request,
+ *      then prefill chunks of the admitted prompts in admission order, the
+ *      whole batch at most the model's max_batch tokens (rp_model_max_batch),
  *   3. runs rp_model_forward, samples each request's next token with its own
  *      sampler (and, for JSON mode, its grammar mask),
  *   4. appends the tokens to the requests' outboxes and wakes their readers,
@@ -25,8 +25,17 @@
  * message in rp_gen_error). Stop strings are text and belong to the caller,
  * which cancels when it sees one.
  *
+ * KV pressure: admission takes the KV blocks of the whole prompt at once;
+ * decoding then grows each request a slot at a time. When the pool runs out,
+ * the most recently admitted request is preempted: its KV is freed and it goes
+ * back to the head of the queue; when readmitted, its prompt and the tokens it
+ * already generated are recomputed (nothing is emitted twice, and its sampler
+ * keeps its state, so the output is what it would have been). A request that
+ * alone outgrows the whole pool finishes LENGTH.
+ *
  * Threads: rp_engine_* and rp_gen_* may be called from any thread; a given
- * rp_gen belongs to the thread that submitted it (one reader).
+ * rp_gen belongs to the thread that submitted it (one reader). Between create
+ * and destroy the model is the engine thread's: nobody else may run it.
  */
 #ifndef RP_ENGINE_H
 #define RP_ENGINE_H
@@ -42,7 +51,7 @@ typedef struct rp_engine_params {
     int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = max(n_ctx, 4096) rounded up to blocks
     int kv_block;    // tokens per KV block; 0 = 16
     int max_running; // requests generating together; 0 = 16
-    int max_queue;   // requests waiting to be admitted; past it submit fails; 0 = 64
+    int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
 } rp_engine_params;
 
 void rp_engine_params_default(rp_engine_params *p);
@@ -54,7 +63,9 @@ typedef struct rp_engine rp_engine;
 // for bad params (message names the field).
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
 // Cancels everything queued or running, joins the thread, frees the pool.
-// Handles not yet released stay valid (finished, CANCELLED) until released.
+// Handles not yet released stay valid (finished, CANCELLED: rp_gen_read,
+// rp_gen_get_stats, rp_gen_release work) until released; the engine's last
+// bytes go with the last of them. NULL is a no-op.
 void rp_engine_destroy(rp_engine *e);
 // The effective context length per request (n_ctx after defaults and the model's limit).
 int rp_engine_n_ctx(const rp_engine *e);
@@ -67,7 +78,9 @@ typedef struct rp_gen_params {
     bool ignore_eos;        // end-of-generation tokens do not stop (they are emitted)
     int n_logprobs;         // -1: no logprobs; 0: the chosen token's; k in 1..RP_GEN_TOP_MAX: plus the k most likely
     bool json;              // constrain the output to one JSON object (grammar mask each step); the
-                            // object's end makes end-of-generation the only choice
+                            // object's end makes end-of-generation the only choice (the
+                            // first JSON request builds the grammar's token table: ~50-100 ms
+                            // for a 100k vocabulary, once per engine)
 } rp_gen_params;
 
 // OpenAI sampling defaults (rp_sample_params_default), max_tokens 0, no logprobs, no JSON.
@@ -81,9 +94,14 @@ typedef enum rp_gen_finish {
     RP_GEN_ERROR = 4,     // the engine failed this request: rp_gen_error says why
 } rp_gen_finish;
 
-// One generated token, with its log-probabilities when asked (natural log, of
-// the distribution the token was drawn from after the sampling chain's filters
-// = rp_sampler_probs; the top list is sorted, most likely first).
+// One generated token, with its log-probabilities when asked: natural log of
+// the model's distribution as the request sees it = rp_sampler_logprobs, the
+// log-softmax of the logits after the penalties (and the JSON mask), before
+// temperature, top-k/p and min-p. So they are the same at every temperature
+// (OpenAI returns the model's log-probabilities, not the truncated sampling
+// distribution, whose greedy form would be a useless one-hot). The top list
+// is sorted, most likely first (ties: lower id first), and holds only tokens
+// with a finite logprob (n_top may be below n_logprobs under the JSON mask).
 typedef struct rp_gen_token {
     int32_t id;
     float logprob;
@@ -97,19 +115,22 @@ typedef struct rp_gen rp_gen;
 // Queues a request. Errors (nothing queued, *out NULL):
 //   RP_ERR_RANGE   the prompt alone does not fit n_ctx (message: "the prompt has N tokens, the context is M"),
 //                  or it needs more KV than the whole pool
-//   RP_ERR_LIMIT   the queue is full (the server answers 503 Retry-After)
+//   RP_ERR_LIMIT   the queue is full, or the engine is shutting down (the server answers 503 Retry-After)
 //   RP_ERR_INVALID empty prompt, token ids out of the vocabulary, bad sample params or n_logprobs
 //   RP_ERR_NOMEM
 rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out);
 
-// Waits up to timeout_s (0: do not wait) until the request has tokens not yet
-// read or has finished; copies up to cap unread tokens into out (*n_out of
-// them) and returns RP_GEN_RUNNING, or the finish reason once every token has
-// been read.
+// Waits up to timeout_s (0: do not wait; < 0: no limit) until the request has
+// tokens not yet read or has finished; copies up to cap unread tokens into out
+// (*n_out of them; out may be NULL when cap is 0) and returns RP_GEN_RUNNING,
+// or the finish reason once every token has been read (the finish reason comes
+// with the last tokens when they fit in cap).
 rp_gen_finish rp_gen_read(rp_gen *g, double timeout_s, rp_gen_token *out, int cap, int *n_out);
-// Asks the engine to stop this request; it is retired (KV freed) at the next step.
+// Asks the engine to stop this request; it is retired (KV freed) at the next
+// step and produces no token after this call returns. Nothing if it has finished.
 void rp_gen_cancel(rp_gen *g);
-// Gives the handle back (cancelling the request if it still runs). g is gone after.
+// Gives the handle back (cancelling the request if it still runs). g is gone
+// after. Works after rp_engine_destroy too. NULL is a no-op.
 void rp_gen_release(rp_gen *g);
 // The reason of an RP_GEN_ERROR ("" otherwise). Valid until release.
 const char *rp_gen_error(const rp_gen *g);
@@ -117,7 +138,8 @@ const char *rp_gen_error(const rp_gen *g);
 typedef struct rp_gen_stats {
     int n_prompt;        // prompt tokens
     int n_cached;        // prompt tokens whose KV was reused (prefix cache; 0 until it exists)
-    int n_generated;     // tokens produced so far
+    int n_generated;     // tokens sampled so far, counting an end-of-generation token that ended the
+                         // request (not emitted: the emitted count is one less after a STOP)
     int max_tokens;      // the effective limit after clamping
     double t_submit;     // rp_time_s() at submit
     double t_admit;      // when prefill started (0 while queued)
@@ -136,8 +158,11 @@ typedef struct rp_engine_stats {
     uint64_t tokens_generated;
     uint64_t requests_done;     // retired, any reason
     uint64_t requests_cancelled;
+    uint64_t preemptions;       // requests sent back to the queue for want of KV blocks
 } rp_engine_stats;
 
+// A consistent snapshot (taken under the engine's lock). kv_blocks_used counts
+// every block held by a queued or running request.
 void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out);
 
 #endif

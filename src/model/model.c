@@ -152,6 +152,11 @@ const char *rp_model_path(const rp_model *m)
     return m->path;
 }
 
+int rp_model_max_batch(const rp_model *m)
+{
+    return m->params.max_batch;
+}
+
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out)
 {
     return rp_kv_pool_create(m->be, m->cfg.n_layer, m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks, out);

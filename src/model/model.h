@@ -85,6 +85,8 @@ size_t rp_model_weight_bytes(const rp_model *m);
 const char *rp_model_describe(const rp_model *m);
 // The path the model was loaded from (folder or file).
 const char *rp_model_path(const rp_model *m);
+// The most tokens one rp_model_forward accepts (rp_model_params.max_batch after defaults).
+int rp_model_max_batch(const rp_model *m);
 
 // Creates a KV pool for this model with n_blocks blocks of block_size tokens.
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out);

@@ -561,3 +561,26 @@ rp_status rp_sampler_probs(rp_sampler *s, const float *logits, float *probs_out)
         probs_out[s->cand[i].id] = (float)(s->w[i] / s->w_sum);
     return RP_OK;
 }
+
+void rp_sampler_logprobs(rp_sampler *s, const float *logits, float *logprobs_out)
+{
+    const float *l = penalized(s, logits);
+    int32_t n = s->n_vocab;
+    float lmax = l[argmax(l, n)];
+    if (!isfinite(lmax)) {
+        // All -inf: uniform. Some +inf: they share the mass, everything else gets none.
+        int32_t at_max = 0;
+        for (int32_t i = 0; i < n; i++)
+            at_max += l[i] == lmax;
+        float share = -logf((float)at_max);
+        for (int32_t i = 0; i < n; i++)
+            logprobs_out[i] = l[i] == lmax ? share : -INFINITY;
+        return;
+    }
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)l[i] - (double)lmax);
+    double lse = (double)lmax + log(sum);
+    for (int32_t i = 0; i < n; i++)
+        logprobs_out[i] = (float)((double)l[i] - lse);
+}

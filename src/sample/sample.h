@@ -89,6 +89,14 @@ int32_t rp_sampler_sample(rp_sampler *s, const float *logits);
 // For logprobs and for speculative rejection sampling.
 rp_status rp_sampler_probs(rp_sampler *s, const float *logits, float *probs_out);
 
+// The model's log-probabilities as the request sees them, for logprobs:
+// logprobs_out (n_vocab floats) gets the log-softmax of the logits after steps
+// 1-2 (sanitize, penalties), before temperature and the filters, so it does
+// not depend on temperature, top-k/p or min-p. -inf for tokens at -inf (e.g.
+// masked by a grammar); if every logit is -inf all get -log(n_vocab); tokens at
+// +inf share the mass. Does not touch the RNG; never allocates.
+void rp_sampler_logprobs(rp_sampler *s, const float *logits, float *logprobs_out);
+
 int32_t rp_sampler_n_vocab(const rp_sampler *s);
 
 #endif

@@ -687,6 +687,75 @@ static void test_out_of_memory(void **state)
     fail_msg("creation never succeeded");
 }
 
+// rp_sampler_logprobs: log-softmax of the penalized logits, the same at every
+// temperature and filter; the edge rows (-inf, all -inf, +inf, NaN).
+static void test_logprobs(void **state)
+{
+    enum { V = 300 };
+    static float l[V], lp[V], lp2[V];
+    for (int i = 0; i < V; i++)
+        l[i] = rand_logit(8.0f);
+    l[7] = -INFINITY;
+    l[8] = NAN;
+    rp_sample_params p;
+    rp_sample_params_default(&p);
+    p.repetition_penalty = 1.5f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    rp_sampler *s = make(&p, V);
+    rp_sampler_accept(s, 3, true);
+    rp_sampler_accept(s, 4, false);
+    rp_sampler_accept(s, 4, false);
+    rp_sampler_logprobs(s, l, lp);
+    // Reference in double, penalties applied by hand.
+    double pen[V], mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) {
+        double v = isnan(l[i]) ? -INFINITY : l[i];
+        if (i == 3 || i == 4)
+            v = v > 0 ? v / 1.5 : v * 1.5;
+        if (i == 4)
+            v -= 0.5 + 0.25 * 2;
+        pen[i] = v;
+        mx = v > mx ? v : mx;
+    }
+    for (int i = 0; i < V; i++)
+        sum += exp(pen[i] - mx);
+    for (int i = 0; i < V; i++) {
+        double want = pen[i] - mx - log(sum);
+        if (isinf(want))
+            assert_true(lp[i] == -INFINITY);
+        else if (fabs(lp[i] - want) > 1e-5)
+            fail_msg("token %d: %g, want %g", i, (double)lp[i], want);
+    }
+    // Temperature, filters and the RNG play no part; the logits are not written.
+    rp_sample_params q = p;
+    q.temperature = 0.0f;
+    q.top_k = 3;
+    q.top_p = 0.5f;
+    q.min_p = 0.2f;
+    rp_sampler *s2 = make(&q, V);
+    rp_sampler_accept(s2, 3, true);
+    rp_sampler_accept(s2, 4, false);
+    rp_sampler_accept(s2, 4, false);
+    rp_sampler_logprobs(s2, l, lp2);
+    assert_memory_equal(lp, lp2, sizeof(lp));
+    assert_true(isnan(l[8]));
+    // All -inf: uniform. Some +inf: they share everything.
+    for (int i = 0; i < V; i++)
+        l[i] = -INFINITY;
+    rp_sampler_logprobs(s2, l, lp);
+    for (int i = 0; i < V; i++)
+        assert_true(fabsf(lp[i] + logf((float)V)) < 1e-6f);
+    for (int i = 0; i < V; i++)
+        l[i] = (float)i;
+    l[10] = l[20] = INFINITY;
+    rp_sampler_logprobs(s, l, lp);
+    for (int i = 0; i < V; i++)
+        assert_true(i == 10 || i == 20 ? fabsf(lp[i] + logf(2.0f)) < 1e-6f : lp[i] == -INFINITY);
+    rp_sampler_destroy(s);
+    rp_sampler_destroy(s2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -707,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_bad_logits),
         cmocka_unit_test(test_tiny_temperature_is_greedy),
         cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_logprobs),
     };
     if (getenv("RP_TEST_FILTER"))
         cmocka_set_test_filter(getenv("RP_TEST_FILTER"));

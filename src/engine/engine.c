@@ -1,0 +1,853 @@
+/*
+ * engine.c - the engine thread: continuous batching of generation requests.
+ *
+ * Design:
+ *   - One mutex (e->mu) guards what other threads see: the queue, each
+ *     request's outbox, finish reason and stats, the running count and the KV
+ *     pool's block accounting. The engine thread holds it to schedule (sweep
+ *     cancelled requests, admit, reserve KV, preempt) and to publish (append
+ *     tokens, retire); it drops it for the forward pass and sampling, which
+ *     touch only engine-thread state. Readers wait on their request's condvar,
+ *     the engine thread on e->cv (never a busy loop).
+ *   - Lifetimes: the engine's shell (mutex, condvars) is reference counted,
+ *     one reference for create/destroy and one per handle not yet released, so
+ *     handles stay usable after rp_engine_destroy; the thread, the KV pool and
+ *     the buffers go at destroy.
+ *   - A request's tokens: toks[0, n_tok) is the prompt then the generated
+ *     tokens, toks[0, n_comp) have their KV in the pool. Each step a running
+ *     request feeds toks[n_comp, ...): one token when n_tok - n_comp == 1
+ *     (decode), else a chunk (prefill, or recompute after preemption), and it
+ *     samples when its chunk reaches n_tok. Decode tokens go first, then the
+ *     chunks in admission order, up to the model's max_batch tokens.
+ *   - KV: admission reserves every block toks needs, so a prefill never waits
+ *     for blocks; decoding grows a slot a step. When the pool is empty the most
+ *     recently admitted request is preempted (KV freed, back to the head of the
+ *     queue, n_comp = 0; its sampler and emitted tokens are kept): vLLM's
+ *     recompute preemption. The forward pass is per-token deterministic, so the
+ *     recomputed logits, and the output, are what they would have been.
+ *   - JSON mode: the grammar's token table (rp_json_vocab) is built once, by
+ *     the first JSON request's submit; each JSON request gets a matcher at
+ *     first admission. Each step its logits row is masked before sampling
+ *     (and before logprobs) and the chosen token is accepted by the matcher.
+ *   - Memory: engine buffers are sized at create (the batch for max_batch
+ *     tokens, logits for max_running rows); a request's token list and outbox
+ *     at submit, its sampler and matcher at first admission; the token list,
+ *     the outbox and the KV block table grow geometrically. Nothing else is
+ *     allocated per step.
+ */
+#include "engine.h"
+
+#include "../grammar/grammar.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <time.h>
+
+#define DEFAULT_BLOCK 16
+#define DEFAULT_MAX_RUNNING 16
+#define DEFAULT_MAX_QUEUE 64
+#define DEFAULT_KV_MIN 4096 // tokens
+#define PARAM_MAX (1 << 24) // sanity bound on every size parameter
+#define OUTBOX_MIN 16       // tokens an outbox holds at first
+#define TOKS_SLACK 64       // room for generated tokens in the token list at first
+
+struct rp_gen {
+    rp_engine *e;
+    rp_gen *prev, *next; // in the queue or the running list; under e->mu
+
+    // Set at submit, read-only after.
+    rp_sample_params sp;
+    bool ignore_eos, json;
+    int n_logprobs;
+    int n_prompt, max_tokens;
+
+    // Engine thread only once queued.
+    int32_t *toks; // (toks_cap) the prompt, then the generated tokens kept
+    int toks_cap, n_tok, n_comp;
+    int n_gen;         // tokens sampled (a final end-of-generation one included)
+    int take;          // tokens fed this step
+    rp_sampler *smp;   // from the first admission to retirement
+    rp_json_match *jm; // JSON mode: the same
+    rp_kv_seq kv;      // KV blocks (changed under e->mu: others read the pool's count)
+    bool has_tok;      // this step produced tok, to emit
+    rp_gen_token tok;
+    rp_gen_finish done;   // this step ended the request (RUNNING: it did not)
+    const char *done_msg; // why, for RP_GEN_ERROR (valid until the publish)
+
+    // Under e->mu.
+    rp_gen_token *out; // (out_cap) unread tokens are [out_head, out_len)
+    int out_head, out_len, out_cap;
+    rp_gen_finish finish;
+    bool in_engine; // queued or running: the engine thread retires it
+    bool running;   // in the running list (else the queue)
+    bool released;  // the reader gave the handle back: the engine frees it at retirement
+    rp_gen_stats stats;
+    char err[512];
+    pthread_cond_t cv; // the reader waits here
+
+    atomic_bool cancel;
+};
+
+struct rp_engine {
+    rp_model *m;
+    const rp_tokenizer *tok;
+    const rp_model_config *cfg;
+    int n_ctx, n_vocab, max_batch, max_running, max_queue, block, n_blocks;
+    rp_kv_pool *kv;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; // the engine thread waits here for work
+    atomic_int refs;
+    pthread_t thread;
+    bool thread_live;
+    pthread_mutex_t jv_mu; // guards the making of jv
+    rp_json_vocab *jv;     // JSON mode's token table, made by the first JSON submit
+
+    // Under mu.
+    bool stop;
+    rp_gen *q_head, *q_tail; // waiting, first come first
+    int n_queued;
+    rp_gen *r_head, *r_tail; // running, in admission order
+    int n_running;
+    rp_engine_stats stats; // the counters
+
+    // Engine thread only: the step's batch.
+    int32_t *b_tok, *b_pos, *b_seq; // (max_batch)
+    bool *b_want;                   // (max_batch)
+    rp_kv_seq **b_seqs;             // (max_running)
+    rp_gen **b_gens;                // (max_running) the request of each sequence
+    rp_gen **b_rows;                // (max_running) the request of each logits row
+    int n_b, n_b_seqs, n_b_rows, n_b_prefill;
+    float *logits;      // (max_running, n_vocab)
+    float *lp;          // (n_vocab) logprobs of one row
+    char step_err[512]; // why the last forward failed
+};
+
+void rp_engine_params_default(rp_engine_params *p)
+{
+    memset(p, 0, sizeof(*p));
+}
+
+void rp_gen_params_default(rp_gen_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    rp_sample_params_default(&p->sample);
+    p->n_logprobs = -1;
+}
+
+/* ---- lists and lifetimes ---------------------------------------------------- */
+
+static void list_unlink(rp_gen **head, rp_gen **tail, rp_gen *g)
+{
+    if (g->prev)
+        g->prev->next = g->next;
+    else
+        *head = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    else
+        *tail = g->prev;
+    g->prev = g->next = NULL;
+}
+
+static void list_append(rp_gen **head, rp_gen **tail, rp_gen *g)
+{
+    g->next = NULL;
+    g->prev = *tail;
+    if (*tail)
+        (*tail)->next = g;
+    else
+        *head = g;
+    *tail = g;
+}
+
+static void list_prepend(rp_gen **head, rp_gen **tail, rp_gen *g)
+{
+    g->prev = NULL;
+    g->next = *head;
+    if (*head)
+        (*head)->prev = g;
+    else
+        *tail = g;
+    *head = g;
+}
+
+// Drops a reference to the engine's shell; the last one frees it.
+static void engine_unref(rp_engine *e)
+{
+    if (atomic_fetch_sub(&e->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->jv_mu);
+    pthread_mutex_destroy(&e->mu);
+    rp_free(e);
+}
+
+// Frees a request that holds no KV and no sampler any more; drops its engine reference.
+static void gen_free(rp_gen *g)
+{
+    rp_engine *e = g->e;
+    rp_free(g->kv.blocks); // the table only: retirement gave the blocks back
+    rp_free(g->toks);
+    rp_free(g->out);
+    pthread_cond_destroy(&g->cv);
+    rp_free(g);
+    engine_unref(e);
+}
+
+static int blocks_for(const rp_engine *e, int n_tokens)
+{
+    return (n_tokens + e->block - 1) / e->block;
+}
+
+static bool is_eog(const rp_engine *e, int32_t id)
+{
+    if (rp_tok_is_eog(e->tok, id))
+        return true;
+    for (int i = 0; i < e->cfg->n_eos; i++)
+        if (e->cfg->eos_ids[i] == id)
+            return true;
+    return false;
+}
+
+/* ---- scheduling (engine thread, e->mu held) ------------------------------- */
+
+// Retires g with `reason`: out of its list, KV and sampler freed, the reader
+// woken (or the handle freed if it was released).
+static void finish(rp_engine *e, rp_gen *g, rp_gen_finish reason, const char *msg)
+{
+    if (g->running) {
+        list_unlink(&e->r_head, &e->r_tail, g);
+        e->n_running--;
+        g->running = false;
+    } else {
+        list_unlink(&e->q_head, &e->q_tail, g);
+        e->n_queued--;
+    }
+    rp_kv_seq_deinit(e->kv, &g->kv);
+    rp_sampler_destroy(g->smp);
+    g->smp = NULL;
+    rp_json_match_destroy(g->jm);
+    g->jm = NULL;
+    g->finish = reason;
+    if (reason == RP_GEN_ERROR)
+        snprintf(g->err, sizeof(g->err), "%s", msg && *msg ? msg : "generation failed");
+    g->in_engine = false;
+    e->stats.requests_done++;
+    if (reason == RP_GEN_CANCELLED)
+        e->stats.requests_cancelled++;
+    if (g->released)
+        gen_free(g); // the shell outlives this: destroy holds its reference until the thread is joined
+    else
+        pthread_cond_signal(&g->cv);
+}
+
+// Cancelled (or released) requests, queued or running, are retired.
+static void sweep(rp_engine *e)
+{
+    for (int pass = 0; pass < 2; pass++)
+        for (rp_gen *g = pass ? e->r_head : e->q_head, *next; g; g = next) {
+            next = g->next;
+            if (atomic_load(&g->cancel))
+                finish(e, g, RP_GEN_CANCELLED, NULL);
+        }
+}
+
+// Sends the running request g back to the head of the queue without its KV.
+static void preempt(rp_engine *e, rp_gen *g)
+{
+    list_unlink(&e->r_head, &e->r_tail, g);
+    e->n_running--;
+    g->running = false;
+    rp_kv_seq_truncate(e->kv, &g->kv, 0);
+    g->n_comp = 0;
+    list_prepend(&e->q_head, &e->q_tail, g);
+    e->n_queued++;
+    e->stats.preemptions++;
+}
+
+// Admits queued requests, first come first, while there is room and KV for all their tokens.
+static void admit(rp_engine *e)
+{
+    while (e->q_head && e->n_running < e->max_running) {
+        rp_gen *g = e->q_head;
+        int need = blocks_for(e, g->n_tok);
+        if (need > e->n_blocks) { // only a preempted request can have outgrown the whole pool
+            finish(e, g, RP_GEN_LENGTH, NULL);
+            continue;
+        }
+        if (need > rp_kv_pool_free_blocks(e->kv))
+            break;
+        rp_status st = RP_OK;
+        if (!g->smp && (st = rp_sampler_create(&g->sp, e->n_vocab, &g->smp)) == RP_OK)
+            for (int i = 0; i < g->n_prompt; i++)
+                rp_sampler_accept(g->smp, g->toks[i], true);
+        if (!st && g->json && !g->jm)
+            st = rp_json_match_create(e->jv, &g->jm);
+        if (!st)
+            st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_tok);
+        if (st) {
+            finish(e, g, RP_GEN_ERROR, rp_error_message());
+            continue;
+        }
+        list_unlink(&e->q_head, &e->q_tail, g);
+        e->n_queued--;
+        list_append(&e->r_head, &e->r_tail, g);
+        e->n_running++;
+        g->running = true;
+        if (g->stats.t_admit == 0)
+            g->stats.t_admit = rp_time_s();
+    }
+}
+
+// Gives every decoding request the slot of its next token, preempting the most
+// recently admitted requests when the pool is empty. Victims come from the tail
+// and the walk goes from the head, so a victim is never one already served,
+// except g itself (then it is the tail and the walk ends).
+static void reserve_decodes(rp_engine *e)
+{
+    for (rp_gen *g = e->r_head; g;) {
+        rp_gen *next = NULL; // where to go on once g has left the running list
+        bool gone = false;
+        rp_status st;
+        while (!gone && g->n_tok - g->n_comp == 1 && (st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_comp + 1)) != RP_OK) {
+            rp_gen *victim = e->r_tail;
+            if (st != RP_ERR_RANGE) { // out of memory for the block table
+                next = g->next;
+                finish(e, g, RP_GEN_ERROR, rp_error_message());
+                gone = true;
+            } else if (victim == g && e->r_head == g) {
+                finish(e, g, RP_GEN_LENGTH, NULL); // alone and the pool is full: it can never grow
+                gone = true;
+            } else {
+                preempt(e, victim);
+                gone = victim == g; // g was the tail: nothing after it
+            }
+        }
+        g = gone ? next : g->next;
+    }
+}
+
+/* ---- the step (engine thread, e->mu not held) ----------------------------- */
+
+// Fills the batch: one decode token per decoding request, then prefill chunks
+// in admission order, up to max_batch tokens.
+static void build_batch(rp_engine *e)
+{
+    e->n_b = e->n_b_seqs = e->n_b_rows = e->n_b_prefill = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch; g = g->next) {
+            int left = g->n_tok - g->n_comp;
+            if ((pass == 0) != (left == 1))
+                continue;
+            int take = left < e->max_batch - e->n_b ? left : e->max_batch - e->n_b;
+            int s = e->n_b_seqs++;
+            e->b_seqs[s] = &g->kv;
+            e->b_gens[s] = g;
+            g->take = take;
+            g->has_tok = false;
+            g->done = RP_GEN_RUNNING;
+            g->done_msg = NULL;
+            for (int i = 0; i < take; i++) {
+                int p = g->n_comp + i;
+                e->b_tok[e->n_b] = g->toks[p];
+                e->b_pos[e->n_b] = p;
+                e->b_seq[e->n_b] = s;
+                e->b_want[e->n_b] = p == g->n_tok - 1;
+                if (p == g->n_tok - 1)
+                    e->b_rows[e->n_b_rows++] = g;
+                e->n_b_prefill += p < g->n_prompt; // prompt tokens, recomputed ones too
+                e->n_b++;
+            }
+        }
+}
+
+// The logprob of the chosen token and the n_logprobs most likely ones.
+static void fill_logprobs(rp_engine *e, rp_gen *g, const float *row)
+{
+    rp_gen_token *t = &g->tok;
+    rp_sampler_logprobs(g->smp, row, e->lp);
+    t->logprob = e->lp[t->id];
+    int k = g->n_logprobs, n = 0;
+    for (int32_t i = 0; i < e->n_vocab && k > 0; i++) {
+        float v = e->lp[i];
+        if (v == -INFINITY || (n == k && v <= t->top_logprobs[n - 1]))
+            continue;
+        int at = n < k ? n++ : k - 1;                         // full: the last one goes
+        for (; at > 0 && t->top_logprobs[at - 1] < v; at--) { // strictly: equal ones keep the lower id first
+            t->top_logprobs[at] = t->top_logprobs[at - 1];
+            t->top_ids[at] = t->top_ids[at - 1];
+        }
+        t->top_logprobs[at] = v;
+        t->top_ids[at] = i;
+    }
+    t->n_top = n;
+}
+
+// Samples g's next token from its logits row and decides whether it ends g.
+static void sample_row(rp_engine *e, rp_gen *g, float *row)
+{
+    if (g->jm)
+        rp_json_match_mask(g->jm, row, e->n_vocab);
+    int32_t id = rp_sampler_sample(g->smp, row);
+    g->tok.id = id;
+    g->tok.logprob = 0.0f;
+    g->tok.n_top = 0;
+    if (g->n_logprobs >= 0)
+        fill_logprobs(e, g, row);
+    rp_sampler_accept(g->smp, id, false);
+    g->n_gen++;
+    if (g->jm && rp_json_match_accept(g->jm, id)) { // the mask allowed it: cannot happen
+        snprintf(e->step_err, sizeof(e->step_err), "JSON mode: %s", rp_error_message());
+        g->done = RP_GEN_ERROR;
+        g->done_msg = e->step_err;
+        return;
+    }
+    if (!g->ignore_eos && is_eog(e, id)) {
+        g->done = RP_GEN_STOP;
+        return;
+    }
+    if (g->n_tok == g->toks_cap) { // grows geometrically up to n_prompt + max_tokens
+        int cap = g->toks_cap * 2, most = g->n_prompt + g->max_tokens;
+        cap = cap < most ? cap : most;
+        int32_t *nt = rp_realloc(g->toks, (size_t)cap * sizeof(int32_t));
+        if (!nt) {
+            g->done = RP_GEN_ERROR;
+            g->done_msg = "out of memory for the request's tokens";
+            return;
+        }
+        g->toks = nt;
+        g->toks_cap = cap;
+    }
+    g->toks[g->n_tok++] = id;
+    g->has_tok = true;
+    if (g->n_gen >= g->max_tokens)
+        g->done = RP_GEN_LENGTH;
+}
+
+static void run_step(rp_engine *e)
+{
+    rp_batch b = {e->n_b, e->b_tok, e->b_pos, e->b_seq, e->b_want, e->b_seqs, e->n_b_seqs};
+    rp_status st = rp_model_forward(e->m, e->kv, &b, e->logits);
+    if (st) {
+        snprintf(e->step_err, sizeof(e->step_err), "forward pass: %s", rp_error_message());
+        for (int s = 0; s < e->n_b_seqs; s++) {
+            e->b_gens[s]->done = RP_GEN_ERROR;
+            e->b_gens[s]->done_msg = e->step_err;
+        }
+        return;
+    }
+    for (int s = 0; s < e->n_b_seqs; s++)
+        e->b_gens[s]->n_comp += e->b_gens[s]->take;
+    for (int r = 0; r < e->n_b_rows; r++)
+        sample_row(e, e->b_rows[r], e->logits + (size_t)r * e->n_vocab);
+}
+
+/* ---- publishing (engine thread, e->mu held) ------------------------------- */
+
+static bool outbox_push(rp_gen *g, const rp_gen_token *t)
+{
+    if (g->out_len == g->out_cap) {
+        if (g->out_head > 0) {
+            memmove(g->out, g->out + g->out_head, (size_t)(g->out_len - g->out_head) * sizeof(*g->out));
+            g->out_len -= g->out_head;
+            g->out_head = 0;
+        } else {
+            rp_gen_token *no = rp_realloc(g->out, (size_t)g->out_cap * 2 * sizeof(*g->out));
+            if (!no)
+                return false;
+            g->out = no;
+            g->out_cap *= 2;
+        }
+    }
+    g->out[g->out_len++] = *t;
+    return true;
+}
+
+// Hands the step's tokens to the readers and retires the requests that ended.
+// A request cancelled meanwhile gets nothing more.
+static void publish(rp_engine *e)
+{
+    e->stats.steps++;
+    e->stats.tokens_prefilled += (uint64_t)e->n_b_prefill;
+    double now = rp_time_s();
+    for (int s = 0; s < e->n_b_seqs; s++) {
+        rp_gen *g = e->b_gens[s];
+        if (atomic_load(&g->cancel)) {
+            finish(e, g, RP_GEN_CANCELLED, NULL);
+            continue;
+        }
+        if (g->n_gen != g->stats.n_generated) { // sampled this step
+            e->stats.tokens_generated += (uint64_t)(g->n_gen - g->stats.n_generated);
+            g->stats.n_generated = g->n_gen;
+            if (g->stats.t_first == 0)
+                g->stats.t_first = now;
+            g->stats.t_last = now;
+        }
+        if (g->has_tok && !outbox_push(g, &g->tok)) {
+            g->done = RP_GEN_ERROR;
+            g->done_msg = "out of memory for the request's output";
+        }
+        if (g->done != RP_GEN_RUNNING)
+            finish(e, g, g->done, g->done_msg);
+        else if (g->has_tok)
+            pthread_cond_signal(&g->cv);
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    rp_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        sweep(e);
+        if (e->stop)
+            break;
+        admit(e);
+        reserve_decodes(e);
+        if (!e->r_head) {
+            if (!e->q_head) // else: reserve_decodes retired the last running one; admit again
+                pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+        build_batch(e);
+        run_step(e);
+        pthread_mutex_lock(&e->mu);
+        publish(e);
+    }
+    while (e->r_head)
+        finish(e, e->r_head, RP_GEN_CANCELLED, NULL);
+    while (e->q_head)
+        finish(e, e->q_head, RP_GEN_CANCELLED, NULL);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---- the engine -------------------------------------------------------------- */
+
+static rp_status check_param(const char *name, int v)
+{
+    if (v < 0 || v > PARAM_MAX)
+        return RP_ERR(RP_ERR_INVALID, "engine parameter %s = %d is out of range: must be in [0, %d] (0 = default)",
+                      name, v, PARAM_MAX);
+    return RP_OK;
+}
+
+// Frees what create made (the thread is not running); the shell goes with the last reference.
+static void engine_free_parts(rp_engine *e)
+{
+    rp_kv_pool_destroy(e->kv);
+    e->kv = NULL;
+    rp_free(e->b_tok);
+    rp_free(e->b_pos);
+    rp_free(e->b_seq);
+    rp_free(e->b_want);
+    rp_free(e->b_seqs);
+    rp_free(e->b_gens);
+    rp_free(e->b_rows);
+    rp_free_aligned(e->logits);
+    rp_free(e->lp);
+    rp_json_vocab_destroy(e->jv);
+    e->jv = NULL;
+}
+
+rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out)
+{
+    *out = NULL;
+    rp_engine_params dp;
+    rp_engine_params_default(&dp);
+    if (!p)
+        p = &dp;
+    rp_status st;
+    if (!m || !tok)
+        return RP_ERR(RP_ERR_INVALID, "engine: a model and a tokenizer are required");
+    if ((st = check_param("n_ctx", p->n_ctx)) || (st = check_param("kv_tokens", p->kv_tokens)) ||
+        (st = check_param("kv_block", p->kv_block)) || (st = check_param("max_running", p->max_running)) ||
+        (st = check_param("max_queue", p->max_queue)))
+        return st;
+    const rp_model_config *cfg = rp_model_get_config(m);
+    rp_engine *e = rp_calloc(1, sizeof(*e));
+    if (!e)
+        return RP_ERR(RP_ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->tok = tok;
+    e->cfg = cfg;
+    e->n_vocab = cfg->n_vocab;
+    e->max_batch = rp_model_max_batch(m);
+    e->n_ctx = p->n_ctx > 0 && p->n_ctx < cfg->max_ctx ? p->n_ctx : cfg->max_ctx;
+    e->block = p->kv_block ? p->kv_block : DEFAULT_BLOCK;
+    int kv_tokens = p->kv_tokens ? p->kv_tokens : (e->n_ctx > DEFAULT_KV_MIN ? e->n_ctx : DEFAULT_KV_MIN);
+    e->n_blocks = blocks_for(e, kv_tokens);
+    e->max_running = p->max_running ? p->max_running : DEFAULT_MAX_RUNNING;
+    e->max_queue = p->max_queue ? p->max_queue : DEFAULT_MAX_QUEUE;
+    atomic_init(&e->refs, 1);
+    if (pthread_mutex_init(&e->mu, NULL)) {
+        rp_free(e);
+        return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a mutex");
+    }
+    if (pthread_mutex_init(&e->jv_mu, NULL)) {
+        pthread_mutex_destroy(&e->mu);
+        rp_free(e);
+        return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a mutex");
+    }
+    if (pthread_cond_init(&e->cv, NULL)) {
+        pthread_mutex_destroy(&e->jv_mu);
+        pthread_mutex_destroy(&e->mu);
+        rp_free(e);
+        return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a condition variable");
+    }
+    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, &e->kv)))
+        goto fail;
+    size_t B = (size_t)e->max_batch, R = (size_t)e->max_running, rows;
+    e->b_tok = rp_malloc(B * sizeof(int32_t));
+    e->b_pos = rp_malloc(B * sizeof(int32_t));
+    e->b_seq = rp_malloc(B * sizeof(int32_t));
+    e->b_want = rp_malloc(B * sizeof(bool));
+    e->b_seqs = rp_malloc(R * sizeof(rp_kv_seq *));
+    e->b_gens = rp_malloc(R * sizeof(rp_gen *));
+    e->b_rows = rp_malloc(R * sizeof(rp_gen *));
+    e->lp = rp_malloc((size_t)e->n_vocab * sizeof(float));
+    if (rp_mul_size(R * sizeof(float), (size_t)e->n_vocab, &rows))
+        e->logits = rp_malloc_aligned(rows);
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_gens || !e->b_rows || !e->lp ||
+        !e->logits) {
+        st = RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers (%d rows of logits)", e->max_running);
+        goto fail;
+    }
+    int rc = pthread_create(&e->thread, NULL, engine_main, e);
+    if (rc) {
+        st = RP_ERR(RP_ERR_NOMEM, "engine: cannot start the engine thread: %s", strerror(rc));
+        goto fail;
+    }
+    e->thread_live = true;
+    *out = e;
+    return RP_OK;
+fail:
+    engine_free_parts(e);
+    engine_unref(e);
+    return st;
+}
+
+void rp_engine_destroy(rp_engine *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thread_live)
+        pthread_join(e->thread, NULL);
+    e->thread_live = false;
+    engine_free_parts(e);
+    engine_unref(e);
+}
+
+int rp_engine_n_ctx(const rp_engine *e)
+{
+    return e->n_ctx;
+}
+
+void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->queued = e->n_queued;
+    out->running = e->n_running;
+    out->kv_blocks = e->n_blocks;
+    out->kv_blocks_used = e->kv ? e->n_blocks - rp_kv_pool_free_blocks(e->kv) : 0;
+    out->kv_block_tokens = e->block;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+static rp_status check_request(const rp_engine *e, const rp_gen_params *p)
+{
+    if (!p->prompt || p->n_prompt <= 0)
+        return RP_ERR(RP_ERR_INVALID, "the prompt is empty");
+    for (int i = 0; i < p->n_prompt; i++)
+        if (p->prompt[i] < 0 || p->prompt[i] >= e->n_vocab)
+            return RP_ERR(RP_ERR_INVALID, "prompt token %d has id %d, outside the vocabulary [0, %d)", i,
+                          (int)p->prompt[i], e->n_vocab);
+    rp_status st = rp_sample_params_validate(&p->sample);
+    if (st)
+        return st;
+    if (p->n_logprobs < -1 || p->n_logprobs > RP_GEN_TOP_MAX)
+        return RP_ERR(RP_ERR_INVALID, "logprobs %d is out of range: must be -1 (none), 0 or up to %d", p->n_logprobs,
+                      RP_GEN_TOP_MAX);
+    if (p->n_prompt >= e->n_ctx)
+        return RP_ERR(RP_ERR_RANGE,
+                      "the prompt has %d tokens, the context is %d (at least one must be left to generate)",
+                      p->n_prompt, e->n_ctx);
+    if (blocks_for(e, p->n_prompt) > e->n_blocks)
+        return RP_ERR(RP_ERR_RANGE, "the prompt has %d tokens, the KV cache holds %d", p->n_prompt,
+                      e->n_blocks * e->block);
+    return RP_OK;
+}
+
+rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
+{
+    if (!out)
+        return RP_ERR(RP_ERR_INVALID, "submit: no place for the handle");
+    *out = NULL;
+    if (!e || !p)
+        return RP_ERR(RP_ERR_INVALID, "submit: no engine or no parameters");
+    rp_status st = check_request(e, p);
+    if (st)
+        return st;
+    if (p->json) { // the grammar's token table, made once
+        pthread_mutex_lock(&e->jv_mu);
+        if (!e->jv)
+            st = rp_json_vocab_create(e->tok, &e->jv);
+        pthread_mutex_unlock(&e->jv_mu);
+        if (st)
+            return rp_error_prefix(st, "JSON mode");
+    }
+    int room = e->n_ctx - p->n_prompt;
+    int max_tokens = p->max_tokens > 0 && p->max_tokens < room ? p->max_tokens : room;
+    rp_gen *g = rp_calloc(1, sizeof(*g));
+    if (!g)
+        return RP_ERR(RP_ERR_NOMEM, "submit: out of memory");
+    g->e = e;
+    g->sp = p->sample;
+    g->ignore_eos = p->ignore_eos;
+    g->json = p->json;
+    g->n_logprobs = p->n_logprobs;
+    g->n_prompt = g->n_tok = p->n_prompt;
+    g->max_tokens = max_tokens;
+    g->toks_cap = p->n_prompt + (max_tokens < TOKS_SLACK ? max_tokens : TOKS_SLACK);
+    g->toks = rp_malloc((size_t)g->toks_cap * sizeof(int32_t));
+    g->out_cap = OUTBOX_MIN;
+    g->out = rp_malloc((size_t)g->out_cap * sizeof(*g->out));
+    rp_kv_seq_init(&g->kv);
+    atomic_init(&g->cancel, false);
+    g->stats.n_prompt = p->n_prompt;
+    g->stats.max_tokens = max_tokens;
+    pthread_condattr_t ca;
+    bool cv_ok = false;
+    if (g->toks && g->out && !pthread_condattr_init(&ca)) {
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); // rp_gen_read's deadlines are monotonic
+        cv_ok = pthread_cond_init(&g->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!cv_ok) {
+        rp_free(g->toks);
+        rp_free(g->out);
+        rp_free(g);
+        return RP_ERR(RP_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", p->n_prompt);
+    }
+    memcpy(g->toks, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+
+    pthread_mutex_lock(&e->mu);
+    if (e->stop)
+        st = RP_ERR(RP_ERR_LIMIT, "the engine is shutting down");
+    else if (e->n_queued >= e->max_queue)
+        st = RP_ERR(RP_ERR_LIMIT, "the queue is full (%d requests waiting)", e->n_queued);
+    if (!st) {
+        g->stats.t_submit = rp_time_s();
+        g->in_engine = true;
+        atomic_fetch_add(&e->refs, 1);
+        list_append(&e->q_head, &e->q_tail, g);
+        e->n_queued++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st) {
+        pthread_cond_destroy(&g->cv);
+        rp_free(g->toks);
+        rp_free(g->out);
+        rp_free(g);
+        return st;
+    }
+    *out = g;
+    return RP_OK;
+}
+
+rp_gen_finish rp_gen_read(rp_gen *g, double timeout_s, rp_gen_token *out, int cap, int *n_out)
+{
+    rp_engine *e = g->e;
+    struct timespec deadline;
+    if (isnan(timeout_s))
+        timeout_s = 0;
+    if (timeout_s > 0) {
+        if (timeout_s > 1e9) // ~30 years: as good as no limit, and no overflow
+            timeout_s = 1e9;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        double whole = floor(timeout_s);
+        deadline.tv_sec += (time_t)whole;
+        deadline.tv_nsec += (long)((timeout_s - whole) * 1e9);
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    while (g->out_len == g->out_head && g->finish == RP_GEN_RUNNING && timeout_s != 0) {
+        if (timeout_s < 0)
+            pthread_cond_wait(&g->cv, &e->mu);
+        else if (pthread_cond_timedwait(&g->cv, &e->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    int n = g->out_len - g->out_head;
+    if (cap < 0 || !out)
+        cap = 0;
+    n = n < cap ? n : cap;
+    if (n > 0)
+        memcpy(out, g->out + g->out_head, (size_t)n * sizeof(*out));
+    g->out_head += n;
+    if (g->out_head == g->out_len)
+        g->out_head = g->out_len = 0;
+    rp_gen_finish r = g->out_len == 0 ? g->finish : RP_GEN_RUNNING;
+    pthread_mutex_unlock(&e->mu);
+    if (n_out)
+        *n_out = n;
+    return r;
+}
+
+void rp_gen_cancel(rp_gen *g)
+{
+    rp_engine *e = g->e;
+    pthread_mutex_lock(&e->mu);
+    if (g->in_engine) {
+        atomic_store(&g->cancel, true);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rp_gen_release(rp_gen *g)
+{
+    if (!g)
+        return;
+    rp_engine *e = g->e;
+    pthread_mutex_lock(&e->mu);
+    bool engine_frees = g->in_engine;
+    if (engine_frees) {
+        g->released = true;
+        atomic_store(&g->cancel, true);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!engine_frees)
+        gen_free(g);
+}
+
+const char *rp_gen_error(const rp_gen *g)
+{
+    pthread_mutex_lock(&g->e->mu);
+    bool err = g->finish == RP_GEN_ERROR; // err is written once, before finish is set
+    pthread_mutex_unlock(&g->e->mu);
+    return err ? g->err : "";
+}
+
+void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out)
+{
+    pthread_mutex_lock(&g->e->mu);
+    *out = g->stats;
+    pthread_mutex_unlock(&g->e->mu);
+}
