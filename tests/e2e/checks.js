@@ -371,3 +371,123 @@ export function checkResponseEvents(frames) {
     completed.output.forEach((o, i) => assert.equal(o.id, items[i].item.id));
     return { types, items, completed };
 }
+
+// Whether s can still become one JSON object: whitespace, then an object that is
+// valid as far as it goes (what a JSON-constrained decoder guarantees at every
+// token, whatever the model). A pushdown recognizer over characters.
+export function isJsonObjectPrefix(s) {
+    const WS = ' \t\n\r';
+    const stack = []; // '{' or '['
+    let state = 'start'; // start, value, value_or_close, key_or_close, key, colon, after, string, number, literal, done
+    let key = false; // the string being read is a key
+    let esc = 0; // 0: none, 1: after backslash, 2..5: hex digits left + 1
+    let num = ''; // number sub-state: sign, zero, int, dot, frac, e, esign, exp
+    let lit = ''; // the rest of true/false/null to read
+    const endValue = () => {
+        state = stack.length ? 'after' : 'done';
+    };
+    for (let i = 0; i < s.length; i++) {
+        const c = s[i];
+        switch (state) {
+            case 'start':
+                if (WS.includes(c)) break;
+                if (c !== '{') return false;
+                stack.push('{');
+                state = 'key_or_close';
+                break;
+            case 'done':
+                if (!WS.includes(c)) return false;
+                break;
+            case 'key_or_close':
+            case 'key':
+                if (WS.includes(c)) break;
+                if (c === '}' && state === 'key_or_close') {
+                    stack.pop();
+                    endValue();
+                } else if (c === '"') {
+                    state = 'string';
+                    key = true;
+                } else return false;
+                break;
+            case 'colon':
+                if (WS.includes(c)) break;
+                if (c !== ':') return false;
+                state = 'value';
+                break;
+            case 'value':
+            case 'value_or_close':
+                if (WS.includes(c)) break;
+                if (c === ']' && state === 'value_or_close') {
+                    stack.pop();
+                    endValue();
+                } else if (c === '{') {
+                    stack.push('{');
+                    state = 'key_or_close';
+                } else if (c === '[') {
+                    stack.push('[');
+                    state = 'value_or_close';
+                } else if (c === '"') {
+                    state = 'string';
+                    key = false;
+                } else if (c === '-' || (c >= '0' && c <= '9')) {
+                    state = 'number';
+                    num = c === '-' ? 'sign' : c === '0' ? 'zero' : 'int';
+                } else if ('tfn'.includes(c)) {
+                    state = 'literal';
+                    lit = { t: 'rue', f: 'alse', n: 'ull' }[c];
+                } else return false;
+                break;
+            case 'after':
+                if (WS.includes(c)) break;
+                if (c === ',') state = stack[stack.length - 1] === '{' ? 'key' : 'value';
+                else if ((c === '}' && stack[stack.length - 1] === '{') || (c === ']' && stack[stack.length - 1] === '[')) {
+                    stack.pop();
+                    endValue();
+                } else return false;
+                break;
+            case 'string':
+                if (esc === 1) {
+                    if (c === 'u') esc = 5;
+                    else if ('"\\/bfnrt'.includes(c)) esc = 0;
+                    else return false;
+                } else if (esc > 1) {
+                    if (!/[0-9a-fA-F]/.test(c)) return false;
+                    esc = esc === 2 ? 0 : esc - 1;
+                } else if (c === '\\') esc = 1;
+                else if (c === '"') {
+                    if (key) state = 'colon';
+                    else endValue();
+                } else if (c.charCodeAt(0) < 0x20) return false;
+                break;
+            case 'literal':
+                if (c !== lit[0]) return false;
+                lit = lit.slice(1);
+                if (lit === '') endValue();
+                break;
+            case 'number': {
+                const d = c >= '0' && c <= '9';
+                const next = {
+                    sign: d ? (c === '0' ? 'zero' : 'int') : null,
+                    zero: c === '.' ? 'dot' : c === 'e' || c === 'E' ? 'e' : null,
+                    int: d ? 'int' : c === '.' ? 'dot' : c === 'e' || c === 'E' ? 'e' : null,
+                    dot: d ? 'frac' : null,
+                    frac: d ? 'frac' : c === 'e' || c === 'E' ? 'e' : null,
+                    e: d ? 'exp' : c === '+' || c === '-' ? 'esign' : null,
+                    esign: d ? 'exp' : null,
+                    exp: d ? 'exp' : null,
+                }[num];
+                if (next) {
+                    num = next;
+                    break;
+                }
+                if (!['zero', 'int', 'frac', 'exp'].includes(num)) return false;
+                endValue();
+                i--; // the character after the number is read again
+                break;
+            }
+            default:
+                return false;
+        }
+    }
+    return true;
+}

