@@ -7,6 +7,7 @@
 #define RP_CLI_H
 
 int rp_cli_run(int argc, char **argv);
+int rp_cli_serve(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
 

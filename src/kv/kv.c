@@ -98,6 +98,11 @@ int rp_kv_pool_n_blocks(const rp_kv_pool *p)
     return p->n_blocks;
 }
 
+int rp_kv_pool_n_layers(const rp_kv_pool *p)
+{
+    return p->n_layer;
+}
+
 int rp_kv_pool_free_blocks(const rp_kv_pool *p)
 {
     return p->n_free;

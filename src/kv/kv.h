@@ -33,6 +33,7 @@ void rp_kv_pool_destroy(rp_kv_pool *p);
 rp_kv_layer *rp_kv_pool_layer(rp_kv_pool *p, int layer);
 int rp_kv_pool_block_size(const rp_kv_pool *p);
 int rp_kv_pool_n_blocks(const rp_kv_pool *p);
+int rp_kv_pool_n_layers(const rp_kv_pool *p);
 int rp_kv_pool_free_blocks(const rp_kv_pool *p);
 // Bytes one block takes over all layers (K and V).
 size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size);

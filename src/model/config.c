@@ -130,6 +130,10 @@ rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config
         cfg->n_kv_head = cfg->n_head;
     if (!js_int(root, "head_dim", &cfg->head_dim))
         cfg->head_dim = cfg->n_head > 0 ? cfg->dim / cfg->n_head : 0;
+    // Multi-token prediction layers (Qwen3-Next/Qwen3.5 naming; rapid-tiny writes it too).
+    json_t *mtp = json_object_get(root, "mtp_num_hidden_layers");
+    if (mtp && !js_int(root, "mtp_num_hidden_layers", &cfg->n_mtp))
+        return RP_ERR(RP_ERR_INVALID, "%s: \"mtp_num_hidden_layers\" is not an integer", path);
     cfg->norm_eps = 1e-6f;
     js_num(root, "rms_norm_eps", &cfg->norm_eps);
     cfg->max_ctx = 4096;
@@ -245,6 +249,13 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
     for (int i = 0; i < 4; i++)
         if (!gg_int(g, arch, required[i], dst[i]))
             return RP_ERR(RP_ERR_INVALID, "%s: missing or invalid %s.%s", path, arch, required[i]);
+    // llama.cpp counts MTP ("nextn") layers in block_count; they come after the main ones.
+    if (gg_int(g, arch, "nextn_predict_layers", &cfg->n_mtp)) {
+        if (cfg->n_mtp < 0 || cfg->n_mtp >= cfg->n_layer)
+            return RP_ERR(RP_ERR_INVALID, "%s: %s.nextn_predict_layers %d must be in [0, block_count %d)", path, arch,
+                          cfg->n_mtp, cfg->n_layer);
+        cfg->n_layer -= cfg->n_mtp;
+    }
     if (!gg_int(g, arch, "attention.head_count_kv", &cfg->n_kv_head))
         cfg->n_kv_head = cfg->n_head;
     if (!gg_int(g, arch, "attention.key_length", &cfg->head_dim))
@@ -314,6 +325,13 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg)
         return RP_ERR(RP_ERR_INVALID, "%s: rms_norm_eps and rope_theta must be positive", path);
     if (cfg->max_ctx <= 0)
         cfg->max_ctx = 4096;
+    if (cfg->n_mtp < 0)
+        return RP_ERR(RP_ERR_INVALID, "%s: negative number of MTP layers (%d)", path, cfg->n_mtp);
+    if (cfg->n_mtp > 1) {
+        // A stack of several MTP layers has no checkpoint of a supported architecture yet.
+        RP_LOGW("%s: %d MTP layers; only a single MTP layer is supported, MTP drafting is off", path, cfg->n_mtp);
+        cfg->n_mtp = 0;
+    }
     return RP_OK;
 }
 

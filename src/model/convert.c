@@ -7,6 +7,12 @@
  * `rope_freqs.weight` factors, norms and biases in F32. Matrices are written in
  * the requested type (F32, F16, BF16, Q8_0, Q4_0). The tokenizer is not written:
  * the file is a model-only GGUF (the HF folder keeps the tokenizer).
+ *
+ * An MTP layer (config `mtp_num_hidden_layers`) is carried as llama.cpp carries
+ * Qwen3.5's: block_count counts it, `<arch>.nextn_predict_layers` says how many
+ * of the blocks are MTP, its decoder layer is block n_layer and `mtp.fc`,
+ * `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.norm` become
+ * `blk.N.nextn.eh_proj`, `.enorm`, `.hnorm`, `.shared_head_norm`.
  */
 #include "model_int.h"
 
@@ -96,7 +102,9 @@ static rp_status put_metadata(conv *c)
     }
     U32("context_length", g->max_ctx);
     U32("embedding_length", g->dim);
-    U32("block_count", g->n_layer);
+    U32("block_count", g->n_layer + g->n_mtp);
+    if (g->n_mtp > 0)
+        U32("nextn_predict_layers", g->n_mtp);
     U32("feed_forward_length", g->ffn_dim);
     U32("attention.head_count", g->n_head);
     U32("attention.head_count_kv", g->n_kv_head);
@@ -178,16 +186,33 @@ static rp_status put_tensors(conv *c)
         {"mlp.up_proj.weight", "ffn_up.weight", true, 0, false},
         {"mlp.down_proj.weight", "ffn_down.weight", true, 0, false},
     };
-    for (int l = 0; l < g->n_layer && !st; l++)
+    for (int l = 0; l < g->n_layer + g->n_mtp && !st; l++)
         for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]) && !st; i++) {
             char hf[160], gg[160];
-            snprintf(hf, sizeof(hf), "model.layers.%d.%s", l, per_layer[i].hf);
+            if (l < g->n_layer)
+                snprintf(hf, sizeof(hf), "model.layers.%d.%s", l, per_layer[i].hf);
+            else
+                snprintf(hf, sizeof(hf), "mtp.layers.%d.%s", l - g->n_layer, per_layer[i].hf);
             snprintf(gg, sizeof(gg), "blk.%d.%s", l, per_layer[i].gg);
             if (per_layer[i].optional && !rp_st_find(c->st, hf))
                 continue;
             // A q/k bias is permuted like the rows it belongs to.
             st = put(c, hf, gg, per_layer[i].matrix, perm && per_layer[i].rope ? g->head_dim : 0);
         }
+    static const struct {
+        const char *hf, *gg;
+        bool matrix;
+    } mtp[] = {
+        {"mtp.fc.weight", "nextn.eh_proj.weight", true},
+        {"mtp.pre_fc_norm_embedding.weight", "nextn.enorm.weight", false},
+        {"mtp.pre_fc_norm_hidden.weight", "nextn.hnorm.weight", false},
+        {"mtp.norm.weight", "nextn.shared_head_norm.weight", false},
+    };
+    for (size_t i = 0; g->n_mtp > 0 && i < sizeof(mtp) / sizeof(mtp[0]) && !st; i++) {
+        char gg[160];
+        snprintf(gg, sizeof(gg), "blk.%d.%s", g->n_layer, mtp[i].gg);
+        st = put(c, mtp[i].hf, gg, mtp[i].matrix, 0);
+    }
     return st;
 }
 

@@ -1,8 +1,8 @@
 /*
  * forward.c - the decoder forward pass over one flattened batch.
  *
- * One pass serves prefill chunks, decode tokens and (later) draft tokens to
- * verify, from any number of sequences: every op works on (n_tokens, width)
+ * One pass serves prefill chunks, decode tokens and draft tokens to verify,
+ * from any number of sequences: every op works on (n_tokens, width)
  * activations, and only attention looks at which sequence a token belongs to
  * (through its block table and position). Per layer:
  *
@@ -12,7 +12,8 @@
  *   h = rmsnorm(x) ; x += (silu(h·Wgateᵀ) * h·Wupᵀ)·Wdownᵀ
  *
  * then the final norm and the output head for the tokens that want logits
- * (gathered first, so a prefill chunk computes one row, not hundreds).
+ * (gathered first, so a prefill chunk computes one row, not hundreds). The MTP
+ * block (rp_model_forward_mtp, at the end) reuses the layer and the head.
  */
 #include "model_int.h"
 
@@ -51,17 +52,18 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
     return RP_OK;
 }
 
-rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits)
+// Checks the batch and fills the per-token scratch: KV slot, block table, and the
+// rows wanting logits (m->tmp_rows[0..*n_out)).
+static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, int *n_out)
 {
     const rp_model_config *c = &m->cfg;
-    const rp_backend_ops *o = m->be->ops;
-    rp_backend *be = m->be;
     int n = b->n_tokens;
-    if (n <= 0)
-        return RP_OK;
+    *n_out = 0;
     if (n > m->params.max_batch)
         return RP_ERR(RP_ERR_RANGE, "batch of %d tokens exceeds the maximum of %d", n, m->params.max_batch);
-    int n_out = 0;
+    if (rp_kv_pool_n_layers(kv) < n_layers)
+        return RP_ERR(RP_ERR_INVALID, "the KV pool has %d layers, the model needs %d (make it with rp_model_kv_create)",
+                      rp_kv_pool_n_layers(kv), n_layers);
     for (int t = 0; t < n; t++) {
         if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
             return RP_ERR(RP_ERR_INVALID, "token %d names sequence %d of %d", t, b->seq[t], b->n_seqs);
@@ -73,24 +75,32 @@ rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float
         m->tmp_slot[t] = rp_kv_seq_slot(kv, sq, b->pos[t]);
         m->tmp_bt[t] = sq->blocks;
         if (b->want_logits[t])
-            m->tmp_rows[n_out++] = t;
+            m->tmp_rows[(*n_out)++] = t;
     }
-    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
-    rp_status st = o->get_rows(be, &m->tok_embd, b->tokens, n, m->s.x);
-    for (int l = 0; l < c->n_layer && !st; l++)
-        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
-    if (st)
-        return st;
-    // Gather the rows that want logits (in order, so in place), then norm and project in chunks.
+    return RP_OK;
+}
+
+// The residual stream's rows that want logits: gathered to the front, normed
+// with `norm` into s.h (copied to hidden when asked), projected by the output
+// head in chunks (into logits when not NULL).
+static rp_status head(rp_model *m, const float *norm, int n_out, float *logits, float *hidden)
+{
+    const rp_model_config *c = &m->cfg;
+    const rp_backend_ops *o = m->be->ops;
+    rp_backend *be = m->be;
+    rp_status st = RP_OK;
+    // In order, so in place.
     for (int i = 0; i < n_out; i++)
         if (m->tmp_rows[i] != i)
             st = o->copy(be, m->s.x + (size_t)i * c->dim, m->s.x + (size_t)m->tmp_rows[i] * c->dim,
-                           (size_t)c->dim * sizeof(float));
+                         (size_t)c->dim * sizeof(float));
     if (st)
         return st;
-    if (n_out > 0 && (st = o->rmsnorm(be, m->s.x, m->out_norm, c->norm_eps, n_out, c->dim, m->s.h)))
+    if (n_out > 0 && (st = o->rmsnorm(be, m->s.x, norm, c->norm_eps, n_out, c->dim, m->s.h)))
         return st;
-    for (int r = 0; r < n_out; r += RP_LOGIT_ROWS) {
+    if (hidden && n_out > 0 && (st = o->download(be, hidden, m->s.h, (size_t)n_out * c->dim * sizeof(float))))
+        return st;
+    for (int r = 0; logits && r < n_out; r += RP_LOGIT_ROWS) {
         int rows = n_out - r < RP_LOGIT_ROWS ? n_out - r : RP_LOGIT_ROWS;
         if ((st = o->matmul(be, &m->output, m->s.h + (size_t)r * c->dim, rows, m->s.logits)) ||
             (st = o->download(be, logits + (size_t)r * c->n_vocab, m->s.logits,
@@ -98,4 +108,71 @@ rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float
             return st;
     }
     return o->synchronize(be);
+}
+
+rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits)
+{
+    return rp_model_forward_ex(m, kv, b, logits, NULL);
+}
+
+rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden)
+{
+    const rp_model_config *c = &m->cfg;
+    int n = b->n_tokens, n_out;
+    if (n <= 0)
+        return RP_OK;
+    rp_status st = prepare(m, kv, b, c->n_layer, &n_out);
+    if (st)
+        return st;
+    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
+    st = m->be->ops->get_rows(m->be, &m->tok_embd, b->tokens, n, m->s.x);
+    for (int l = 0; l < c->n_layer && !st; l++)
+        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
+    if (st)
+        return st;
+    return head(m, m->out_norm, n_out, logits, hidden);
+}
+
+/*
+ * The MTP block: x = concat(rmsnorm(embed(tokens))·enorm, rmsnorm(hidden)·hnorm)·fcᵀ,
+ * then its decoder layer (layers[n_layer], KV layer n_layer), then mtp.norm and the
+ * shared head. The concatenation is built row by row in s.cat so fc stays one
+ * matmul over 2*dim columns, as the reference computes it.
+ */
+rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, const float *hidden, float *logits,
+                               float *hidden_out)
+{
+    const rp_model_config *c = &m->cfg;
+    const rp_backend_ops *o = m->be->ops;
+    rp_backend *be = m->be;
+    int n = b->n_tokens, n_out;
+    if (c->n_mtp <= 0)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: the model has no MTP layer", m->path);
+    if (n <= 0)
+        return RP_OK;
+    if (!hidden)
+        return RP_ERR(RP_ERR_INVALID, "MTP forward without hidden-state rows");
+    rp_status st = prepare(m, kv, b, c->n_layer + c->n_mtp, &n_out);
+    if (st)
+        return st;
+    size_t row = (size_t)c->dim * sizeof(float);
+    float *cat = m->s.cat;
+    if ((st = o->upload(be, m->s.x, hidden, (size_t)n * row)) ||
+        (st = o->rmsnorm(be, m->s.x, m->mtp.hnorm, c->norm_eps, n, c->dim, m->s.h)))
+        return st;
+    for (int t = 0; t < n && !st; t++)
+        st = o->copy(be, cat + (size_t)t * 2 * c->dim + c->dim, m->s.h + (size_t)t * c->dim, row);
+    if (st || (st = o->get_rows(be, &m->tok_embd, b->tokens, n, m->s.x)) ||
+        (st = o->rmsnorm(be, m->s.x, m->mtp.enorm, c->norm_eps, n, c->dim, m->s.h)))
+        return st;
+    for (int t = 0; t < n && !st; t++)
+        st = o->copy(be, cat + (size_t)t * 2 * c->dim, m->s.h + (size_t)t * c->dim, row);
+    if (st || (st = o->matmul(be, &m->mtp.fc, cat, n, m->s.x)))
+        return st;
+    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
+    for (int l = c->n_layer; l < c->n_layer + c->n_mtp && !st; l++)
+        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
+    if (st)
+        return st;
+    return head(m, m->mtp.norm, n_out, logits, hidden_out);
 }

@@ -6,7 +6,13 @@
  * tensor the architecture needs by name, checks its shape against the config,
  * and hands it to the backend; nothing is copied except what --quant quantizes
  * and the small norm/bias vectors (converted to f32). Tensors nobody asked for
- * (e.g. `mtp.*` layers) are listed and skipped.
+ * are listed and skipped.
+ *
+ * The MTP block (when the config announces one) uses llama.cpp's GGUF names:
+ * its decoder layer is block n_layer (`blk.N.attn_q.weight`, ...) and its own
+ * tensors are `blk.N.nextn.eh_proj` (HF `mtp.fc`), `nextn.enorm`
+ * (`mtp.pre_fc_norm_embedding`), `nextn.hnorm` (`mtp.pre_fc_norm_hidden`) and
+ * `nextn.shared_head_norm` (`mtp.norm`); HF's layer is `mtp.layers.0.*`.
  */
 #include "model_int.h"
 
@@ -27,7 +33,7 @@ typedef struct src_tensor {
 typedef struct source {
     rp_model *m;
     const char *path; // for messages
-    const char *(*name_of)(const char *canonical, int layer, char *buf, size_t cap);
+    const char *(*name_of)(const char *canonical, int layer, int n_layer, char *buf, size_t cap);
     const void **used; // identities of the tensors taken
     int n_used, cap_used;
 } source;
@@ -170,7 +176,7 @@ static rp_status get(source *src, const char *canonical, int layer, int64_t e0, 
                      src_tensor *t, bool *found)
 {
     char buf[160];
-    const char *name = src->name_of(canonical, layer, buf, sizeof(buf));
+    const char *name = src->name_of(canonical, layer, src->m->cfg.n_layer, buf, sizeof(buf));
     *found = false;
     if (!find_tensor(src, name, t)) {
         if (required)
@@ -212,17 +218,28 @@ static rp_status get_vector(source *src, const char *canonical, int layer, int64
     return st;
 }
 
-/* Canonical names are GGUF's; HF names are derived from them. */
-static const char *gguf_name(const char *canonical, int layer, char *buf, size_t cap)
+/* Canonical names are GGUF's; HF names are derived from them. Layers from
+ * n_layer on are the MTP block's. */
+static const char *gguf_name(const char *canonical, int layer, int n_layer, char *buf, size_t cap)
 {
+    (void)n_layer;
     if (layer < 0)
         return canonical;
     snprintf(buf, cap, "blk.%d.%s", layer, canonical);
     return buf;
 }
 
-static const char *hf_name(const char *canonical, int layer, char *buf, size_t cap)
+static const char *hf_name(const char *canonical, int layer, int n_layer, char *buf, size_t cap)
 {
+    static const char *mtp_map[][2] = {
+        {"nextn.eh_proj.weight", "mtp.fc.weight"},
+        {"nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight"},
+        {"nextn.hnorm.weight", "mtp.pre_fc_norm_hidden.weight"},
+        {"nextn.shared_head_norm.weight", "mtp.norm.weight"},
+    };
+    for (size_t i = 0; i < sizeof(mtp_map) / sizeof(mtp_map[0]); i++)
+        if (strcmp(canonical, mtp_map[i][0]) == 0)
+            return mtp_map[i][1];
     static const char *map[][2] = {
         {"token_embd.weight", "model.embed_tokens.weight"},
         {"output_norm.weight", "model.norm.weight"},
@@ -248,7 +265,10 @@ static const char *hf_name(const char *canonical, int layer, char *buf, size_t c
             hf = map[i][1];
     if (layer < 0)
         return hf;
-    snprintf(buf, cap, "model.layers.%d.%s", layer, hf);
+    if (layer >= n_layer)
+        snprintf(buf, cap, "mtp.layers.%d.%s", layer - n_layer, hf);
+    else
+        snprintf(buf, cap, "model.layers.%d.%s", layer, hf);
     return buf;
 }
 
@@ -275,10 +295,13 @@ static rp_status load_tensors(source *src)
         m->output = m->tok_embd;
         c->tied_embeddings = true;
     }
-    m->layers = rp_calloc((size_t)c->n_layer, sizeof(rp_layer));
+    m->layers = rp_calloc((size_t)(c->n_layer + c->n_mtp), sizeof(rp_layer));
     if (!m->layers)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    for (int l = 0; l < c->n_layer; l++) {
+    size_t main_bytes = 0;
+    for (int l = 0; l < c->n_layer + c->n_mtp; l++) {
+        if (l == c->n_layer)
+            main_bytes = m->weight_bytes;
         rp_layer *L = &m->layers[l];
         if ((st = get_vector(src, "attn_norm.weight", l, c->dim, true, &L->attn_norm)) ||
             (st = get_vector(src, "ffn_norm.weight", l, c->dim, true, &L->ffn_norm)) ||
@@ -295,6 +318,18 @@ static rp_status load_tensors(source *src)
             (st = get_vector(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
             (st = get_vector(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
             return st;
+        if (m->params.progress)
+            m->params.progress(m->params.progress_ctx, (double)(l + 1) / c->n_layer);
+    }
+    if (c->n_mtp > 0) {
+        rp_mtp *M = &m->mtp;
+        int l = c->n_layer;
+        if ((st = get_weight(src, "nextn.eh_proj.weight", l, 2 * (int64_t)c->dim, c->dim, &M->fc)) ||
+            (st = get_vector(src, "nextn.enorm.weight", l, c->dim, true, &M->enorm)) ||
+            (st = get_vector(src, "nextn.hnorm.weight", l, c->dim, true, &M->hnorm)) ||
+            (st = get_vector(src, "nextn.shared_head_norm.weight", l, c->dim, true, &M->norm)))
+            return st;
+        m->mtp_weight_bytes = m->weight_bytes - main_bytes;
     }
     // Rope frequencies: llama.cpp stores Llama-3 scaling as per-pair factors.
     m->inv_freq = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
@@ -350,7 +385,8 @@ static void list_unused(source *src)
                 m->cfg.arch_name, names, unused > 4 ? ", ..." : "");
 }
 
-static rp_status load_from(rp_model *m, const char *path, const char *(*name_of)(const char *, int, char *, size_t))
+static rp_status load_from(rp_model *m, const char *path,
+                           const char *(*name_of)(const char *, int, int, char *, size_t))
 {
     source src = {.m = m, .path = path, .name_of = name_of};
     rp_status st = load_tensors(&src);

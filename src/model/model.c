@@ -42,6 +42,13 @@ static rp_status alloc_scratch(rp_model *m)
             return rp_error_prefix(st, "activation scratch");
         *bufs[i].p = p;
     }
+    if (c->n_mtp > 0) {
+        void *p;
+        rp_status st = be->ops->alloc(be, B * 2 * c->dim * sizeof(float), &p);
+        if (st)
+            return rp_error_prefix(st, "MTP activation scratch");
+        m->s.cat = p;
+    }
     m->tmp_slot = rp_malloc(B * sizeof(int32_t));
     m->tmp_bt = rp_malloc(B * sizeof(int32_t *));
     m->tmp_rows = rp_malloc(B * sizeof(int32_t));
@@ -80,9 +87,9 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     if (st || (st = alloc_scratch(m)))
         goto fail;
     const rp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof(m->desc), "%s, %d layers, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB", c->arch_name,
-             c->n_layer, c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(m->layers[0].wq.type),
-             m->weight_bytes / 1e6);
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB",
+             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab,
+             rp_dtype_name(m->layers[0].wq.type), m->weight_bytes / 1e6);
     if (!m->params.quiet)
         RP_LOGI("loaded %s (%s) in %.2f s", path, m->desc, rp_time_s() - t0);
     *out = m;
@@ -98,7 +105,7 @@ void rp_model_destroy(rp_model *m)
         return;
     rp_backend *be = m->be;
     if (be) {
-        float *bufs[] = {m->s.x, m->s.h, m->s.q, m->s.k, m->s.v, m->s.att, m->s.gate, m->s.up, m->s.logits};
+        float *bufs[] = {m->s.x, m->s.h, m->s.q, m->s.k, m->s.v, m->s.att, m->s.gate, m->s.up, m->s.logits, m->s.cat};
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
             if (bufs[i])
                 be->ops->free(be, bufs[i]);
@@ -136,7 +143,7 @@ rp_backend *rp_model_backend(rp_model *m)
 size_t rp_model_weight_bytes(const rp_model *m)
 {
     // The embedding table is only read one row per token; the output head whole.
-    size_t b = m->weight_bytes;
+    size_t b = m->weight_bytes - m->mtp_weight_bytes;
     if (!m->cfg.tied_embeddings)
         b -= m->tok_embd.nbytes;
     return b;
@@ -157,7 +164,18 @@ int rp_model_max_batch(const rp_model *m)
     return m->params.max_batch;
 }
 
+int rp_model_kv_layers(const rp_model *m)
+{
+    return m->cfg.n_layer + m->cfg.n_mtp;
+}
+
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out)
 {
-    return rp_kv_pool_create(m->be, m->cfg.n_layer, m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks, out);
+    return rp_kv_pool_create(m->be, rp_model_kv_layers(m), m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks,
+                             out);
+}
+
+bool rp_model_has_mtp(const rp_model *m)
+{
+    return m->cfg.n_mtp > 0;
 }

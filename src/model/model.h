@@ -9,9 +9,25 @@
  * for the tokens that asked for them.
  *
  * Architectures: Llama (2, 3 with its rope scaling), Mistral, Qwen2/2.5 (q/k/v
- * bias), Qwen3 (q/k RMSNorm). Tensors an architecture does not use (e.g. the
- * `mtp.*` layers of checkpoints with multi-token prediction) are listed at load
- * and skipped.
+ * bias), Qwen3 (q/k RMSNorm). Tensors an architecture does not use are listed
+ * at load and skipped.
+ *
+ * Multi-token prediction (MTP): a model whose config announces one MTP layer
+ * (config.json `mtp_num_hidden_layers`, GGUF `<arch>.nextn_predict_layers`)
+ * loads it, and rp_model_forward_mtp runs it for speculative drafting:
+ *
+ *   e  = rmsnorm(embed(x[t+1])) · pre_fc_norm_embedding
+ *   g  = rmsnorm(h[t]) · pre_fc_norm_hidden        h[t]: the main model's final
+ *                                                  hidden state after its final norm
+ *   z  = concat(e, g) · fcᵀ                         (dim x 2*dim, embedding half first)
+ *   z  = one decoder layer of the model's own kind, RoPE at position t, attending
+ *        over the MTP layer's own KV at positions 0..t of the sequence
+ *   logits = output head(rmsnorm(z) · mtp.norm)     predicts x[t+2]
+ *
+ * Its KV is one more layer of the same paged pool (rp_model_kv_create makes
+ * n_layer + 1 layers), so block tables, sharing and truncation cover it. MTP KV
+ * at position t depends on x[t+1] and h[t]: it is written when the MTP step for
+ * row t runs, one position behind the main model's.
  *
  * Threads: a model is used by one thread at a time (the engine thread); its
  * weights are immutable after load.
@@ -61,6 +77,7 @@ typedef struct rp_model_config {
     int32_t bos_id;              // -1 if unknown (generation_config.json / GGUF)
     int32_t eos_ids[8];          // end-of-sequence ids from the model files
     int n_eos;
+    int n_mtp;                   // MTP layers loaded: 0, or 1 (their decoder layers come after n_layer)
 } rp_model_config;
 
 typedef struct rp_model_params {
@@ -68,6 +85,10 @@ typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
     bool quiet;           // no load messages
+    // Called on the loading thread after each layer's weights are ready with the
+    // fraction done (0, 1]; NULL: none. For progress bars.
+    void (*progress)(void *ctx, double fraction);
+    void *progress_ctx;
 } rp_model_params;
 
 void rp_model_params_default(rp_model_params *p);
@@ -79,7 +100,8 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
 void rp_model_destroy(rp_model *m);
 const rp_model_config *rp_model_get_config(const rp_model *m);
 rp_backend *rp_model_backend(rp_model *m);
-// Bytes of weights read per decoded token (all matrices, embeddings row excluded).
+// Bytes of weights read per decoded token (all matrices, embeddings row excluded;
+// the MTP block, which plain decoding never reads, excluded).
 size_t rp_model_weight_bytes(const rp_model *m);
 // A one-line description: "qwen2, 24 layers, dim 896, q8_0 weights (...)".
 const char *rp_model_describe(const rp_model *m);
@@ -88,8 +110,12 @@ const char *rp_model_path(const rp_model *m);
 // The most tokens one rp_model_forward accepts (rp_model_params.max_batch after defaults).
 int rp_model_max_batch(const rp_model *m);
 
-// Creates a KV pool for this model with n_blocks blocks of block_size tokens.
+// Creates a KV pool for this model with n_blocks blocks of block_size tokens,
+// holding rp_model_kv_layers(m) layers.
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out);
+// Layers in a pool made by rp_model_kv_create: n_layer, plus n_mtp when the model
+// has MTP (for sizing a memory budget with rp_kv_block_bytes).
+int rp_model_kv_layers(const rp_model *m);
 
 // One flattened batch. Plain data, host memory, valid for the call.
 typedef struct rp_batch {
@@ -107,6 +133,46 @@ typedef struct rp_batch {
 // Each token attends to positions [0, pos] of its own sequence; KV for the
 // batch's tokens is written first, so a sequence's tokens may all be in one batch.
 rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits);
+
+// rp_model_forward that also returns, when hidden is not NULL, the final hidden
+// state (after the final norm: the rows the output head multiplies) of every
+// token that wants logits, dim floats each, in batch order, into hidden (host).
+// These rows are h[t] for rp_model_forward_mtp. logits may be NULL (the head is
+// then skipped). With hidden NULL this is rp_model_forward, op for op.
+// Errors: as rp_model_forward.
+rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden);
+
+// True when the model loaded an MTP layer (rp_model_forward_mtp works).
+bool rp_model_has_mtp(const rp_model *m);
+
+// Runs the MTP layer over a batch. Token i of b is x[t+1] at position t = b->pos[i]
+// of its sequence, and hidden row i (dim floats, host, one row per batch token)
+// is h[t]: the main model's row from rp_model_forward_ex for the token at t, or,
+// for step 2+ of a draft chain, the previous MTP step's hidden_out row. Writes
+// the MTP layer's KV at those positions (the sequences must hold the slots, as
+// for rp_model_forward), then, for tokens that want logits, in batch order:
+// n_vocab MTP logits (predicting x[t+2]) into logits, and when hidden_out is not
+// NULL the MTP layer's output after mtp.norm (dim floats) into hidden_out.
+// Either output may be NULL; hidden_out may be hidden itself (read first).
+//
+// Chaining K drafts from a verified position t (h[t] known, x[t+1] just sampled):
+// step 1 runs (x[t+1], t, h[t]) and drafts d1 = x[t+2]; step k+1 runs
+// (d_k, t+k, hidden_out of step k). Training (tools/train/model.py) only ever
+// ran one step, always from the main model's h; feeding the MTP's own post-norm
+// output back as h is this project's choice (it has the same scale as the main
+// model's normed h), so acceptance beyond step 1 is measured, not promised
+// (tests/unit/model/test_mtp.c prints it; the pre-norm output measured the same).
+// Drafted steps leave MTP KV at t+1..t+K-1 computed from MTP hiddens; after
+// verification, rerun the MTP over every newly accepted position with the main
+// model's real h (this overwrites those slots and gives the next chain's first
+// draft) and truncate the sequence past the accepted end.
+//
+// Errors: RP_ERR_UNSUPPORTED (the model has no MTP layer), RP_ERR_INVALID (the
+// pool was made without the MTP layer, hidden NULL, a bad sequence index),
+// RP_ERR_RANGE (batch too large, position without a slot, token outside the
+// vocabulary); RP_ERR_NOMEM/RP_ERR_DEVICE from the backend.
+rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, const float *hidden, float *logits,
+                               float *hidden_out);
 
 // Writes the model of a Hugging Face folder as a model-only GGUF file with
 // llama.cpp's conventions (tensor names, metadata keys, Llama Q/K permutation,

@@ -28,6 +28,15 @@ typedef struct rp_layer {
     rp_tensor w_down;       // (dim, ffn_dim)
 } rp_layer;
 
+// The multi-token-prediction block (models with an `mtp.*` layer; see model.h).
+// Its decoder layer is layers[n_layer] and its KV is the pool's layer n_layer.
+typedef struct rp_mtp {
+    rp_tensor fc;   // (dim, 2*dim): columns [0, dim) take the normed embedding, [dim, 2*dim) the normed hidden
+    float *enorm;   // (dim) pre_fc_norm_embedding
+    float *hnorm;   // (dim) pre_fc_norm_hidden
+    float *norm;    // (dim) the norm before the shared output head
+} rp_mtp;
+
 // Activation scratch for max_batch tokens, backend memory.
 typedef struct rp_scratch {
     float *x;      // (max_batch, dim) residual stream
@@ -38,6 +47,7 @@ typedef struct rp_scratch {
     float *gate;   // (max_batch, ffn_dim)
     float *up;     // (max_batch, ffn_dim)
     float *logits; // (RP_LOGIT_ROWS, n_vocab)
+    float *cat;    // (max_batch, 2*dim) the MTP's concatenated input; NULL without MTP
 } rp_scratch;
 
 struct rp_model {
@@ -55,12 +65,14 @@ struct rp_model {
     rp_tensor output;    // (n_vocab, dim), == tok_embd when tied
     float *out_norm;     // (dim)
     float *inv_freq;     // (head_dim/2) host memory
-    rp_layer *layers;    // (n_layer)
+    rp_layer *layers;    // (n_layer + n_mtp): the MTP decoder layer last
+    rp_mtp mtp;          // when cfg.n_mtp > 0
     rp_scratch s;
     int32_t *tmp_slot;   // (max_batch) host
     const int32_t **tmp_bt; // (max_batch) host
     int32_t *tmp_rows;   // (max_batch) host: rows wanting logits
-    size_t weight_bytes;
+    size_t weight_bytes;     // every weight loaded, MTP included
+    size_t mtp_weight_bytes; // of which the MTP block's
     char desc[256];
 };
 

@@ -213,6 +213,11 @@ void rp_sampler_reset(rp_sampler *s, uint64_t seed)
     s->ring_head = 0;
 }
 
+double rp_sampler_uniform(rp_sampler *s)
+{
+    return rng_uniform(s->rng);
+}
+
 static void count_add(rp_sampler *s, int32_t t, bool gen)
 {
     if (s->cnt_all[t]++ == 0) {

@@ -78,6 +78,11 @@ void rp_sampler_accept(rp_sampler *s, int32_t token, bool is_prompt);
 // Forgets the history and reseeds the RNG with `seed` (parameters stay).
 void rp_sampler_reset(rp_sampler *s, uint64_t seed);
 
+// One uniform draw in [0, 1) (53 random bits) from the sampler's seeded RNG,
+// advancing it: for other draws that must follow the request's seed
+// (speculative rejection sampling).
+double rp_sampler_uniform(rp_sampler *s);
+
 // Picks the next token from logits (n_vocab floats, not modified) by the chain
 // above. Advances the RNG only when temperature > 0. Does not accept the token:
 // call rp_sampler_accept with it if it is kept.

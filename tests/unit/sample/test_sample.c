@@ -664,6 +664,37 @@ static void test_tiny_temperature_is_greedy(void **state)
     rp_sampler_destroy(s);
 }
 
+// rp_sampler_uniform draws from the same seeded stream as sampling: one uniform
+// taken before a sample shifts it by one draw.
+static void test_uniform_shares_the_stream(void **state)
+{
+    (void)state;
+    rp_sample_params p;
+    rp_sample_params_default(&p);
+    p.seed = 5;
+    rp_sampler *a = make(&p, 64), *b = make(&p, 64);
+    float l[64];
+    for (int i = 0; i < 64; i++)
+        l[i] = rand_logit(2.0f);
+    double u_sum = 0;
+    for (int rep = 0; rep < 50; rep++) {
+        double u = rp_sampler_uniform(a);
+        assert_true(u >= 0.0 && u < 1.0);
+        u_sum += u;
+        int32_t ta = rp_sampler_sample(a, l);
+        rp_sampler_sample(b, l);
+        int32_t tb = rp_sampler_sample(b, l);
+        assert_int_equal(ta, tb);
+    }
+    assert_true(u_sum > 10 && u_sum < 40);
+    rp_sampler_reset(a, 5);
+    rp_sampler_reset(b, 5);
+    for (int i = 0; i < 10; i++)
+        assert_true(rp_sampler_uniform(a) == rp_sampler_uniform(b));
+    rp_sampler_destroy(a);
+    rp_sampler_destroy(b);
+}
+
 static void test_out_of_memory(void **state)
 {
     rp_sample_params p;
@@ -775,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_bad_logits),
         cmocka_unit_test(test_tiny_temperature_is_greedy),
+        cmocka_unit_test(test_uniform_shares_the_stream),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_logprobs),
     };

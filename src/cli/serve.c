@@ -1,0 +1,254 @@
+/*
+ * serve.c - `rapid serve`: load a model, start the engine, serve HTTP until
+ * SIGINT/SIGTERM.
+ *
+ * With no MODEL the bundled default model is served. Loading shows a progress
+ * line when stderr is a terminal. Once listening, exactly one line
+ * "rapid: listening on http://HOST:PORT" goes to stderr (scripts wait for it
+ * and read the port from it); then one log line per request.
+ */
+#include "cli.h"
+
+#include "../chat/chat.h"
+#include "../server/server.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f, "usage: rapid serve [MODEL] [options]\n"
+               "\n"
+               "Serves MODEL (a Hugging Face folder or a .gguf file; without it the bundled demonstration\n"
+               "model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
+               "/v1/models), /health and /metrics (Prometheus). Runs until SIGINT or SIGTERM, then cancels\n"
+               "what is running, closes the connections and exits.\n"
+               "\n"
+               "options:\n"
+               "      --host ADDR            address to listen on (default 127.0.0.1)\n"
+               "      --port N               port (default 8000; 0 picks a free one)\n"
+               "      --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
+               "      --served-model-name NAME  the model's name in the API (default: the folder/file name)\n"
+               "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
+               "                             gets this model)\n"
+               "      --ctx N                most tokens (prompt + reply) per request (default: the model's)\n"
+               "      --kv-tokens N          KV cache size in tokens, shared by all requests\n"
+               "                             (default: max(ctx, 4096))\n"
+               "      --parallel N           requests generating together (default 16)\n"
+               "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
+               "      --max-request-bytes N  largest request body (default 8388608); larger get 413\n"
+               "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
+               "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
+               "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
+               "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "  -t, --threads N            CPU threads (default: all cores)\n"
+               "  -q, --quiet                no per-request log lines\n"
+               "  -h, --help                 this help\n");
+}
+
+static bool parse_long(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+typedef struct serve_opts {
+    const char *model;
+    rp_server_params sp;
+    rp_engine_params ep;
+    int threads;
+    rp_dtype quant;
+} serve_opts;
+
+// 0 parsed, 2 bad usage, -1 help printed.
+static int parse_args(int argc, char **argv, serve_opts *o)
+{
+    enum {
+        O_HOST = 1000,
+        O_PORT,
+        O_KEY,
+        O_NAME,
+        O_STRICT,
+        O_CTX,
+        O_KV,
+        O_PAR,
+        O_QUEUE,
+        O_MAXREQ,
+        O_TOOLP,
+        O_REASP,
+        O_QUANT
+    };
+    static const struct option longs[] = {
+        {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT},
+        {"api-key", required_argument, 0, O_KEY},
+        {"served-model-name", required_argument, 0, O_NAME},
+        {"strict-model-name", no_argument, 0, O_STRICT},
+        {"ctx", required_argument, 0, O_CTX},
+        {"kv-tokens", required_argument, 0, O_KV},
+        {"parallel", required_argument, 0, O_PAR},
+        {"max-queue", required_argument, 0, O_QUEUE},
+        {"max-request-bytes", required_argument, 0, O_MAXREQ},
+        {"tool-parser", required_argument, 0, O_TOOLP},
+        {"reasoning-parser", required_argument, 0, O_REASP},
+        {"quant", required_argument, 0, O_QUANT},
+        {"threads", required_argument, 0, 't'},
+        {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    rp_server_params_default(&o->sp);
+    rp_engine_params_default(&o->ep);
+    o->quant = RP_DTYPE_F32;
+    optind = 1;
+    opterr = 0;
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":t:qh", longs, &li)) != -1) {
+        bool ok = true;
+        long long v = 0;
+        char optname[64];
+        if (li >= 0)
+            snprintf(optname, sizeof(optname), "--%s", longs[li].name);
+        else
+            snprintf(optname, sizeof(optname), "-%c", c);
+        li = -1;
+        switch (c) {
+        case O_HOST: o->sp.host = optarg; break;
+        case O_PORT: ok = parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
+        case O_KEY: o->sp.api_key = optarg; break;
+        case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
+        case O_STRICT: o->sp.strict_model_name = true; break;
+        case O_CTX: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
+        case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
+        case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
+        case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
+        case O_MAXREQ:
+            ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
+            o->sp.max_request_bytes = (size_t)v;
+            break;
+        case O_TOOLP: {
+            rp_tool_format tf;
+            ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
+            o->sp.tool_parser = optarg;
+            break;
+        }
+        case O_REASP: {
+            rp_reasoning_format rf;
+            ok = rp_reasoning_format_from_name(optarg, &rf) == RP_OK;
+            o->sp.reasoning_parser = optarg;
+            break;
+        }
+        case O_QUANT:
+            if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
+                o->quant = RP_DTYPE_Q8_0;
+            else if (strcmp(optarg, "q4") == 0 || strcmp(optarg, "q4_0") == 0)
+                o->quant = RP_DTYPE_Q4_0;
+            else
+                ok = false;
+            break;
+        case 't': ok = parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
+        case 'q': o->sp.quiet = true; break;
+        case 'h': serve_usage(stdout); return -1;
+        case ':':
+            fprintf(stderr, "rapid serve: option '%s' needs a value\n\n", argv[optind - 1]);
+            serve_usage(stderr);
+            return 2;
+        default:
+            fprintf(stderr, "rapid serve: unknown option '%s'\n\n", argv[optind - 1]);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "rapid serve: invalid value '%s' for %s\n\n", optarg, optname);
+            serve_usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc - 1) {
+        fprintf(stderr, "rapid serve: expected at most one MODEL\n\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    o->model = optind < argc ? argv[optind] : rp_cli_default_model();
+    if (!o->model) {
+        fprintf(stderr, "rapid serve: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        return 1;
+    }
+    return 0;
+}
+
+// A progress bar on stderr (a terminal) while the layers load.
+static void load_progress(void *ctx, double fraction)
+{
+    const char *name = ctx;
+    int width = 30, done = (int)(fraction * width + 0.5);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < done ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\rrapid: loading %s [%s] %3d%%", name, bar, (int)(fraction * 100 + 0.5));
+    fflush(stderr);
+}
+
+int rp_cli_serve(int argc, char **argv)
+{
+    serve_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rp_model *model = NULL;
+    rp_tokenizer *tok = NULL;
+    rp_engine *engine = NULL;
+    rc = 1;
+    bool tty = isatty(STDERR_FILENO);
+    rp_model_params mp;
+    rp_model_params_default(&mp);
+    mp.n_threads = o.threads;
+    mp.quant = o.quant;
+    if (tty) { // the bar replaces the loader's own lines
+        mp.quiet = true;
+        mp.progress = load_progress;
+        mp.progress_ctx = (void *)o.model;
+        load_progress((void *)o.model, 0);
+    }
+    double t0 = rp_time_s();
+    rp_status st = rp_model_load(o.model, &mp, &model);
+    if (tty) {
+        fprintf(stderr, "\r\033[K");
+        if (!st)
+            fprintf(stderr, "rapid: loaded %s in %.1fs\n", o.model, rp_time_s() - t0);
+    }
+    if (st) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    if (rp_tok_load_file(o.model, &tok)) {
+        fprintf(stderr, "rapid: tokenizer: %s\n", rp_error_message());
+        goto done;
+    }
+    if (rp_engine_create(model, tok, &o.ep, &engine)) {
+        fprintf(stderr, "rapid: engine: %s\n", rp_error_message());
+        goto done;
+    }
+    rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(model),
+           rp_engine_n_ctx(engine));
+    if (rp_server_run(engine, model, tok, &o.sp)) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    rc = 0;
+done:
+    rp_engine_destroy(engine);
+    rp_tok_destroy(tok);
+    rp_model_destroy(model);
+    return rc;
+}
