@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import {
     PROMPTS,
     SERVED,
+    PENDING,
     SKIP,
     TIMEOUT,
     anthropicErrorShape,
@@ -123,10 +124,11 @@ describe('errors: each API\'s own error shape, then the server keeps serving', {
     }
 
     for (const [name, path, body, field] of OPENAI_CASES) {
-        test(`OpenAI ${name} → 400`, T, () => expectOpenAI(path, body, field));
+        const skip = path === '/v1/responses' && PENDING.responses;
+        test(`OpenAI ${name} → 400`, { ...T, skip }, () => expectOpenAI(path, body, field));
     }
     for (const [name, path, body, field] of ANTHROPIC_CASES) {
-        test(`Anthropic ${name} → 400`, T, () => expectAnthropic(path, body, field));
+        test(`Anthropic ${name} → 400`, { ...T, skip: PENDING.anthropic }, () => expectAnthropic(path, body, field));
     }
 
     test('unknown fields are ignored (200); n = 1 is fine', T, async () => {
@@ -139,13 +141,13 @@ describe('errors: each API\'s own error shape, then the server keeps serving', {
     });
 
     test('OpenAI invalid UTF-8 in the body → 400', T, () => expectOpenAI('/v1/chat/completions', badUtf8(), null));
-    test('Anthropic invalid UTF-8 in the body → 400', T, () => expectAnthropic('/v1/messages', badUtf8(), null));
+    test('Anthropic invalid UTF-8 in the body → 400', { ...T, skip: PENDING.anthropic }, () => expectAnthropic('/v1/messages', badUtf8(), null));
 
     test('OpenAI 10,000-deep nesting → 400, not a crash', T, async () => {
         await expectOpenAI('/v1/chat/completions', deep('[', ']'), null);
         await expectOpenAI('/v1/chat/completions', deep('{"a":', '}'), null);
     });
-    test('Anthropic 10,000-deep nesting → 400, not a crash', T, () => expectAnthropic('/v1/messages', deep('[', ']'), null));
+    test('Anthropic 10,000-deep nesting → 400, not a crash', { ...T, skip: PENDING.anthropic }, () => expectAnthropic('/v1/messages', deep('[', ']'), null));
 
     test('a body that stops early (Content-Length larger than the bytes sent) does not hurt the server', T, async () => {
         const net = await import('node:net');

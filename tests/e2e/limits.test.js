@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { assertAnthropicMessage, assertChatCompletion } from './checks.js';
 import {
     PROMPTS,
+    PENDING,
     SKIP,
     TIMEOUT,
     anthropicClient,
@@ -53,7 +54,8 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         '/v1/responses': () => ({ model: name, input: LONG, max_output_tokens: 16 }),
     };
     for (const [path, body] of Object.entries(tooLong)) {
-        test(`${path}: a prompt longer than the context → 400 context_length_exceeded naming both numbers`, T, async () => {
+        const skip = path === '/v1/responses' && PENDING.responses;
+        test(`${path}: a prompt longer than the context → 400 context_length_exceeded naming both numbers`, { ...T, skip }, async () => {
             const res = await request(server, { method: 'POST', path, body: body() });
             assert.equal(res.status, 400, `${path}: ${res.text}`);
             const b = res.json();
@@ -66,7 +68,7 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         });
     }
 
-    test('/v1/messages: a prompt longer than the context → 400 invalid_request_error naming both numbers', T, async () => {
+    test('/v1/messages: a prompt longer than the context → 400 invalid_request_error naming both numbers', { ...T, skip: PENDING.anthropic }, async () => {
         const res = await request(server, {
             method: 'POST',
             path: '/v1/messages',
@@ -92,7 +94,7 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         assert.equal(r2.usage.total_tokens, 64, JSON.stringify(r2.usage));
     });
 
-    test('Anthropic: max_tokens beyond the context is clamped: 200, max_tokens, input + output = context', T, async () => {
+    test('Anthropic: max_tokens beyond the context is clamped: 200, max_tokens, input + output = context', { ...T, skip: PENDING.anthropic }, async () => {
         const m = await anthropicClient(server).messages.create({
             model: name,
             messages: user(PROMPTS.endless),
@@ -136,7 +138,7 @@ describe('--strict-model-name', { skip: SKIP }, () => {
     let server;
     let name;
     before(async () => {
-        server = await startServer(['--strict-model-name']);
+        server = await startServer(['--strict-model-name', '--ctx', '4096']);
         name = await served(server);
     });
     after(async () => {
@@ -167,7 +169,8 @@ describe('--strict-model-name', { skip: SKIP }, () => {
         '/v1/completions': { model: 'gpt-4o', prompt: 'x', max_tokens: 2 },
         '/v1/responses': { model: 'gpt-4o', input: 'x' },
     })) {
-        test(`${path}: another model name → 404 model_not_found`, T, async () => {
+        const skip = path === '/v1/responses' && PENDING.responses;
+        test(`${path}: another model name → 404 model_not_found`, { ...T, skip }, async () => {
             const res = await request(server, { method: 'POST', path, body });
             assert.equal(res.status, 404, `${path}: ${res.text}`);
             const b = res.json();
@@ -177,7 +180,7 @@ describe('--strict-model-name', { skip: SKIP }, () => {
         });
     }
 
-    test('/v1/messages: another model name → 404 not_found_error', T, async () => {
+    test('/v1/messages: another model name → 404 not_found_error', { ...T, skip: PENDING.anthropic }, async () => {
         const res = await request(server, {
             method: 'POST',
             path: '/v1/messages',
@@ -195,7 +198,7 @@ describe('--api-key', { skip: SKIP }, () => {
     const KEY = 'e2e-secret-key';
     let server;
     before(async () => {
-        server = await startServer(['--api-key', KEY]);
+        server = await startServer(['--api-key', KEY, '--ctx', '4096']);
     });
     after(async () => {
         if (server) {
@@ -231,7 +234,7 @@ describe('--api-key', { skip: SKIP }, () => {
         assert.equal(r.object, 'chat.completion');
     });
 
-    test('Anthropic routes: x-api-key or Bearer with the key → 200; none or wrong → 401 authentication_error', T, async () => {
+    test('Anthropic routes: x-api-key or Bearer with the key → 200; none or wrong → 401 authentication_error', { ...T, skip: PENDING.anthropic }, async () => {
         for (const headers of [{}, { 'x-api-key': 'wrong' }, { Authorization: 'Bearer wrong' }]) {
             const res = await request(server, { method: 'POST', path: '/v1/messages', body: msgBody, headers });
             assert.equal(res.status, 401, `${JSON.stringify(headers)}: ${res.text}`);
@@ -269,7 +272,7 @@ describe('--parallel 1 --max-queue 1', { skip: SKIP }, () => {
         }
     });
 
-    test('more requests than the queue holds → 503 with Retry-After; the server recovers', T, async () => {
+    test('more requests than the queue holds → 503 with Retry-After; the server recovers', T, async (t) => {
         const body = JSON.stringify({ model: 'm', messages: user(PROMPTS.endless), max_tokens: 3000, stream: true, temperature: 0 });
         const reqs = [];
         const answers = [];
@@ -308,14 +311,17 @@ describe('--parallel 1 --max-queue 1', { skip: SKIP }, () => {
             assert.equal(openaiErrorShape(JSON.parse(busy.body)), null);
             assert.ok(answers.every((a) => a.status === 200 || a.status === 503), JSON.stringify(answers.map((a) => a.status)));
             // The Anthropic route answers in its own shape while the queue is full.
-            const res = await request(server, {
-                method: 'POST',
-                path: '/v1/messages',
-                body: { model: 'm', messages: user(PROMPTS.short), max_tokens: 2 },
-            });
-            assert.equal(res.status, 503, res.text);
-            assert.match(String(res.headers['retry-after']), /^\d+$/);
-            assert.equal(anthropicErrorShape(res.json()), null);
+            if (PENDING.anthropic) t.diagnostic(`the /v1/messages part is skipped: ${PENDING.anthropic}`);
+            else {
+                const res = await request(server, {
+                    method: 'POST',
+                    path: '/v1/messages',
+                    body: { model: 'm', messages: user(PROMPTS.short), max_tokens: 2 },
+                });
+                assert.equal(res.status, 503, res.text);
+                assert.match(String(res.headers['retry-after']), /^\d+$/);
+                assert.equal(anthropicErrorShape(res.json()), null);
+            }
         } finally {
             for (const r of reqs) r.destroy();
         }

@@ -10,6 +10,7 @@ import {
     PROMPTS,
     RESPONSES_TOOLS,
     SERVED,
+    PENDING,
     SKIP,
     TIMEOUT,
     assertHealthy,
@@ -23,7 +24,7 @@ import {
 
 const T = { timeout: TIMEOUT };
 
-describe('OpenAI Responses API', { skip: SKIP }, () => {
+describe('OpenAI Responses API', { skip: SKIP || PENDING.responses }, () => {
     let server;
     let client;
     before(async () => {
