@@ -18,7 +18,7 @@ static void usage(FILE *f)
                "Rapid %s - a fast local LLM inference engine.\n"
                "\n"
                "commands:\n"
-               "  serve [MODEL]           serve the OpenAI HTTP API (default: 127.0.0.1:8000)\n"
+               "  serve [MODEL]           serve the OpenAI and Anthropic HTTP APIs (default: 127.0.0.1:8000)\n"
                "  run MODEL -p PROMPT     generate text from a prompt (MODEL: a Hugging Face folder or a .gguf file)\n"
                "  tokenize MODEL TEXT     print the token ids of TEXT\n"
                "  template MODEL          print the chat prompt MODEL's template makes of --messages FILE\n"

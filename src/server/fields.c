@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 
 /* ---- rp_buf ------------------------------------------------------------------ */
 
@@ -122,6 +123,25 @@ void rp_sse_text(rp_buf *b, const char *text)
     rp_buf_puts(b, "data: ");
     rp_buf_puts(b, text);
     rp_buf_puts(b, "\n\n");
+}
+
+void rp_api_id(char *out, size_t cap, const char *prefix, uint64_t salt)
+{
+    static atomic_ullong counter;
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t x = (uint64_t)(rp_time_s() * 1e9) ^ (salt * 0x9E3779B97F4A7C15ull) ^
+                 (atomic_fetch_add(&counter, 1) + 1) * 0xBF58476D1CE4E5B9ull ^ (uint64_t)time(NULL) << 20;
+    size_t p = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 24 && p + 1 < cap; i++) {
+        x += 0x9E3779B97F4A7C15ull; // splitmix64
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        out[p++] = alnum[z % (sizeof(alnum) - 1)];
+    }
+    if (p < cap)
+        out[p] = 0;
 }
 
 /* ---- errors ------------------------------------------------------------------ */
@@ -419,10 +439,22 @@ bool rp_field_stop(const json_t *obj, const char *key, rp_api_req *q, rp_api_err
 
 /* ---- the neutral request ----------------------------------------------------- */
 
+// A seed for a request that names none: requests differ from each other (a
+// sampled reply is not the same on every call) yet one process never repeats one.
+static uint64_t fresh_seed(void)
+{
+    static _Atomic uint64_t counter;
+    uint64_t z = (uint64_t)(rp_time_s() * 1e9) + 0x9E3779B97F4A7C15ull * ++counter;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; // splitmix64's finalizer
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 void rp_api_req_init(rp_api_req *q)
 {
     memset(q, 0, sizeof(*q));
     rp_sample_params_default(&q->sample);
+    q->sample.seed = fresh_seed(); // a request's "seed" field replaces it
     q->max_tokens = -1;
     q->logprobs = -1;
     q->tool_choice = RP_TOOL_CHOICE_AUTO;

@@ -201,6 +201,30 @@ static bool forced_opening(rp_server *s, const rp_api_req *q, bool think_open, c
     return true;
 }
 
+// q->continue_final: cuts the rendering (made without the generation prompt)
+// right after the final message's text, found as its last occurrence (leading
+// whitespace aside: templates may strip it). A template that does not show the
+// text is a 400.
+static bool cut_after_final(const rp_api_req *q, rp_prompt *out, rp_api_error *e)
+{
+    const json_t *last = json_array_get(q->messages, json_array_size(q->messages) - 1);
+    const char *c = json_string_value(json_object_get(last, "content"));
+    size_t n = c ? json_string_length(json_object_get(last, "content")) : 0;
+    while (n && (*c == '\n' || *c == ' ' || *c == '\t' || *c == '\r')) {
+        c++;
+        n--;
+    }
+    if (n && n <= out->text_len)
+        for (size_t i = out->text_len - n + 1; i-- > 0;)
+            if (memcmp(out->text + i, c, n) == 0) {
+                out->text_len = i + n;
+                out->text[out->text_len] = 0;
+                return true;
+            }
+    return rp_api_fail(e, 400, "messages", NULL,
+                       "the final assistant message cannot be continued: the chat template does not show its text");
+}
+
 bool rp_prompt_build(rp_server *s, const rp_api_req *q, rp_prompt *out, rp_api_error *e)
 {
     memset(out, 0, sizeof(*out));
@@ -209,14 +233,16 @@ bool rp_prompt_build(rp_server *s, const rp_api_req *q, rp_prompt *out, rp_api_e
         if (!s->tpl)
             return rp_api_fail(e, 400, "messages", NULL,
                                "the model has no chat template; send a raw prompt to /v1/completions instead");
-        rp_chat_render_params rp = {q->messages, has_tools(q) ? q->tools : NULL, true, q->template_kwargs,
-                                    rp_tok_bos_text(s->tok), rp_tok_eos_text(s->tok)};
+        rp_chat_render_params rp = {q->messages, has_tools(q) ? q->tools : NULL, !q->continue_final,
+                                    q->template_kwargs, rp_tok_bos_text(s->tok), rp_tok_eos_text(s->tok)};
         rp_status st = rp_chat_template_render(s->tpl, &rp, &out->text, &out->text_len);
         if (st == RP_ERR_NOMEM)
             return rp_api_fail(e, 500, NULL, NULL, "out of memory rendering the chat template");
         if (st)
             return rp_api_fail(e, 400, "messages", NULL, "the chat template cannot render these messages: %s",
                                rp_error_message());
+        if (q->continue_final && !cut_after_final(q, out, e))
+            goto fail;
         bool think_open = rp_parse_prompt_opens_think(out->text, out->text_len);
         if (!forced_opening(s, q, think_open, &forced, e))
             goto fail;
@@ -675,7 +701,7 @@ out:
 
 void rp_drv_take_logprobs(rp_drv *d, const rp_gen_token **toks, int *n)
 {
-    *toks = d->lp + d->lp_taken;
+    *toks = d->lp ? d->lp + d->lp_taken : NULL; // no logprobs kept: lp is NULL (no arithmetic on it)
     *n = d->n_lp - d->lp_taken;
     d->lp_taken = d->n_lp;
 }

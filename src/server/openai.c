@@ -178,7 +178,9 @@ static bool read_sampling(const json_t *b, rp_api_req *q, rp_api_error *e)
     if (lb && !json_is_null(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
         return rp_api_fail(e, 400, "logit_bias", "unsupported_parameter", "logit_bias is not supported");
     sp->top_k = k < 0 ? 0 : (int)k;
-    sp->seed = (uint64_t)seed;
+    const json_t *js = json_object_get(b, "seed");
+    if (js && !json_is_null(js)) // otherwise the fresh seed of rp_api_req_init stays
+        sp->seed = (uint64_t)seed;
     if (top_p == 0) // OpenAI accepts 0: only the most likely token survives
         sp->temperature = 0;
     else

@@ -79,6 +79,9 @@ void rp_buf_json(rp_buf *b, const json_t *v);
 void rp_sse_json(rp_buf *b, const char *event, const json_t *data);
 // Appends "data: TEXT\n\n" (e.g. "[DONE]").
 void rp_sse_text(rp_buf *b, const char *text);
+// Writes prefix + 24 random alphanumerics into out (ids of replies and
+// items: "msg_...", "resp_..."); salt mixes in the caller's request id. Any thread.
+void rp_api_id(char *out, size_t cap, const char *prefix, uint64_t salt);
 
 /* ---- API errors ------------------------------------------------------------ */
 
@@ -137,9 +140,12 @@ typedef struct rp_api_req {
     bool include_usage;      // OpenAI stream_options.include_usage
     bool ignore_eos;
     char *model;             // the model name the client sent (owned), NULL if none
+    bool continue_final;     // the last message is an assistant message with non-empty text that the reply
+                             // continues (Anthropic prefill): rendered without the generation prompt and cut
+                             // right after that text
 } rp_api_req;
 
-void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling, max_tokens -1, logprobs -1, auto, parallel
+void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling with a fresh seed, max_tokens -1, logprobs -1, auto, parallel
 void rp_api_req_deinit(rp_api_req *q);
 
 /* ---- field readers (fields.c) ---------------------------------------------- */

@@ -530,6 +530,20 @@ static void wait_idle(void)
     fail_msg("the engine did not become idle");
 }
 
+// Waits until the engine has admitted a request (queued -> running), so the
+// queue's one place is free for the next.
+static void wait_running(void)
+{
+    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
+        rp_engine_stats es;
+        rp_engine_get_stats(engine, &es);
+        if (es.running == 1 && es.queued == 0)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the engine did not start the request");
+}
+
 static void test_disconnect_and_busy(void **state)
 {
     (void)state;
@@ -537,6 +551,7 @@ static void test_disconnect_and_busy(void **state)
     rp_engine_stats before, after;
     rp_engine_get_stats(engine, &before);
     int a = open_stream(); // generating
+    wait_running();
     int b = open_stream(); // queued (max_running 1)
     resp r;
     post("/v1/chat/completions", CHAT_BODY(""), &r); // the queue is full
