@@ -164,11 +164,18 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.notEqual(none.stop_reason, 'tool_use');
     });
 
-    test('tool_result round trip', T, async () => {
+    test('tool_result round trip (with the thinking block sent back, as Claude Code does)', T, async () => {
         const m = await create({
             messages: [
                 { role: 'user', content: PROMPTS.tool },
-                { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { city: 'Paris' } }] },
+                {
+                    role: 'assistant',
+                    content: [
+                        { type: 'thinking', thinking: 'I should call the tool.', signature: 'sig-opaque' },
+                        { type: 'text', text: 'Let me check.' },
+                        { type: 'tool_use', id: 'toolu_01', name: 'get_weather', input: { city: 'Paris' } },
+                    ],
+                },
                 {
                     role: 'user',
                     content: [
@@ -239,6 +246,8 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
             context_management: { edits: [] },
             service_tier: 'auto',
             some_future_field: { nested: [1, 2, 3] },
+            tools: [{ ...ANTHROPIC_TOOLS[0], cache_control: { type: 'ephemeral' } }],
+            tool_choice: { type: 'auto', disable_parallel_tool_use: true },
             max_tokens: 16,
         });
         const res = await request(server, {

@@ -280,7 +280,8 @@ export const messageText = (r) =>
 export const functionCalls = (r) => r.output.filter((i) => i.type === 'function_call');
 
 // Checks a Responses event stream (SSE frames) and rebuilds its items from the
-// deltas. Returns { events, items: [{item, text, args}], completed }.
+// deltas. Returns { types, items: [{item, parts: [{type, text}], text, args}], completed }
+// where text is a message item's output_text.
 export function checkResponseEvents(frames) {
     const types = frames.map((f) => f.json && f.json.type);
     let seq = -Infinity;
@@ -313,28 +314,41 @@ export function checkResponseEvents(frames) {
                 assert.equal(ev.output_index, items.length, `items added in order: ${f.raw}`);
                 assert.equal(typeof ev.item.id, 'string', f.raw);
                 if (ev.item.type === 'function_call') assert.equal(ev.item.arguments, '', `arguments start empty: ${f.raw}`);
-                items.push({ item: ev.item, text: '', args: '', parts: 0, done: false });
+                items.push({ item: ev.item, parts: [], args: '', done: false });
                 break;
             case 'response.content_part.added': {
                 const it = byId(ev);
-                assert.equal(ev.content_index, it.parts, f.raw);
-                it.parts++;
+                assert.equal(ev.content_index, it.parts.length, `content parts added in order: ${f.raw}`);
+                const want = it.item.type === 'reasoning' ? 'reasoning_text' : 'output_text';
+                assert.equal(ev.part && ev.part.type, want, `a ${it.item.type} item's part is ${want}: ${f.raw}`);
+                it.parts.push({ type: ev.part.type, text: '', done: false });
                 break;
             }
-            case 'response.output_text.delta': {
+            case 'response.output_text.delta':
+            case 'response.reasoning_text.delta': {
                 const it = byId(ev);
-                assert.equal(it.item.type, 'message', f.raw);
-                assert.ok(ev.content_index < it.parts, `text delta before content_part.added: ${f.raw}`);
+                const part = it.parts[ev.content_index];
+                assert.ok(part && !part.done, `a delta for an open content part: ${f.raw}`);
+                const want = ev.type === 'response.output_text.delta' ? 'output_text' : 'reasoning_text';
+                assert.equal(part.type, want, `${ev.type} goes to a ${want} part: ${f.raw}`);
                 assert.equal(typeof ev.delta, 'string');
-                it.text += ev.delta;
+                part.text += ev.delta;
                 break;
             }
             case 'response.output_text.done':
-                assert.equal(ev.text, byId(ev).text, `output_text.done.text == the deltas: ${f.raw}`);
+            case 'response.reasoning_text.done': {
+                const part = byId(ev).parts[ev.content_index];
+                assert.ok(part, f.raw);
+                assert.equal(ev.text, part.text, `${ev.type}.text == the deltas: ${f.raw}`);
                 break;
-            case 'response.content_part.done':
-                assert.equal(ev.part.text, byId(ev).text, f.raw);
+            }
+            case 'response.content_part.done': {
+                const part = byId(ev).parts[ev.content_index];
+                assert.ok(part, f.raw);
+                assert.equal(ev.part.text, part.text, `content_part.done text == the deltas: ${f.raw}`);
+                part.done = true;
                 break;
+            }
             case 'response.function_call_arguments.delta': {
                 const it = byId(ev);
                 assert.equal(it.item.type, 'function_call', f.raw);
@@ -348,7 +362,11 @@ export function checkResponseEvents(frames) {
                 const it = byId(ev);
                 assert.equal(ev.item.id, it.item.id, f.raw);
                 assert.equal(ev.item.type, it.item.type, f.raw);
-                if (ev.item.type === 'message') assert.equal(ev.item.content.map((p) => p.text).join(''), it.text, f.raw);
+                if (ev.item.type === 'message' || ev.item.type === 'reasoning') {
+                    const streamed = it.parts.map((p) => p.text);
+                    assert.deepEqual((ev.item.content || []).map((p) => p.text), streamed, `done item content == the deltas: ${f.raw}`);
+                    assert.ok(it.parts.every((p) => p.done), `content_part.done for every part before output_item.done: ${f.raw}`);
+                }
                 if (ev.item.type === 'function_call') {
                     assert.equal(ev.item.arguments, it.args, `done item arguments == the deltas: ${f.raw}`);
                     assert.equal(ev.item.name, it.item.name, f.raw);
@@ -363,7 +381,10 @@ export function checkResponseEvents(frames) {
                 break;
         }
     }
-    for (const it of items) assert.ok(it.done, `output_item.done for every item: ${JSON.stringify(it.item)}`);
+    for (const it of items) {
+        assert.ok(it.done, `output_item.done for every item: ${JSON.stringify(it.item)}`);
+        it.text = it.parts.filter((p) => p.type === 'output_text').map((p) => p.text).join('');
+    }
     const completed = frames[frames.length - 1].json.response;
     assertResponse(completed);
     assert.equal(completed.id, created.id, 'one response id throughout');

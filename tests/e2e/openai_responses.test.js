@@ -150,6 +150,21 @@ describe('OpenAI Responses API', { skip: SKIP || PENDING.responses }, () => {
         assert.ok(['completed', 'incomplete'].includes(completed.status));
     });
 
+    test('a Codex second turn: the reasoning, function_call and function_call_output items sent back', T, async () => {
+        const first = await client.responses.create(base({ input: PROMPTS.tool, tools: RESPONSES_TOOLS }));
+        const call = functionCalls(first)[0];
+        assert.ok(call, `a function call in the first turn: ${JSON.stringify(first.output)}`);
+        // The first turn's output items go back as input, as a stateless client does.
+        const input = [{ type: 'message', role: 'user', content: [{ type: 'input_text', text: PROMPTS.tool }] }];
+        for (const item of first.output) input.push(item);
+        input.push({ type: 'reasoning', id: 'rs_extra', summary: [], encrypted_content: 'opaque' });
+        input.push({ type: 'function_call_output', call_id: call.call_id, output: 'Sunny, 22 C' });
+        const second = await client.responses.create(
+            base({ input, tools: RESPONSES_TOOLS, store: false, include: ['reasoning.encrypted_content'], max_output_tokens: 16 }),
+        );
+        assertResponse(second);
+    });
+
     test('previous_response_id → 400 naming it (the server is stateless)', T, async () => {
         const res = await request(server, {
             method: 'POST',
