@@ -27,7 +27,9 @@ const T = { timeout: TIMEOUT };
 
 const CANCELLED = /cancel/i;
 const RUNNING = /running/i;
-const GENERATED = /(completion|generat).*token|token.*(completion|generat)/i;
+// The engine's own count of generated tokens (a per-request counter of the HTTP layer
+// may be added when the handler ends, after the engine has let the request go).
+const GENERATED = /generated/i;
 
 describe('client disconnect cancels the generation', { skip: SKIP }, () => {
     let server;
