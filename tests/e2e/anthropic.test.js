@@ -282,6 +282,14 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.ok(Number.isInteger(res.json().input_tokens));
     });
 
+    test('multi-byte UTF-8 streams whole: text_delta pieces == non-stream text, no U+FFFD', T, async () => {
+        const extra = { messages: user('Echo this JSON object: {"name": "Zoë 日本 🎉"}'), max_tokens: 40 };
+        const m = await create(extra);
+        assert.ok(!textOf(m).includes('\uFFFD'), textOf(m));
+        const s = await streamRaw(extra);
+        assert.equal(s.blocks.map((b) => b.text).join(''), textOf(m));
+    });
+
     test('any model name is answered by the served model, which the response names', T, async () => {
         const m = await client.messages.create({ model: 'claude-sonnet-4-5', max_tokens: 4, messages: user(PROMPTS.short) });
         assert.equal(m.model, SERVED);

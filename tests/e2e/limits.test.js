@@ -68,6 +68,30 @@ describe('--ctx 64 and --max-request-bytes 4096', { skip: SKIP }, () => {
         });
     }
 
+    test('stream: true with a prompt longer than the context → the same 400 as JSON, not a stream', T, async () => {
+        const res = await request(server, {
+            method: 'POST',
+            path: '/v1/chat/completions',
+            body: { model: name, messages: user(LONG), max_tokens: 4, stream: true },
+        });
+        assert.equal(res.status, 400, res.text);
+        assert.match(res.headers['content-type'] || '', /^application\/json/);
+        assert.equal(res.json().error.code, 'context_length_exceeded');
+        if (!PENDING.anthropic) {
+            const r2 = await request(server, {
+                method: 'POST',
+                path: '/v1/messages',
+                body: { model: name, messages: user(LONG), max_tokens: 4, stream: true },
+            });
+            assert.equal(r2.status, 400, r2.text);
+            assert.equal(anthropicErrorShape(r2.json()), null);
+        }
+        await assert.rejects(
+            openaiClient(server).chat.completions.create({ model: name, messages: user(LONG), max_tokens: 4, stream: true }),
+            (e) => e.status === 400,
+        );
+    });
+
     test('/v1/messages: a prompt longer than the context → 400 invalid_request_error naming both numbers', { ...T, skip: PENDING.anthropic }, async () => {
         const res = await request(server, {
             method: 'POST',

@@ -395,6 +395,17 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         assert.ok(dev.body.usage.prompt_tokens > a.body.usage.prompt_tokens, 'the developer text is in the prompt');
     });
 
+    test('multi-byte UTF-8 (é, CJK, emoji) streams whole: stream == non-stream, no U+FFFD', T, async () => {
+        // The bundled model echoes this one, so the reply has 2-, 3- and 4-byte characters
+        // whose bytes come from several tokens.
+        const extra = { messages: user('Echo this JSON object: {"name": "Zoë 日本 🎉"}'), max_tokens: 40 };
+        const { choice } = await complete(extra);
+        assert.ok(!choice.message.content.includes('\uFFFD'), `no replacement characters: ${choice.message.content}`);
+        assert.ok(/[^\x00-\x7f]/.test(choice.message.content), `the reply has non-ASCII text: ${choice.message.content}`);
+        const s = await streamRaw(extra);
+        assert.equal(s.content, choice.message.content);
+    });
+
     test('any model name is answered by the served model, which the response names', T, async () => {
         const r = await client.chat.completions.create({
             model: 'gpt-4o-mini',
