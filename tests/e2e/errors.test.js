@@ -68,6 +68,7 @@ const ANTHROPIC_CASES = [
     ['malformed JSON', '/v1/messages', '{"model": "x", "messages": [', null],
     ['missing messages', '/v1/messages', withoutKey({ model: SERVED, messages: msgs, max_tokens: 4 }, 'messages'), 'messages'],
     ['messages not an array', '/v1/messages', anth({ messages: 'hello' }), 'messages'],
+    ['missing max_tokens (required by the Messages API)', '/v1/messages', withoutKey({ model: SERVED, messages: msgs, max_tokens: 4 }, 'max_tokens'), 'max_tokens'],
     ['max_tokens negative', '/v1/messages', anth({ max_tokens: -1 }), 'max_tokens'],
     ['max_tokens a string', '/v1/messages', anth({ max_tokens: 'ten' }), 'max_tokens'],
     ['temperature 3', '/v1/messages', anth({ temperature: 3 }), 'temperature'],
