@@ -22,6 +22,7 @@ static void usage(FILE *f)
                "  run MODEL -p PROMPT     generate text from a prompt (MODEL: a Hugging Face folder or a .gguf file)\n"
                "  tokenize MODEL TEXT     print the token ids of TEXT\n"
                "  template MODEL          print the chat prompt MODEL's template makes of --messages FILE\n"
+               "  bench --base-url URL    measure an OpenAI-compatible server task by task; bench compare A B\n"
                "\n"
                "  rapid <command> --help  options of a command\n"
                "  rapid --version         print the version\n",
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
         return rp_cli_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "template") == 0)
         return rp_cli_template(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return rp_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "rapid: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -55,6 +55,8 @@ static void run_usage(FILE *f)
                "  -t, --threads N         CPU threads (default: all cores)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"
+               "      --cache-dir DIR     keep the prompt's KV in DIR/<model fingerprint>/ at exit and reuse it\n"
+               "                          next time (the prefix cache's disk tier; off by default for run)\n"
                "  -h, --help              this help\n");
 }
 
@@ -83,6 +85,7 @@ static bool parse_float(const char *s, float *out)
 typedef struct run_opts {
     const char *model, *prompt, *file, *system, *tools_file;
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
+    const char *cache_dir;
     int n_predict, threads, ctx;
     bool ignore_eos, raw, think;
     rp_dtype quant;
@@ -109,7 +112,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_RAW,
         O_TOOLS,
         O_TOOL_PARSER,
-        O_REASONING_PARSER
+        O_REASONING_PARSER,
+        O_CACHE_DIR
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -133,6 +137,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"tools", required_argument, 0, O_TOOLS},
         {"tool-parser", required_argument, 0, O_TOOL_PARSER},
         {"reasoning-parser", required_argument, 0, O_REASONING_PARSER},
+        {"cache-dir", required_argument, 0, O_CACHE_DIR},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -186,6 +191,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case O_THINK: o->think = true; break;
         case O_RAW: o->raw = true; break;
         case O_TOOLS: o->tools_file = optarg; break;
+        case O_CACHE_DIR: o->cache_dir = optarg; ok = *optarg != 0; break;
         case O_TOOL_PARSER: {
             rp_tool_format tf;
             ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
@@ -460,6 +466,7 @@ int rp_cli_run(int argc, char **argv)
     ep.kv_tokens = ctx;
     ep.max_running = 1;
     ep.max_queue = 1;
+    ep.cache_dir = o.cache_dir;
     rp_gen_params gp;
     rp_gen_params_default(&gp);
     gp.prompt = ids;
@@ -518,11 +525,19 @@ int rp_cli_run(int argc, char **argv)
         rp_gen_get_stats(gen, &gs);
     // Prefill: from admission to the first token. Decode speed counts the steps
     // after the first token (each makes one token).
+    // Prefill speed counts the tokens run, not those found in the prefix cache.
     double pre_s = gs.t_first - gs.t_admit, dec_s = gs.t_last - gs.t_first;
     int n_gen = gs.n_generated;
-    fprintf(stderr, "prompt: %zu tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s | %s, %d threads\n", n_prompt,
-            gen ? n_prompt / (pre_s > 0 ? pre_s : 1e-9) : 0.0, n_gen, n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0,
-            rp_model_describe(model), rp_backend_cpu_threads(rp_model_backend(model)));
+    char cached[48] = "";
+    if (gs.n_cached > 0)
+        snprintf(cached, sizeof(cached), " (%d cached)", gs.n_cached);
+    fprintf(stderr,
+            "prompt: %zu tokens%s, %.1f tok/s, first token in %.0f ms | generated: %d tokens, %.1f tok/s | %s, %d "
+            "threads\n",
+            n_prompt, cached, gen ? (n_prompt - (size_t)gs.n_cached) / (pre_s > 0 ? pre_s : 1e-9) : 0.0,
+            gen && gs.t_first > 0 ? (gs.t_first - gs.t_submit) * 1e3 : 0.0, n_gen,
+            n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, rp_model_describe(model),
+            rp_backend_cpu_threads(rp_model_backend(model)));
     rc = 0;
 done:
     if (dt_live)

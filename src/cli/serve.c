@@ -25,8 +25,9 @@ static void serve_usage(FILE *f)
                "Serves MODEL (a Hugging Face folder or a .gguf file; without it the bundled demonstration\n"
                "model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
                "/v1/responses, /v1/models), the Anthropic API (/v1/messages, /v1/messages/count_tokens),\n"
-               "/health and /metrics (Prometheus). Runs until SIGINT or SIGTERM, then cancels\n"
-               "what is running, closes the connections and exits.\n"
+               "/health, /metrics (Prometheus) and /v1/status (JSON). Runs until SIGINT or SIGTERM, then\n"
+               "cancels what is running, closes the connections, writes the prefix cache to disk (at most\n"
+               "10 s) and exits.\n"
                "\n"
                "options:\n"
                "      --host ADDR            address to listen on (default 127.0.0.1)\n"
@@ -36,9 +37,18 @@ static void serve_usage(FILE *f)
                "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
                "                             gets this model)\n"
                "      --ctx N                most tokens (prompt + reply) per request (default: the model's)\n"
-               "      --kv-tokens N          KV cache size in tokens, shared by all requests\n"
-               "                             (default: max(ctx, 4096))\n"
-               "      --parallel N           requests generating together (default 16)\n"
+               "      --kv-memory SIZE       KV cache size, shared by all requests: bytes (512M, 8G, ...) or a\n"
+               "                             fraction of the memory available (0.5, 50%%) (default: max(ctx, 4096)\n"
+               "                             tokens, at most a quarter of the available memory)\n"
+               "      --kv-tokens N          KV cache size in tokens instead\n"
+               "      --max-num-seqs N       requests generating together (default 16; --parallel is the same)\n"
+               "      --prefill-chunk N      most prompt tokens run per step, so that a long prompt never\n"
+               "                             stalls running streams for more than one chunk (default 512)\n"
+               "      --cache-dir DIR        the prefix cache's disk tier (blocks go to DIR/<model fingerprint>/;\n"
+               "                             default $XDG_CACHE_HOME/rapid/kv or ~/.cache/rapid/kv)\n"
+               "      --cache-disk-budget SIZE  most bytes on disk per model (default 4G)\n"
+               "      --no-disk-cache        keep the prefix cache in memory only\n"
+               "      --no-prefix-cache      no prefix cache at all\n"
                "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
                "      --max-request-bytes N  largest request body (default 8388608); larger get 413\n"
                "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
@@ -67,6 +77,7 @@ typedef struct serve_opts {
     rp_engine_params ep;
     int threads;
     rp_dtype quant;
+    bool no_disk_cache;
 } serve_opts;
 
 // 0 parsed, 2 bad usage, -1 help printed.
@@ -85,7 +96,13 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_MAXREQ,
         O_TOOLP,
         O_REASP,
-        O_QUANT
+        O_QUANT,
+        O_KVMEM,
+        O_CHUNK,
+        O_CDIR,
+        O_CBUDGET,
+        O_NODISK,
+        O_NOPREFIX
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -96,6 +113,13 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"ctx", required_argument, 0, O_CTX},
         {"kv-tokens", required_argument, 0, O_KV},
         {"parallel", required_argument, 0, O_PAR},
+        {"max-num-seqs", required_argument, 0, O_PAR},
+        {"kv-memory", required_argument, 0, O_KVMEM},
+        {"prefill-chunk", required_argument, 0, O_CHUNK},
+        {"cache-dir", required_argument, 0, O_CDIR},
+        {"cache-disk-budget", required_argument, 0, O_CBUDGET},
+        {"no-disk-cache", no_argument, 0, O_NODISK},
+        {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
         {"tool-parser", required_argument, 0, O_TOOLP},
@@ -132,6 +156,12 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
         case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
         case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
+        case O_KVMEM: ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0; break;
+        case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
+        case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
+        case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
+        case O_NODISK: o->no_disk_cache = true; break;
+        case O_NOPREFIX: o->ep.no_prefix_cache = true; break;
         case O_MAXREQ:
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
@@ -200,6 +230,39 @@ static void load_progress(void *ctx, double fraction)
     fflush(stderr);
 }
 
+// Without --kv-memory or --kv-tokens the engine holds max(ctx, 4096) tokens;
+// here that is capped at a quarter of the memory available (but never below one context).
+static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
+{
+    if (ep->kv_tokens || ep->kv_memory)
+        return;
+    const rp_model_config *c = rp_model_get_config(m);
+    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1);
+    uint64_t ctx = ep->n_ctx > 0 && ep->n_ctx < c->max_ctx ? (uint64_t)ep->n_ctx : (uint64_t)c->max_ctx;
+    uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = rp_cli_mem_available() / 4;
+    if (cap && want > cap)
+        ep->kv_memory = cap > ctx * per_token ? cap : ctx * per_token;
+}
+
+// The KV cache and prefix cache as they came out, on stderr.
+static void print_memory(const rp_model *m, rp_engine *e)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(m), es.n_ctx);
+    rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
+           es.kv_blocks * es.kv_block_tokens, es.kv_blocks, es.kv_block_tokens);
+    const char *dir = rp_engine_cache_dir(e);
+    if (!es.prefix_cache)
+        rp_log(RP_LOG_INFO, "rapid: prefix cache off");
+    else if (!dir)
+        rp_log(RP_LOG_INFO, "rapid: prefix cache in memory only");
+    else
+        rp_log(RP_LOG_INFO, "rapid: prefix cache on disk in %s (%llu blocks, %.1f of %.1f GiB)", dir,
+               (unsigned long long)es.cache.disk_blocks, es.cache.disk_bytes / 1073741824.0,
+               es.cache.disk_budget / 1073741824.0);
+}
+
 int rp_cli_serve(int argc, char **argv)
 {
     serve_opts o;
@@ -236,12 +299,24 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: tokenizer: %s\n", rp_error_message());
         goto done;
     }
-    if (rp_engine_create(model, tok, &o.ep, &engine)) {
+    default_kv_memory(model, &o.ep);
+    char *default_dir = NULL;
+    if (o.no_disk_cache || o.ep.no_prefix_cache)
+        o.ep.cache_dir = NULL;
+    else if (!o.ep.cache_dir)
+        o.ep.cache_dir = default_dir = rp_cache_default_dir();
+    st = rp_engine_create(model, tok, &o.ep, &engine);
+    if (st == RP_ERR_IO && default_dir) { // the default folder is not usable: memory only, said once
+        fprintf(stderr, "rapid: warning: %s; the prefix cache stays in memory\n", rp_error_message());
+        o.ep.cache_dir = NULL;
+        st = rp_engine_create(model, tok, &o.ep, &engine);
+    }
+    rp_free(default_dir);
+    if (st) {
         fprintf(stderr, "rapid: engine: %s\n", rp_error_message());
         goto done;
     }
-    rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(model),
-           rp_engine_n_ctx(engine));
+    print_memory(model, engine);
     if (rp_server_run(engine, model, tok, &o.sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;

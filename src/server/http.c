@@ -56,6 +56,7 @@ static const rp_route routes[] = {
     {"POST", "/v1/messages/count_tokens", false, rp_anthropic_count_tokens, "count_tokens", RP_API_ANTHROPIC, true},
     {"GET", "/health", false, rp_health_handler, "health", RP_API_PLAIN, false},
     {"GET", "/metrics", false, rp_metrics_handler, "metrics", RP_API_PLAIN, false},
+    {"GET", "/v1/status", false, rp_status_handler, "status", RP_API_PLAIN, false},
     {"GET", "/", false, root_handler, "root", RP_API_PLAIN, false},
     {"HEAD", "/", false, root_handler, "root", RP_API_PLAIN, false},
 };

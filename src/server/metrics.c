@@ -1,12 +1,14 @@
 /*
- * metrics.c - GET /metrics (Prometheus text format 0.0.4) and GET /health.
+ * metrics.c - GET /metrics (Prometheus text format 0.0.4), GET /v1/status
+ * (the same engine figures as JSON) and GET /health.
  *
  * Counters kept here (one mutex; recorded once per finished request from the
  * request's last release in http.c): requests by route and status, prompt /
  * cached / completion tokens, requests whose client went away, and two
  * histograms, time to first token and decode speed. Gauges and engine counters
  * (queue depth, running requests, KV blocks, steps, tokens, cancelled
- * requests) are read from rp_engine_get_stats at scrape time.
+ * requests, KV pool, prefix cache in memory and on disk) are read from
+ * rp_engine_get_stats at scrape time.
  */
 #include "server_int.h"
 
@@ -155,6 +157,77 @@ void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
             es.preemptions);
     counter(b, "rapid_engine_requests_cancelled_total",
             "Requests the engine retired as cancelled (client gone, stop string, shutdown).", es.requests_cancelled);
+    gauge(b, "rapid_kv_bytes", "Bytes of the KV pool.", (double)es.kv_bytes);
+    const rp_cache_stats *c = &es.cache;
+    gauge(b, "rapid_prefix_cache_enabled", "1 when the prefix cache is on.", es.prefix_cache);
+    counter(b, "rapid_prefix_cache_hit_tokens_total", "Tokens found in the prefix cache at admission (not run).",
+            es.cache_hit_tokens);
+    counter(b, "rapid_prefix_cache_miss_tokens_total", "Tokens run at admission (not found in the prefix cache).",
+            es.cache_miss_tokens);
+    counter(b, "rapid_prefix_cache_hit_blocks_total", "KV blocks taken from the prefix cache (memory or disk).",
+            c->hit_blocks);
+    counter(b, "rapid_prefix_cache_miss_blocks_total", "Whole prompt blocks looked up and not found.",
+            c->miss_blocks);
+    counter(b, "rapid_prefix_cache_disk_hit_blocks_total", "KV blocks read back from the disk tier.",
+            c->disk_hit_blocks);
+    gauge(b, "rapid_prefix_cache_memory_blocks", "KV blocks in memory holding cached prefixes.",
+          (double)c->mem_blocks);
+    gauge(b, "rapid_prefix_cache_memory_bytes", "Bytes of those blocks.", (double)c->mem_bytes);
+    counter(b, "rapid_prefix_cache_memory_evictions_total", "Cached blocks whose memory was reused.",
+            c->mem_evictions);
+    gauge(b, "rapid_prefix_cache_disk_blocks", "Block files in the disk tier.", (double)c->disk_blocks);
+    gauge(b, "rapid_prefix_cache_disk_bytes", "Bytes of block files in the disk tier.", (double)c->disk_bytes);
+    gauge(b, "rapid_prefix_cache_disk_budget_bytes", "Most bytes the disk tier may hold (0: no disk tier).",
+          (double)c->disk_budget);
+    counter(b, "rapid_prefix_cache_disk_writes_total", "Block files written.", c->disk_writes);
+    counter(b, "rapid_prefix_cache_disk_write_drops_total",
+            "Blocks not written to disk (no staging buffer free, or an I/O error).", c->disk_write_drops);
+    counter(b, "rapid_prefix_cache_disk_evictions_total", "Block files removed to stay within the budget.",
+            c->disk_evictions);
+    counter(b, "rapid_prefix_cache_disk_rejects_total", "Block files deleted because they failed a check.",
+            c->disk_rejects);
+}
+
+// The engine's figures as one JSON object (GET /v1/status).
+static json_t *status_json(rp_engine *e)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    const rp_cache_stats *c = &es.cache;
+    const char *dir = rp_engine_cache_dir(e);
+    json_t *disk = json_pack("{s:b, s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "enabled", c->disk, "dir", dir,
+                             "blocks", (json_int_t)c->disk_blocks, "bytes", (json_int_t)c->disk_bytes, "budget_bytes",
+                             (json_int_t)c->disk_budget, "hit_blocks", (json_int_t)c->disk_hit_blocks, "writes",
+                             (json_int_t)c->disk_writes, "write_drops", (json_int_t)c->disk_write_drops, "evictions",
+                             (json_int_t)c->disk_evictions, "rejects", (json_int_t)c->disk_rejects);
+    json_t *mem = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
+                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions);
+    json_t *cache = json_pack("{s:b, s:I, s:I, s:I, s:I, s:o?, s:o?}", "enabled", es.prefix_cache, "hit_tokens",
+                              (json_int_t)es.cache_hit_tokens, "miss_tokens", (json_int_t)es.cache_miss_tokens,
+                              "hit_blocks", (json_int_t)c->hit_blocks, "miss_blocks", (json_int_t)c->miss_blocks,
+                              "memory", mem, "disk", disk);
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:I, s:i}", "blocks", es.kv_blocks, "blocks_used", es.kv_blocks_used,
+                           "blocks_free", es.kv_blocks - es.kv_blocks_used, "block_tokens", es.kv_block_tokens,
+                           "bytes", (json_int_t)es.kv_bytes, "context_tokens", es.n_ctx);
+    json_t *req = json_pack("{s:i, s:i, s:I, s:I, s:I}", "running", es.running, "queued", es.queued, "done",
+                            (json_int_t)es.requests_done, "cancelled", (json_int_t)es.requests_cancelled,
+                            "preemptions", (json_int_t)es.preemptions);
+    json_t *eng = json_pack("{s:I, s:I, s:I}", "steps", (json_int_t)es.steps, "tokens_prefilled",
+                            (json_int_t)es.tokens_prefilled, "tokens_generated", (json_int_t)es.tokens_generated);
+    return json_pack("{s:o?, s:o?, s:o?, s:o?}", "requests", req, "kv", kv, "prefix_cache", cache, "engine", eng);
+}
+
+void rp_status_handler(rp_http_req *r, rp_reply *out)
+{
+    json_t *v = status_json(r->srv->engine);
+    if (!v) {
+        rp_api_error e;
+        rp_api_fail(&e, 500, NULL, NULL, "out of memory");
+        rp_reply_error(r, out, &e);
+        return;
+    }
+    rp_reply_json(out, 200, v);
+    json_decref(v);
 }
 
 void rp_metrics_handler(rp_http_req *r, rp_reply *out)

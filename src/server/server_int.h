@@ -14,7 +14,7 @@
  *   openai.c    /v1/chat/completions, /v1/completions, /v1/models[/{id}].
  *   anthropic.c /v1/messages, /v1/messages/count_tokens.
  *   responses.c /v1/responses.
- *   metrics.c   /metrics (Prometheus text), /health, the counters behind them.
+ *   metrics.c   /metrics (Prometheus text), /v1/status (JSON), /health, the counters behind them.
  *
  * How an API file answers a request (an rp_route_fn):
  *
@@ -290,6 +290,7 @@ void rp_anthropic_messages(rp_http_req *r, rp_reply *out);
 void rp_anthropic_count_tokens(rp_http_req *r, rp_reply *out);
 void rp_responses_create(rp_http_req *r, rp_reply *out);
 void rp_metrics_handler(rp_http_req *r, rp_reply *out);
+void rp_status_handler(rp_http_req *r, rp_reply *out);
 void rp_health_handler(rp_http_req *r, rp_reply *out);
 
 /* ---- the generation driver (gen.c) ----------------------------------------- */

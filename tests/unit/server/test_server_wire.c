@@ -7,7 +7,8 @@
  * only at the end, the usage chunk, [DONE]), greedy streaming == greedy
  * non-streaming, stop strings, max_tokens -> length, 503 with Retry-After
  * when the queue is full, a disconnecting client cancelling its generation,
- * and shutdown with a stream still open. The server keeps serving after
+ * the prefix cache in usage (cached_tokens), /v1/status and /metrics, and
+ * shutdown with a stream still open. The server keeps serving after
  * every error.
  */
 #include "test_util.h"
@@ -424,6 +425,71 @@ static void test_chat_stream_matches_whole(void **state)
     json_decref(whole);
 }
 
+// A repeated prompt is served from the prefix cache: usage says so, and /v1/status
+// and /metrics count it.
+static void test_prefix_cache_and_status(void **state)
+{
+    (void)state;
+#define LONG_CHAT                                                                                                      \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "          \
+    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","     \
+    "\"content\":\"What does len() return for an empty list?\"}],\"temperature\":0,\"max_tokens\":8}"
+    resp r;
+    long long cached[2], prompt = 0;
+    char first[2][512];
+    for (int i = 0; i < 2; i++) {
+        post("/v1/chat/completions", LONG_CHAT, &r);
+        assert_int_equal(r.status, 200);
+        json_t *v = body_json(&r);
+        json_t *u = json_object_get(v, "usage");
+        prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
+        cached[i] = json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+        const char *text = json_string_value(
+            json_object_get(json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message"), "content"));
+        snprintf(first[i], sizeof(first[i]), "%s", text ? text : "");
+        json_decref(v);
+        free(r.body);
+    }
+    assert_true(prompt >= 32);
+    assert_int_equal(cached[0], 0);
+    // The model has an MTP layer: the last cached position is run again.
+    assert_int_equal(cached[1], prompt / 16 * 16 - 1);
+    assert_string_equal(first[0], first[1]);
+
+    request("GET", "/v1/status", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(header(&r, "Content-Type"), "application/json");
+    json_t *st = body_json(&r);
+    free(r.body);
+    json_t *pc = json_object_get(st, "prefix_cache"), *kv = json_object_get(st, "kv");
+    assert_true(json_is_true(json_object_get(pc, "enabled")));
+    assert_true(json_integer_value(json_object_get(pc, "hit_tokens")) >= cached[1]);
+    assert_true(json_integer_value(json_object_get(pc, "hit_blocks")) >= prompt / 16);
+    assert_true(json_integer_value(json_object_get(json_object_get(pc, "memory"), "blocks")) > 0);
+    assert_true(json_is_false(json_object_get(json_object_get(pc, "disk"), "enabled")));
+    assert_true(json_is_null(json_object_get(json_object_get(pc, "disk"), "dir")));
+    assert_int_equal(json_integer_value(json_object_get(kv, "block_tokens")), 16);
+    assert_int_equal(json_integer_value(json_object_get(kv, "blocks_used")), 0);
+    assert_int_equal(json_integer_value(json_object_get(kv, "context_tokens")), 1024);
+    assert_true(json_integer_value(json_object_get(kv, "bytes")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "requests"), "running")), 0);
+    assert_non_null(json_object_get(json_object_get(st, "requests"), "preemptions"));
+    json_decref(st);
+
+    request("GET", "/metrics", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total "));
+    assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total "));
+    free(r.body);
+    request("POST", "/v1/status", AUTH, "{}", &r);
+    expect_error(&r, 405, false);
+    free(r.body);
+    still_serving();
+#undef LONG_CHAT
+}
+
 static void test_stop_and_length(void **state)
 {
     (void)state;
@@ -587,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_routes_and_auth),
         cmocka_unit_test(test_limits_and_bad_bodies),
         cmocka_unit_test(test_chat_stream_matches_whole),
+        cmocka_unit_test(test_prefix_cache_and_status),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_disconnect_and_busy),
         cmocka_unit_test(test_shutdown_with_open_stream),
