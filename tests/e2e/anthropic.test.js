@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { assertAnthropicFrames, assertAnthropicMessage, assertAnthropicUsage, pickStop, textOf } from './checks.js';
+import { assertAnthropicFrames, assertAnthropicMessage, assertAnthropicUsage, inputTotal, pickStop, textOf } from './checks.js';
 import {
     ANTHROPIC_TOOLS,
     PROMPTS,
@@ -84,7 +84,7 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.equal(deltas, textOf(ref));
         assert.equal(final.stop_reason, ref.stop_reason);
         assert.equal(final.usage.output_tokens, ref.usage.output_tokens);
-        assert.equal(final.usage.input_tokens, ref.usage.input_tokens);
+        assert.equal(inputTotal(final.usage), inputTotal(ref.usage), 'the same prompt (cached or not)');
 
         const s = await streamRaw(extra);
         assert.equal(s.blocks.length, 1);
@@ -92,9 +92,9 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.equal(s.blocks[0].text, textOf(ref));
         assert.equal(s.delta.stop_reason, 'end_turn');
         assert.equal(s.delta.stop_sequence, null);
-        assert.equal(s.start.usage.input_tokens, ref.usage.input_tokens);
+        assert.equal(inputTotal(s.start.usage), inputTotal(ref.usage), 'message_start: the same prompt (cached or not)');
         assert.equal(s.usage.output_tokens, ref.usage.output_tokens, 'message_delta usage is cumulative');
-        assertAnthropicUsage({ ...s.usage, input_tokens: s.usage.input_tokens ?? s.start.usage.input_tokens });
+        assertAnthropicUsage({ ...s.start.usage, ...s.usage });
     });
 
     test('max_tokens → stop_reason max_tokens with exactly that many tokens (stream too)', T, async () => {
@@ -231,9 +231,9 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
             messages: user(PROMPTS.short),
         });
         assert.equal(textOf(b), textOf(a));
-        assert.equal(b.usage.input_tokens, a.usage.input_tokens);
+        assert.equal(inputTotal(b.usage), inputTotal(a.usage));
         const none = await create({ messages: user(PROMPTS.short) });
-        assert.ok(a.usage.input_tokens > none.usage.input_tokens, 'the system text is in the prompt');
+        assert.ok(inputTotal(a.usage) > inputTotal(none.usage), 'the system text is in the prompt');
         const blocks = await create({ messages: user([{ type: 'text', text: PROMPTS.short, cache_control: { type: 'ephemeral' } }]) });
         assert.equal(textOf(blocks), textOf(none), 'user content as blocks == as a string');
     });
@@ -264,14 +264,14 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.equal(beta.type, 'message');
     });
 
-    test('count_tokens equals usage.input_tokens of the same request', T, async () => {
+    test('count_tokens equals the whole prompt of the same request (input + cache read + cache creation)', T, async () => {
         for (const extra of [
             { messages: user(PROMPTS.short) },
             { system: 'Answer briefly.', messages: user(PROMPTS.tool), tools: ANTHROPIC_TOOLS },
         ]) {
             const m = await create({ ...extra, max_tokens: 1 });
             const c = await client.messages.countTokens({ model: SERVED, ...extra });
-            assert.equal(c.input_tokens, m.usage.input_tokens, JSON.stringify(extra));
+            assert.equal(c.input_tokens, inputTotal(m.usage), `${JSON.stringify(extra)}: ${JSON.stringify(m.usage)}`);
         }
         const res = await request(server, {
             method: 'POST',
@@ -288,6 +288,24 @@ describe('Anthropic messages', { skip: SKIP || PENDING.anthropic }, () => {
         assert.ok(!textOf(m).includes('\uFFFD'), textOf(m));
         const s = await streamRaw(extra);
         assert.equal(s.blocks.map((b) => b.text).join(''), textOf(m));
+    });
+
+    test('a repeated prompt reads the prefix cache: cache_read_input_tokens > 0, the same reply', T, async () => {
+        const extra = { messages: user(PROMPTS.tool), tools: ANTHROPIC_TOOLS };
+        const a = await create(extra);
+        const b = await create(extra);
+        assert.ok(b.usage.cache_read_input_tokens > 0, `the second request reads the cache: ${JSON.stringify(b.usage)}`);
+        assert.equal(inputTotal(b.usage), inputTotal(a.usage));
+        assert.deepEqual(b.content.map((x) => ({ ...x, id: undefined })), a.content.map((x) => ({ ...x, id: undefined })));
+        const s = await streamRaw(extra);
+        assert.ok(s.usage.cache_read_input_tokens > 0, `message_delta usage: ${JSON.stringify(s.usage)}`);
+        assert.equal(inputTotal(s.usage), inputTotal(a.usage), 'message_delta: the whole prompt');
+        // The service knows the cache read when it starts the message, and says so there.
+        assert.deepEqual(
+            { input: s.start.usage.input_tokens, cache_read: s.start.usage.cache_read_input_tokens },
+            { input: s.usage.input_tokens, cache_read: s.usage.cache_read_input_tokens },
+            'message_start usage has the same input / cache read split as message_delta',
+        );
     });
 
     test('any model name is answered by the served model, which the response names', T, async () => {

@@ -132,16 +132,21 @@ export function pickStop(text) {
     throw new Error(`no usable stop string in ${JSON.stringify(text)}`);
 }
 
-// Anthropic usage: input/output tokens and the cache counters.
+// Anthropic usage: input/output tokens and the cache counters. As in Anthropic's API,
+// input_tokens counts only the prompt tokens read from no cache: the whole prompt is
+// input_tokens + cache_creation_input_tokens + cache_read_input_tokens (inputTotal).
 export function assertAnthropicUsage(u, what = 'usage') {
     assert.ok(u && typeof u === 'object', `${what} missing`);
-    assert.ok(isInt(u.input_tokens) && u.input_tokens > 0, `${what}.input_tokens: ${JSON.stringify(u)}`);
+    assert.ok(isInt(u.input_tokens) && u.input_tokens >= 0, `${what}.input_tokens: ${JSON.stringify(u)}`);
+    assert.ok(inputTotal(u) > 0, `${what}: some input: ${JSON.stringify(u)}`);
     assert.ok(isInt(u.output_tokens) && u.output_tokens >= 0, `${what}.output_tokens: ${JSON.stringify(u)}`);
     assert.ok(isInt(u.cache_read_input_tokens) && u.cache_read_input_tokens >= 0,
         `${what}.cache_read_input_tokens: ${JSON.stringify(u)}`);
     assert.ok(u.cache_creation_input_tokens === null || isInt(u.cache_creation_input_tokens),
         `${what}.cache_creation_input_tokens: ${JSON.stringify(u)}`);
 }
+
+export const inputTotal = (u) => u.input_tokens + (u.cache_creation_input_tokens || 0) + (u.cache_read_input_tokens || 0);
 
 // A non-streaming Anthropic message body.
 export function assertAnthropicMessage(m, { model = SERVED } = {}) {

@@ -15,6 +15,7 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -53,10 +54,12 @@ export const SKIP = sdks.skip;
 
 let serverCount = 0;
 const live = new Set();
+const tmpDirs = new Set();
 // A test file that ends without stopping its servers (a crash, a failed hook) must
-// not leave them running.
+// not leave them running, nor their cache folders behind.
 process.on('exit', () => {
     for (const proc of live) proc.kill('SIGKILL');
+    for (const d of tmpDirs) fs.rmSync(d, { recursive: true, force: true });
 });
 
 // Starts a server: `rapid serve [model] --port 0 ...args`. Resolves once it listens.
@@ -66,8 +69,12 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
     if (model) argv.push(model);
     argv.push('--host', '127.0.0.1', '--port', '0', ...args);
     let stderr = '';
+    // Each server's prefix-cache disk tier (default $XDG_CACHE_HOME/rapid/kv) goes to a
+    // folder of its own, removed after stop: nothing lands in $HOME, runs stay independent.
+    const cacheHome = fs.mkdtempSync(path.join(os.tmpdir(), 'rapid-e2e-'));
+    tmpDirs.add(cacheHome);
     const proc = spawn(BINARY, argv, {
-        env: { RAPID_MODELS: path.join(SOURCE_DIR, 'models'), ...process.env, ...env },
+        env: { RAPID_MODELS: path.join(SOURCE_DIR, 'models'), ...process.env, XDG_CACHE_HOME: cacheHome, ...env },
         stdio: ['ignore', 'pipe', 'pipe'],
     });
     live.add(proc);
@@ -127,6 +134,8 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
         ({ host, port } = await listening);
     } catch (e) {
         proc.kill('SIGKILL');
+        fs.rmSync(cacheHome, { recursive: true, force: true });
+        tmpDirs.delete(cacheHome);
         throw e;
     }
     server.host = host;
@@ -141,6 +150,8 @@ export async function startServer(args = [], { model = null, env = {} } = {}) {
             clearTimeout(timer);
         }
         const e = server.exited;
+        fs.rmSync(cacheHome, { recursive: true, force: true });
+        tmpDirs.delete(cacheHome);
         const problems = [];
         if (e.signal === 'SIGKILL') problems.push(`did not exit within ${20 * SLOW} s of SIGTERM`);
         else if (e.code !== 0) problems.push(`exited with ${e.signal ? `signal ${e.signal}` : `status ${e.code}`}`);

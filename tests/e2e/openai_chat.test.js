@@ -406,6 +406,21 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
         assert.equal(s.content, choice.message.content);
     });
 
+    test('a repeated prompt reads the prefix cache: cached_tokens > 0, the same reply', T, async () => {
+        // The tool prompt is ~200 tokens: whole KV blocks of it can be reused.
+        const extra = { messages: user(PROMPTS.tool), tools: OPENAI_TOOLS, max_tokens: 48 };
+        const a = await complete(extra);
+        const b = await complete(extra);
+        const cached = b.body.usage.prompt_tokens_details.cached_tokens;
+        assert.ok(cached > 0, `the second request reports cached prompt tokens: ${JSON.stringify(b.body.usage)}`);
+        assert.equal(b.body.usage.prompt_tokens, a.body.usage.prompt_tokens, 'prompt_tokens counts cached tokens too');
+        // The same reply from cached KV (tool call ids are fresh per request).
+        const shape = (m) => ({ ...m, tool_calls: (m.tool_calls || []).map((t) => ({ ...t, id: undefined })) });
+        assert.deepEqual(shape(b.choice.message), shape(a.choice.message));
+        const s = await streamRaw(extra);
+        assert.ok(s.usage.prompt_tokens_details.cached_tokens > 0, `streamed usage chunk too: ${JSON.stringify(s.usage)}`);
+    });
+
     test('any model name is answered by the served model, which the response names', T, async () => {
         const r = await client.chat.completions.create({
             model: 'gpt-4o-mini',
