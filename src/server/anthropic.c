@@ -29,8 +29,10 @@
  * Decisions:
  *   - usage: input_tokens excludes the prompt tokens served from the prefix
  *     cache, which are cache_read_input_tokens (Anthropic's split);
- *     cache_creation_input_tokens is always 0. message_start carries what is
- *     known before the prefill; message_delta the final numbers.
+ *     cache_creation_input_tokens is always 0. message_start is sent once the
+ *     engine has admitted the request, so it names the cache reads (a request
+ *     still queued after half a second gets it with the prompt as uncached);
+ *     message_delta carries the final numbers.
  *   - thinking {type: enabled|adaptive} turns the template's enable_thinking on;
  *     {type: disabled} and no `thinking` at all turn it off (as Anthropic: no
  *     thinking blocks unless asked for).
@@ -53,6 +55,8 @@
  *   - sampling has no seed field here: each request gets a fresh seed.
  */
 #include "server_int.h"
+
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -739,7 +743,10 @@ typedef struct anth_stream {
     int n_calls;       // tool_use blocks sent
     bool parallel;     // false: tool calls after the first are dropped
     double last_frame; // rp_time_s() of the last frame (pings)
+    double t_open;     // rp_time_s() of the first pump call
 } anth_stream;
+
+#define ANTH_START_WAIT_S 0.5 // longest wait for admission before message_start
 
 static void emit(rp_buf *out, const char *event, json_t *data)
 {
@@ -778,7 +785,7 @@ static void open_block(anth_stream *st, block_kind kind, rp_buf *out)
     st->open = kind;
 }
 
-// message_start (its usage: what is known before the prefill) and the first ping.
+// message_start (its usage: the prompt and its cache reads, as admitted) and the first ping.
 static void stream_start(rp_http_req *r, anth_stream *st, rp_buf *out)
 {
     json_t *msg =
@@ -851,6 +858,16 @@ static rp_status anth_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finishe
 {
     anth_stream *st = ctx;
     if (!st->started) {
+        // message_start's usage names the prompt's cache reads, known once the
+        // engine has admitted the request: wait for that, but not longer than
+        // ANTH_START_WAIT_S (a queued request gets its headers and pings; the
+        // socket is checked between calls).
+        if (st->t_open == 0)
+            st->t_open = rp_time_s();
+        if (!rp_drv_admitted(st->drv) && rp_time_s() - st->t_open < ANTH_START_WAIT_S) {
+            usleep((useconds_t)(RP_STREAM_WAIT_S * 1e6));
+            return RP_OK;
+        }
         stream_start(r, st, out);
         st->last_frame = rp_time_s();
         return RP_OK;

@@ -462,6 +462,18 @@ static void update_stats(rp_drv *d)
         st->decode_tps = (gs.n_generated - 1) / (gs.t_last - gs.t_first);
 }
 
+bool rp_drv_admitted(rp_drv *d)
+{
+    rp_gen_stats gs;
+    rp_gen_get_stats(d->gen, &gs);
+    if (gs.t_admit > 0) {
+        update_stats(d);
+        return true;
+    }
+    int n;
+    return d->gen_done || rp_gen_read(d->gen, 0, NULL, 0, &n) != RP_GEN_RUNNING;
+}
+
 bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_error *e)
 {
     *out = NULL;

@@ -364,6 +364,9 @@ rp_status rp_drv_next(rp_drv *d, double timeout_s, const rp_drv_event **ev, size
 // logprobs >= 0; otherwise none). Valid until the next rp_drv_next.
 void rp_drv_take_logprobs(rp_drv *d, const rp_gen_token **toks, int *n);
 void rp_drv_get_info(const rp_drv *d, rp_drv_info *out);
+// True once the engine has admitted the request, so r->stats holds its cached
+// prompt tokens, or once the request has ended. Does not wait.
+bool rp_drv_admitted(rp_drv *d);
 // Stops the generation (the client went away); rp_drv_next then finishes with CANCELLED.
 void rp_drv_cancel(rp_drv *d);
 // Cancels if running, releases the engine request and the parser. NULL is a no-op.
