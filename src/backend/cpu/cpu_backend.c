@@ -5,7 +5,9 @@
  * they are made from (the model's mmap or its quantized copy). Matmuls go to the
  * kernels in matmul.c (scalar reference + AVX2, chosen at run time), fused
  * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
- * bias and residual adds folded in); the other ops live here. Every op splits its outputs over the thread pool and reduces
+ * bias and residual adds folded in); the other ops live here. Attention runs
+ * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
+ * 64, fixed-position key chunks through attn_avx2.c merged in chunk order. Every op splits its outputs over the thread pool and reduces
  * each output in a fixed order, so results do not depend on the batch or the
  * thread count (see backend.h).
  *
