@@ -5,7 +5,9 @@
  * they are made from (the model's mmap or its quantized copy). Matmuls go to the
  * kernels in matmul.c (scalar reference + AVX2, chosen at run time), fused
  * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
- * bias and residual adds folded in); the other ops live here. Every op splits its outputs over the thread pool and reduces
+ * bias and residual adds folded in); the other ops live here. Attention runs
+ * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
+ * 64, fixed-position key chunks through attn_avx2.c merged in chunk order. Every op splits its outputs over the thread pool and reduces
  * each output in a fixed order, so results do not depend on the batch or the
  * thread count (see backend.h).
  *
@@ -17,6 +19,7 @@
 #include "cpu_int.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 typedef struct cpu_backend {
     rp_backend base;
@@ -25,6 +28,8 @@ typedef struct cpu_backend {
     size_t mm_scratch_size;
     float *scores; // attention scores, scores_per_thread floats per thread
     size_t scores_per_thread;
+    void *attn_part; // chunk partials of a split attention (see attn_split)
+    size_t attn_part_size;
 } cpu_backend;
 
 static cpu_backend *cpu(rp_backend *be)
@@ -55,6 +60,7 @@ static void cpu_destroy(rp_backend *be)
     rp_pool_destroy(c->pool);
     rp_free_aligned(c->mm_scratch);
     rp_free_aligned(c->scores);
+    rp_free_aligned(c->attn_part);
     rp_free(c);
 }
 
@@ -241,8 +247,15 @@ typedef struct attn_job {
     int n_head, n_kv_head, head_dim;
     float scale;
     float *out;
+    // SIMD path only
+    atomic_long next;    // next work item
+    int64_t n_items;     // (token, kv head) pairs, or (token, kv head, chunk) triples when split
+    int64_t *item_base;  // split: (n_tokens + 1) first item of each token
+    float *part;         // split: per item, a chunk's m, l, o (attn_part_floats)
 } attn_job;
 
+// The scalar reference: one (token, head) at a time, scores of the whole key range,
+// then softmax and the weighted sum of V.
 static void attn_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
@@ -289,6 +302,173 @@ static void attn_worker(void *ctx, int ith, int nth)
     }
 }
 
+/*
+ * The SIMD path. A token's keys are cut into chunks of RP_ATTN_CHUNK at fixed
+ * positions; a kernel computes one chunk for all query heads of a GQA group
+ * (m = max score, l = Σ e^(s-m), o = Σ e^(s-m)·v), and the chunks are merged in
+ * chunk order: M' = max(M, m), L = L·e^(M-M') + l·e^(m-M'), O likewise, out = O/L.
+ * Work items are (token, kv head) pairs taken from a shared counter (tokens
+ * of a prompt differ in cost); when there are few pairs (decode) each chunk is
+ * its own item (attn_split) and the calling thread merges them afterwards. Both
+ * ways run the same kernel on the same chunks and the same merge, so a token's
+ * output depends only on its query and its sequence's K/V.
+ */
+static size_t attn_part_floats(int group, int hd)
+{
+    return (size_t)group * (hd + 2);
+}
+
+static size_t attn_thread_floats(int group, int hd)
+{
+    size_t n = (size_t)group * RP_ATTN_CHUNK + 2 * attn_part_floats(group, hd);
+    return (n + 15) & ~(size_t)15;
+}
+
+// Points a chunk's outputs at part: m (group), l (group), o (group, hd).
+static void attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t, int kvh, int chunk, float *scores, float *part)
+{
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head, len = j->info->pos[t] + 1;
+    size_t stride = (size_t)j->n_kv_head * hd;
+    int p1 = (chunk + 1) * RP_ATTN_CHUNK;
+    *a = (rp_attn_chunk){
+        .q = j->q + ((size_t)t * j->n_head + (size_t)kvh * group) * hd,
+        .k = j->kv->k + (size_t)kvh * hd,
+        .v = j->kv->v + (size_t)kvh * hd,
+        .stride = stride,
+        .bt = j->info->block_table[t],
+        .bs = j->info->block_size,
+        .p0 = chunk * RP_ATTN_CHUNK,
+        .p1 = p1 < len ? p1 : len,
+        .n_q = group,
+        .hd = hd,
+        .scale = j->scale,
+        .scores = scores,
+        .m = part,
+        .l = part + group,
+        .o = part + 2 * group,
+    };
+}
+
+// run (the merge of chunks 0..c-1) becomes the merge of chunks 0..c; part is chunk c.
+static void attn_merge(int group, int hd, float *run, const float *part)
+{
+    for (int g = 0; g < group; g++) {
+        float m0 = run[g], m1 = part[g], mx = m0 > m1 ? m0 : m1;
+        float a = expf(m0 - mx), b = expf(m1 - mx);
+        run[g] = mx;
+        run[group + g] = run[group + g] * a + part[group + g] * b;
+        float *o = run + 2 * group + (size_t)g * hd;
+        const float *p = part + 2 * group + (size_t)g * hd;
+        for (int i = 0; i < hd; i++)
+            o[i] = o[i] * a + p[i] * b;
+    }
+}
+
+// out (group, hd) = O / L of a merged run.
+static void attn_finish(int group, int hd, const float *run, float *out)
+{
+    for (int g = 0; g < group; g++) {
+        float inv = 1.0f / run[group + g];
+        const float *o = run + 2 * group + (size_t)g * hd;
+        for (int i = 0; i < hd; i++)
+            out[(size_t)g * hd + i] = o[i] * inv;
+    }
+}
+
+static void attn_simd_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
+    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
+    float *part = scores + (size_t)group * RP_ATTN_CHUNK, *run = part + attn_part_floats(group, hd);
+    rp_attn_chunk a;
+    for (;;) {
+        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (w >= j->n_items)
+            break;
+        int t = (int)(w / j->n_kv_head), kvh = (int)(w % j->n_kv_head);
+        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+        for (int c = 0; c < n_chunks; c++) {
+            attn_chunk_init(j, &a, t, kvh, c, scores, c == 0 ? run : part);
+            rp_cpu_attn_chunk_avx2(&a);
+            if (c > 0)
+                attn_merge(group, hd, run, part);
+        }
+        attn_finish(group, hd, run, j->out + ((size_t)t * j->n_head + (size_t)kvh * group) * hd);
+    }
+}
+
+// Split: item w is chunk c of (t, kvh) with w = item_base[t] + kvh * n_chunks(t) + c.
+static void attn_split_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
+    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
+    rp_attn_chunk a;
+    for (;;) {
+        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (w >= j->n_items)
+            break;
+        int t = 0;
+        while (j->item_base[t + 1] <= w)
+            t++;
+        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+        int64_t r = w - j->item_base[t];
+        attn_chunk_init(j, &a, t, (int)(r / n_chunks), (int)(r % n_chunks), scores,
+                        j->part + (size_t)w * attn_part_floats(group, hd));
+        rp_cpu_attn_chunk_avx2(&a);
+    }
+}
+
+#define ATTN_SPLIT_MAX_TOKENS 16
+
+static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
+{
+    int nth = rp_pool_size(c->pool), hd = j->head_dim, group = j->n_head / j->n_kv_head;
+    int n_tokens = j->info->n_tokens;
+    size_t per = attn_thread_floats(group, hd);
+    if (per > c->scores_per_thread) {
+        float *s = rp_malloc_aligned(per * (size_t)nth * sizeof(float));
+        if (!s)
+            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
+        rp_free_aligned(c->scores);
+        c->scores = s;
+        c->scores_per_thread = per;
+    }
+    atomic_init(&j->next, 0);
+    bool split = (int64_t)n_tokens * j->n_kv_head < 4 * nth && n_tokens <= ATTN_SPLIT_MAX_TOKENS &&
+                 max_len > RP_ATTN_CHUNK;
+    if (!split) {
+        j->n_items = (int64_t)n_tokens * j->n_kv_head;
+        rp_pool_run(c->pool, attn_simd_worker, j);
+        return RP_OK;
+    }
+    int64_t base[ATTN_SPLIT_MAX_TOKENS + 1];
+    base[0] = 0;
+    for (int t = 0; t < n_tokens; t++)
+        base[t + 1] = base[t] + (int64_t)j->n_kv_head * ((j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK);
+    size_t pf = attn_part_floats(group, hd);
+    rp_status st = grow(&c->attn_part, &c->attn_part_size, (size_t)base[n_tokens] * pf * sizeof(float));
+    if (st)
+        return st;
+    j->item_base = base;
+    j->part = c->attn_part;
+    j->n_items = base[n_tokens];
+    rp_pool_run(c->pool, attn_split_worker, j);
+    float *run = c->scores; // the workers are done: thread 0's scratch is free
+    for (int t = 0; t < n_tokens; t++) {
+        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+        for (int kvh = 0; kvh < j->n_kv_head; kvh++) {
+            const float *p = j->part + (size_t)(base[t] + (int64_t)kvh * n_chunks) * pf;
+            memcpy(run, p, pf * sizeof(float));
+            for (int ch = 1; ch < n_chunks; ch++)
+                attn_merge(group, hd, run, p + (size_t)ch * pf);
+            attn_finish(group, hd, run, j->out + ((size_t)t * j->n_head + (size_t)kvh * group) * hd);
+        }
+    }
+    return RP_OK;
+}
+
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                                const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
                                float *out)
@@ -302,6 +482,10 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
         if (info->pos[t] + 1 > max_len)
             max_len = info->pos[t] + 1;
     }
+    attn_job j = {.c = c, .q = q, .kv = kv, .info = info, .n_head = n_head, .n_kv_head = n_kv_head,
+                  .head_dim = head_dim, .scale = scale, .out = out};
+    if (rp_cpu_simd_level() >= 1 && head_dim % 64 == 0)
+        return attn_simd(c, &j, max_len);
     int nth = rp_pool_size(c->pool);
     if ((size_t)max_len > c->scores_per_thread) {
         size_t per = c->scores_per_thread ? c->scores_per_thread : 1024;
@@ -314,7 +498,6 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
         c->scores = s;
         c->scores_per_thread = per;
     }
-    attn_job j = {c, q, kv, info, n_head, n_kv_head, head_dim, scale, out};
     rp_pool_run(c->pool, attn_worker, &j);
     return RP_OK;
 }

@@ -4,7 +4,8 @@
  * cpu_backend.c fills the backend vtable (buffers, norms, rope, attention, ...)
  * and calls the matmul kernels declared here (matmul.c: scalar reference and
  * dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI kernels
- * for some types; the highest level the CPU has is chosen at run time).
+ * for some types; the highest level the CPU has is chosen at run time) and the
+ * attention chunk kernel (attn_avx2.c).
  */
 #ifndef RP_CPU_INT_H
 #define RP_CPU_INT_H
@@ -38,5 +39,37 @@ bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count);
 // rp_cpu_matmul; each output element is bitwise what rp_cpu_matmul gives.
 void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n,
                          void *scratch);
+
+// The instruction-set level the kernels use now (cpuid capped by the test hooks of
+// backend.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).
+int rp_cpu_simd_level(void);
+
+/* ---- attention ---- */
+
+// Keys per attention chunk. A token's keys [0, len) are cut at multiples of this,
+// so the chunks (and their merge order) depend only on the token's position.
+#define RP_ATTN_CHUNK 128
+
+// One chunk of attention for the query heads of one GQA group: keys [p0, p1)
+// (p1 - p0 in 1..RP_ATTN_CHUNK) of a paged sequence. Read only except scores, m, l, o.
+typedef struct rp_attn_chunk {
+    const float *q;        // (n_q, hd) the group's query heads
+    const float *k, *v;    // cache base plus the KV head's offset: slot s's row at k + s * stride
+    size_t stride;         // floats between slots (n_kv_head * hd)
+    const int32_t *bt;     // block table of the sequence
+    int bs;                // block size (slots per block)
+    int p0, p1;            // key range
+    int n_q, hd;           // heads in the group; head_dim (a multiple of 64)
+    float scale;           // applied to q·k
+    float *scores;         // scratch (n_q, RP_ATTN_CHUNK)
+    float *m, *l;          // out (n_q): chunk max of the scaled scores, Σ exp(s - m)
+    float *o;              // out (n_q, hd): Σ exp(s - m) · v, not normalized
+} rp_attn_chunk;
+
+// Computes a chunk with AVX2/FMA (attn_avx2.c); the same bits for the same inputs
+// wherever and on whichever thread it runs. Thread-safe for distinct outputs.
+void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
+// y[i] = e^x[i] for x[i] <= 0, n a multiple of 8 (attn_avx2.c's exp; for tests).
+void rp_cpu_attn_exp_avx2(const float *x, float *y, int n);
 
 #endif

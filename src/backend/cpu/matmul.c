@@ -269,6 +269,11 @@ static int simd_level(void)
     return c < m ? c : m;
 }
 
+int rp_cpu_simd_level(void)
+{
+    return simd_level();
+}
+
 const char *rp_cpu_simd_name(void)
 {
     return level_names[simd_level()];

@@ -1,0 +1,154 @@
+/*
+ * attn_avx2.c - AVX2/FMA kernel for one chunk of attention (chosen at run time).
+ *
+ * The driver (cpu_backend.c) cuts each token's key range into chunks of
+ * RP_ATTN_CHUNK keys at fixed positions and merges the chunks' partial softmax
+ * results in chunk order; this file computes one chunk for all query heads of a
+ * GQA group at once, so each K and V row is read once per group from memory:
+ *
+ *   scores: four keys at a time, each (head, key) dot over head_dim in two
+ *           accumulators (even and odd 8-float slices), summed and reduced with
+ *           a fixed hadd tree; then × scale.
+ *   softmax: per head, max over the chunk, e = exp(s - max) with a polynomial exp
+ *           (below), l = Σ e in eight lanes then a fixed horizontal sum.
+ *   values: per head and 64-float slice of head_dim, o += e[p] · V[p] over the
+ *           chunk's keys in order, eight accumulators.
+ *
+ * Determinism: every (head, key) score, every chunk sum and every output lane
+ * sees the same instruction sequence whatever the chunk's place, its length
+ * and the thread that runs it (a short last group of keys reuses the chunk's
+ * last row and drops the extra lanes; padded score lanes hold -inf and give
+ * e = 0). All float arithmetic is written with intrinsics.
+ *
+ * exp: x = n·ln2 + r with n = round(x·log2 e), r by a two-constant Cody-Waite
+ * reduction (|r| <= ln2/2), e^r by its degree-7 Taylor polynomial (truncation
+ * error < 2e-9 relative), times 2^n built in the exponent field. Inputs are
+ * <= 0 here; below -87 the result is 0 (expf would give a denormal or 0 there,
+ * weights that cannot move a sum that holds a 1).
+ */
+#include "cpu_int.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define RP_INLINE static inline __attribute__((always_inline))
+
+// Fixed-order horizontal sum of 8 floats.
+RP_INLINE float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+RP_INLINE float hmax8(__m256 v)
+{
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+// e^x for x <= 0 (see the file comment); 0 below -87, -inf included.
+RP_INLINE __m256 exp8(__m256 x)
+{
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2_hi = _mm256_set1_ps(0.693145751953125f); // few mantissa bits: n·ln2_hi is exact
+    const __m256 ln2_lo = _mm256_set1_ps(1.42860682030941723e-6f);
+    __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, ln2_hi, x);
+    r = _mm256_fnmadd_ps(n, ln2_lo, r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
+}
+
+void rp_cpu_attn_exp_avx2(const float *x, float *y, int n)
+{
+    for (int i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
+}
+
+// Dots of one query head with four key rows: {q·k0, q·k1, q·k2, q·k3}.
+RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
+{
+    __m256 a0[4], a1[4];
+    for (int u = 0; u < 4; u++)
+        a0[u] = a1[u] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += 16) {
+        __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+        for (int u = 0; u < 4; u++) {
+            a0[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kr[u] + i), a0[u]);
+            a1[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kr[u] + i + 8), a1[u]);
+        }
+    }
+    __m256 s0 = _mm256_add_ps(a0[0], a1[0]), s1 = _mm256_add_ps(a0[1], a1[1]);
+    __m256 s2 = _mm256_add_ps(a0[2], a1[2]), s3 = _mm256_add_ps(a0[3], a1[3]);
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
+{
+    int n = a->p1 - a->p0, hd = a->hd, npad = (n + 7) & ~7;
+    const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
+    int blk = a->p0 / a->bs, off = a->p0 % a->bs;
+    for (int p = 0; p < n; p++) {
+        size_t slot = (size_t)a->bt[blk] * a->bs + off;
+        krow[p] = a->k + slot * a->stride;
+        vrow[p] = a->v + slot * a->stride;
+        if (++off == a->bs) {
+            off = 0;
+            blk++;
+        }
+    }
+    const __m128 scale = _mm_set1_ps(a->scale);
+    for (int p = 0; p < n; p += 4) {
+        const float *kr[4];
+        for (int u = 0; u < 4; u++)
+            kr[u] = krow[p + u < n ? p + u : n - 1];
+        for (int g = 0; g < a->n_q; g++)
+            _mm_storeu_ps(a->scores + (size_t)g * RP_ATTN_CHUNK + p, _mm_mul_ps(dot4(a->q + (size_t)g * hd, kr, hd), scale));
+    }
+    for (int g = 0; g < a->n_q; g++) {
+        float *s = a->scores + (size_t)g * RP_ATTN_CHUNK;
+        for (int p = n; p < npad; p++)
+            s[p] = -INFINITY;
+        __m256 mx = _mm256_set1_ps(-INFINITY);
+        for (int p = 0; p < npad; p += 8)
+            mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + p));
+        float m = hmax8(mx);
+        __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+        for (int p = 0; p < npad; p += 8) {
+            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), mv));
+            _mm256_storeu_ps(s + p, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        a->m[g] = m;
+        a->l[g] = hsum8(sum);
+        for (int o = 0; o < hd; o += 64) {
+            __m256 acc[8];
+            for (int u = 0; u < 8; u++)
+                acc[u] = _mm256_setzero_ps();
+            for (int p = 0; p < n; p++) {
+                __m256 w = _mm256_broadcast_ss(s + p);
+                const float *vr = vrow[p] + o;
+                for (int u = 0; u < 8; u++)
+                    acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * u), acc[u]);
+            }
+            float *out = a->o + (size_t)g * hd + o;
+            for (int u = 0; u < 8; u++)
+                _mm256_storeu_ps(out + 8 * u, acc[u]);
+        }
+    }
+}

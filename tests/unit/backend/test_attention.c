@@ -1,0 +1,394 @@
+/*
+ * test_attention.c - the CPU attention op: the SIMD path (chunked, GQA groups
+ * together, polynomial exp) against the scalar reference and a float64 reference
+ * by normalized error, over head_dim 64/128, GQA groups 1/2/4/8 and key lengths
+ * 1..3000 in shuffled paged block tables; its exp against libm; and bitwise batch
+ * invariance: a token's output alone, inside a batch of other sequences' tokens,
+ * and on 1..3 threads (split or not split over key chunks) is the same.
+ */
+#include "test_util.h"
+
+#include "backend/cpu/cpu_int.h"
+
+#include <math.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rng_u32(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rng_uniform(void) // [-1, 1)
+{
+    return (float)rng_u32() / 2147483648.0f - 1.0f;
+}
+
+static double nerr(const float *a, const double *b, size_t n)
+{
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += b[i] * b[i];
+    }
+    return sqrt(e / (s > 0 ? s : 1));
+}
+
+static bool have_simd(void)
+{
+    return rp_cpu_force_simd("avx2");
+}
+
+/*
+ * One paged cache holding n_seq sequences of random K/V (blocks handed out in
+ * shuffled order) and a query token at any position of any sequence.
+ */
+enum { BS = 16 };
+
+typedef struct cache {
+    int n_seq, n_kv, hd, n_head;
+    int len[4];
+    int32_t *bt[4];
+    float *k, *v; // (n_blocks, BS, n_kv, hd)
+} cache;
+
+static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group, int hd, float kscale)
+{
+    *c = (cache){.n_seq = n_seq, .n_kv = n_kv, .hd = hd, .n_head = n_kv * group};
+    int n_blocks = 0;
+    for (int s = 0; s < n_seq; s++) {
+        c->len[s] = len[s];
+        n_blocks += (len[s] + BS - 1) / BS;
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int i = 0; i < n_blocks; i++)
+        perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int r = (int)(rng_u32() % (uint32_t)(i + 1));
+        int32_t x = perm[i];
+        perm[i] = perm[r];
+        perm[r] = x;
+    }
+    int next = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int nb = (len[s] + BS - 1) / BS;
+        c->bt[s] = malloc(sizeof(int32_t) * (size_t)nb);
+        for (int b = 0; b < nb; b++)
+            c->bt[s][b] = perm[next++];
+    }
+    free(perm);
+    size_t n = (size_t)n_blocks * BS * n_kv * hd;
+    c->k = malloc(n * sizeof(float));
+    c->v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        c->k[i] = rng_uniform() * kscale;
+        c->v[i] = rng_uniform();
+    }
+}
+
+static void cache_deinit(cache *c)
+{
+    for (int s = 0; s < c->n_seq; s++)
+        free(c->bt[s]);
+    free(c->k);
+    free(c->v);
+}
+
+static int32_t cache_slot(const cache *c, int seq, int pos)
+{
+    return c->bt[seq][pos / BS] * BS + pos % BS;
+}
+
+// A batch of query tokens (seq, pos) with random queries; k/v inputs are the rows
+// already in the cache, so the op's write leaves it unchanged.
+typedef struct batch {
+    int n;
+    int32_t pos[64], slot[64];
+    const int32_t *bt[64];
+    int seq[64];
+    float *q, *k, *v; // (n, n_head*hd), (n, n_kv*hd) x 2
+} batch;
+
+static void batch_init(batch *b, const cache *c, int n, const int *seq, const int *pos, const float *q)
+{
+    size_t w = (size_t)c->n_kv * c->hd, qw = (size_t)c->n_head * c->hd;
+    b->n = n;
+    b->q = malloc(sizeof(float) * qw * (size_t)n);
+    b->k = malloc(sizeof(float) * w * (size_t)n);
+    b->v = malloc(sizeof(float) * w * (size_t)n);
+    for (int t = 0; t < n; t++) {
+        b->seq[t] = seq[t];
+        b->pos[t] = pos[t];
+        b->slot[t] = cache_slot(c, seq[t], pos[t]);
+        b->bt[t] = c->bt[seq[t]];
+        memcpy(b->k + t * w, c->k + (size_t)b->slot[t] * w, w * sizeof(float));
+        memcpy(b->v + t * w, c->v + (size_t)b->slot[t] * w, w * sizeof(float));
+        if (q)
+            memcpy(b->q + t * qw, q + t * qw, qw * sizeof(float));
+        else
+            for (size_t i = 0; i < qw; i++)
+                b->q[t * qw + i] = rng_uniform();
+    }
+}
+
+static void batch_deinit(batch *b)
+{
+    free(b->q);
+    free(b->k);
+    free(b->v);
+}
+
+static void run_attn(rp_backend *be, cache *c, const batch *b, float *out)
+{
+    rp_kv_layer kv = {c->k, c->v};
+    rp_attn_info info = {.n_tokens = b->n, .block_size = BS, .pos = b->pos, .slot = b->slot, .block_table = b->bt};
+    float scale = 1.0f / sqrtf((float)c->hd);
+    assert_int_equal(be->ops->attention(be, b->q, b->k, b->v, &kv, &info, c->n_head, c->n_kv, c->hd, scale, out),
+                     RP_OK);
+}
+
+// out (n_head*hd) of token t in float64.
+static void ref_attn(const cache *c, const batch *b, int t, double *out)
+{
+    int hd = c->hd, group = c->n_head / c->n_kv, len = b->pos[t] + 1;
+    size_t w = (size_t)c->n_kv * hd;
+    double scale = 1.0 / sqrt((double)hd);
+    double *s = malloc(sizeof(double) * (size_t)len);
+    for (int h = 0; h < c->n_head; h++) {
+        const float *q = b->q + ((size_t)t * c->n_head + h) * hd;
+        int kvh = h / group;
+        double mx = -INFINITY, sum = 0;
+        for (int p = 0; p < len; p++) {
+            const float *k = c->k + (size_t)cache_slot(c, b->seq[t], p) * w + (size_t)kvh * hd;
+            double d = 0;
+            for (int i = 0; i < hd; i++)
+                d += (double)q[i] * k[i];
+            s[p] = d * scale;
+            mx = s[p] > mx ? s[p] : mx;
+        }
+        for (int p = 0; p < len; p++)
+            sum += s[p] = exp(s[p] - mx);
+        double *o = out + (size_t)h * hd;
+        for (int i = 0; i < hd; i++)
+            o[i] = 0;
+        for (int p = 0; p < len; p++) {
+            const float *v = c->v + (size_t)cache_slot(c, b->seq[t], p) * w + (size_t)kvh * hd;
+            for (int i = 0; i < hd; i++)
+                o[i] += s[p] / sum * v[i];
+        }
+    }
+    free(s);
+}
+
+static void test_exp(void **state)
+{
+    (void)state;
+    if (!have_simd()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    rp_cpu_force_scalar(false);
+    enum { N = 1 << 16 };
+    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++)
+        x[i] = -87.0f * (float)i / (N - 1);
+    x[0] = 0.0f;
+    x[1] = -0.0f;
+    rp_cpu_attn_exp_avx2(x, y, N);
+    double worst = 0;
+    for (int i = 0; i < N; i++) {
+        double ref = exp((double)x[i]);
+        double ulp = ldexp(1.0, ilogb(ref) - 23);
+        double e = fabs(y[i] - ref) / ulp;
+        worst = e > worst ? e : worst;
+    }
+    assert_true(y[0] == 1.0f && y[1] == 1.0f);
+    assert_true(worst < 2.0);
+    float lo[8] = {-87.5f, -100.0f, -1e30f, -INFINITY, -88.0f, -87.0f, -20.0f, -1e-8f}, ylo[8];
+    rp_cpu_attn_exp_avx2(lo, ylo, 8);
+    for (int i = 0; i < 5; i++)
+        assert_true(ylo[i] == 0.0f);
+    assert_true(ylo[5] > 0 && fabs(ylo[5] - exp(-87.0)) / exp(-87.0) < 1e-6);
+    assert_true(fabsf(ylo[7] - 1.0f) <= 1.2e-7f);
+    print_message("exp: worst %.2f ulp over [-87, 0]\n", worst);
+    free(x);
+    free(y);
+}
+
+// SIMD vs scalar vs float64 over shapes, lengths and query positions.
+static void test_simd_vs_scalar(void **state)
+{
+    (void)state;
+    if (!have_simd()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    rp_backend *be;
+    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    static const int hds[] = {64, 128}, groups[] = {1, 2, 4, 8};
+    static const int lens[] = {1, 2, 7, 127, 128, 129, 300, 1000, 3000};
+    double worst_simd = 0, worst_scalar = 0;
+    for (int ih = 0; ih < 2; ih++)
+        for (int ig = 0; ig < 4; ig++)
+            for (int il = 0; il < 9; il++) {
+                int hd = hds[ih], group = groups[ig], len = lens[il];
+                // large key scale once in a while: peaked softmax, many exp underflows
+                float kscale = il % 3 == 2 ? 8.0f : 1.0f;
+                cache c;
+                int lens2[2] = {len, 1 + (int)(rng_u32() % 400)};
+                cache_init(&c, 2, lens2, 2, group, hd, kscale);
+                int seq[8], pos[8], n = 0;
+                int cand[] = {0, 1, len / 2, 127, 128, 255, 256, len - 2, len - 1};
+                for (int i = 0; i < 9 && n < 6; i++)
+                    if (cand[i] >= 0 && cand[i] < len) {
+                        seq[n] = 0;
+                        pos[n++] = cand[i];
+                    }
+                seq[n] = 1;
+                pos[n++] = lens2[1] - 1;
+                batch b;
+                batch_init(&b, &c, n, seq, pos, NULL);
+                size_t qw = (size_t)c.n_head * hd;
+                float *o_simd = malloc(sizeof(float) * qw * n), *o_scalar = malloc(sizeof(float) * qw * n);
+                double *ref = malloc(sizeof(double) * qw);
+                assert_true(rp_cpu_force_simd("avx2"));
+                run_attn(be, &c, &b, o_simd);
+                rp_cpu_force_scalar(true);
+                run_attn(be, &c, &b, o_scalar);
+                rp_cpu_force_scalar(false);
+                for (int t = 0; t < n; t++) {
+                    ref_attn(&c, &b, t, ref);
+                    double es = nerr(o_simd + t * qw, ref, qw), er = nerr(o_scalar + t * qw, ref, qw);
+                    double rel = 0, sn = 0;
+                    for (size_t i = 0; i < qw; i++) {
+                        double d = (double)o_simd[t * qw + i] - o_scalar[t * qw + i];
+                        rel += d * d;
+                        sn += (double)o_scalar[t * qw + i] * o_scalar[t * qw + i];
+                    }
+                    rel = sqrt(rel / sn);
+                    if (es > 1e-6 || rel > 1e-5)
+                        print_message("hd %d group %d len %d pos %d: simd %.2e scalar %.2e simd-vs-scalar %.2e\n", hd,
+                                      group, len, b.pos[t], es, er, rel);
+                    assert_true(es < 1e-6);
+                    assert_true(rel < 1e-5);
+                    worst_simd = es > worst_simd ? es : worst_simd;
+                    worst_scalar = er > worst_scalar ? er : worst_scalar;
+                }
+                free(o_simd);
+                free(o_scalar);
+                free(ref);
+                batch_deinit(&b);
+                cache_deinit(&c);
+            }
+    print_message("normalized error vs float64: simd %.2e, scalar %.2e\n", worst_simd, worst_scalar);
+    rp_backend_destroy(be);
+}
+
+// A head_dim the SIMD path does not take (not a multiple of 64) runs the scalar
+// reference: bitwise the forced-scalar result.
+static void test_fallback(void **state)
+{
+    (void)state;
+    rp_backend *be;
+    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    cache c;
+    int len[1] = {200};
+    cache_init(&c, 1, len, 2, 2, 80, 1.0f);
+    int seq[3] = {0, 0, 0}, pos[3] = {0, 99, 199};
+    batch b;
+    batch_init(&b, &c, 3, seq, pos, NULL);
+    size_t nout = (size_t)3 * c.n_head * c.hd;
+    float *o1 = malloc(sizeof(float) * nout), *o2 = malloc(sizeof(float) * nout);
+    run_attn(be, &c, &b, o1);
+    rp_cpu_force_scalar(true);
+    run_attn(be, &c, &b, o2);
+    rp_cpu_force_scalar(false);
+    assert_memory_equal(o1, o2, nout * sizeof(float));
+    free(o1);
+    free(o2);
+    batch_deinit(&b);
+    cache_deinit(&c);
+    rp_backend_destroy(be);
+}
+
+// Bitwise: each token alone (a decode step: split over key chunks when long), all
+// tokens together in one batch (a prefill: one item per token and kv head), in
+// reverse order, on 1, 2 and 3 threads.
+static void test_batch_invariance(void **state)
+{
+    (void)state;
+    if (!have_simd()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    rp_cpu_force_scalar(false);
+    static const int groups[] = {1, 3, 8};
+    for (int ig = 0; ig < 3; ig++) {
+        int group = groups[ig], hd = ig == 1 ? 128 : 64;
+        cache c;
+        int lens[3] = {2100, 130, 700};
+        cache_init(&c, 3, lens, 2, group, hd, 2.0f);
+        enum { N = 24 };
+        int seq[N], pos[N];
+        for (int t = 0; t < N; t++) {
+            seq[t] = t % 3;
+            pos[t] = t < 3 ? lens[t] - 1 : (int)(rng_u32() % (uint32_t)lens[t % 3]);
+        }
+        batch all;
+        batch_init(&all, &c, N, seq, pos, NULL);
+        size_t qw = (size_t)c.n_head * hd;
+        float *ref = malloc(sizeof(float) * qw * N), *o = malloc(sizeof(float) * qw * N);
+        for (int nth = 1; nth <= 3; nth++) {
+            rp_backend *be;
+            assert_int_equal(rp_backend_cpu_create(nth, &be), RP_OK);
+            run_attn(be, &c, &all, o);
+            if (nth == 1)
+                memcpy(ref, o, sizeof(float) * qw * N);
+            else
+                assert_memory_equal(o, ref, sizeof(float) * qw * N);
+            for (int t = 0; t < N; t++) { // alone
+                batch one;
+                batch_init(&one, &c, 1, seq + t, pos + t, all.q + t * qw);
+                run_attn(be, &c, &one, o);
+                assert_memory_equal(o, ref + t * qw, sizeof(float) * qw);
+                batch_deinit(&one);
+            }
+            // reversed, in pairs (two tokens: still split)
+            int rseq[N], rpos[N];
+            float *rq = malloc(sizeof(float) * qw * N);
+            for (int t = 0; t < N; t++) {
+                rseq[t] = seq[N - 1 - t];
+                rpos[t] = pos[N - 1 - t];
+                memcpy(rq + t * qw, all.q + (N - 1 - t) * qw, sizeof(float) * qw);
+            }
+            for (int t = 0; t < N; t += 2) {
+                batch two;
+                batch_init(&two, &c, 2, rseq + t, rpos + t, rq + t * qw);
+                run_attn(be, &c, &two, o);
+                assert_memory_equal(o, ref + (N - 1 - t) * qw, sizeof(float) * qw);
+                assert_memory_equal(o + qw, ref + (N - 2 - t) * qw, sizeof(float) * qw);
+                batch_deinit(&two);
+            }
+            free(rq);
+            rp_backend_destroy(be);
+        }
+        free(ref);
+        free(o);
+        batch_deinit(&all);
+        cache_deinit(&c);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exp),
+        cmocka_unit_test(test_simd_vs_scalar),
+        cmocka_unit_test(test_fallback),
+        cmocka_unit_test(test_batch_invariance),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
