@@ -6,11 +6,22 @@
 #ifndef RP_CLI_H
 #define RP_CLI_H
 
+#include "../engine/engine.h"
+
+#include <stddef.h>
+
 int rp_cli_run(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
 
 // The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found.
 const char *rp_cli_default_model(void);
+
+// Reads --speculative-config's JSON object into p (only the keys given change).
+// RP_ERR_INVALID with a message naming the bad key or value (unknown keys too).
+rp_status rp_cli_spec_config(const char *json, rp_engine_spec_params *p);
+// The stats line's speculation part: "spec accepted/drafted: ngram 40/52, mtp 10/30"
+// for the engine's methods (es) and the request's counts (gs); "spec: off" without any.
+void rp_cli_spec_summary(const rp_engine_stats *es, const rp_gen_stats *gs, char *buf, size_t cap);
 
 #endif

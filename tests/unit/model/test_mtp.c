@@ -83,7 +83,7 @@ static void main_step(rp_model *m, rp_kv_pool *kv, run *r, const int32_t *ids, i
         r->want[i] = true;
     }
     rp_kv_seq *seqs[1] = {&r->seq};
-    rp_batch b = {n, ids, r->pos, r->sq, r->want, seqs, 1};
+    rp_batch b = {n, ids, r->pos, r->sq, r->want, seqs, 1, NULL};
     if (rp_model_forward_ex(m, kv, &b, logits, hidden))
         fail_msg("forward: %s", rp_error_message());
 }
@@ -97,7 +97,7 @@ static void mtp_step(rp_model *m, rp_kv_pool *kv, run *r, const int32_t *next, i
         r->want[i] = true;
     }
     rp_kv_seq *seqs[1] = {&r->seq};
-    rp_batch b = {n, next, r->pos, r->sq, r->want, seqs, 1};
+    rp_batch b = {n, next, r->pos, r->sq, r->want, seqs, 1, NULL};
     if (rp_model_forward_mtp(m, kv, &b, hidden, logits, hidden_out))
         fail_msg("mtp forward: %s", rp_error_message());
 }
@@ -283,7 +283,7 @@ static void test_batch_equals_alone(void **state)
                 n++;
             }
     float *logits = malloc((size_t)total * V * sizeof(float)), *hidden = malloc((size_t)total * D * sizeof(float));
-    rp_batch b = {total, tok, pos, sq, want, seqs, S};
+    rp_batch b = {total, tok, pos, sq, want, seqs, S, NULL};
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b, logits, hidden), RP_OK);
     // MTP batch: each token but the last of each sequence, with its row's hidden state.
     int32_t *mtok = calloc((size_t)total, sizeof(int32_t));
@@ -300,7 +300,7 @@ static void test_batch_equals_alone(void **state)
         memcpy(mh + (size_t)m * D, hidden + (size_t)i * D, (size_t)D * sizeof(float));
         m++;
     }
-    rp_batch mb = {m, mtok, mpos, msq, want, seqs, S};
+    rp_batch mb = {m, mtok, mpos, msq, want, seqs, S, NULL};
     assert_int_equal(rp_model_forward_mtp(tiny, kv, &mb, mh, mlog, NULL), RP_OK);
     for (int i = 0; i < m; i++)
         if (memcmp(mlog + (size_t)i * V, alone[msq[i]] + (size_t)mpos[i] * V, (size_t)V * sizeof(float)) != 0)
@@ -601,7 +601,7 @@ static void test_without_mtp(void **state)
         int32_t tok = 1, pos = 0, sq = 0;
         bool want = true;
         float *h = calloc((size_t)c->dim, sizeof(float)), *l = malloc((size_t)c->n_vocab * sizeof(float));
-        rp_batch b = {1, &tok, &pos, &sq, &want, seqs, 1};
+        rp_batch b = {1, &tok, &pos, &sq, &want, seqs, 1, NULL};
         assert_int_equal(rp_model_forward_mtp(m, kv, &b, h, l, NULL), RP_ERR_UNSUPPORTED);
         free(h);
         free(l);
@@ -626,7 +626,7 @@ static void test_bad_batches(void **state)
     int32_t tok[2] = {1, 2}, pos[2] = {0, 1}, sq[2] = {0, 0};
     bool want[2] = {true, true};
     float *h = calloc(2 * (size_t)c->dim, sizeof(float)), *l = malloc(2 * (size_t)c->n_vocab * sizeof(float));
-    rp_batch b = {2, tok, pos, sq, want, seqs, 1};
+    rp_batch b = {2, tok, pos, sq, want, seqs, 1, NULL};
     assert_int_equal(rp_model_forward_mtp(tiny, small, &b, h, l, NULL), RP_ERR_INVALID);
     assert_int_equal(rp_model_forward(tiny, small, &b, l), RP_OK); // the main model is fine with it
     rp_kv_seq_deinit(small, &s);
