@@ -49,6 +49,7 @@
 #include "engine_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #define MTP_IDLE 64        // decode steps without an MTP draft before a request stops keeping MTP
 #define FIT_DECAY 0.97     // weight a step's time keeps per later step in the cost fit
@@ -317,6 +318,10 @@ void spec_plan(rp_engine *e)
         rp_spec_method m;
         int k;
         rp_spec_ctl_choose(&sg->ctl, avail, &cost, &m, &k);
+        if (getenv("RP_SPEC_DEBUG"))
+            fprintf(stderr, "plan: n0 %d avail %d/%d/%d verify %.3f draft %.3f/%.3f -> %s k %d  (a1 %.2f a2 %.2f a3 %.2f)\n", n0,
+                    avail[0], avail[1], avail[2], cost.verify_per_token, cost.draft_per_token[1], cost.draft_per_token[2],
+                    rp_spec_method_name(m), k, rp_spec_ctl_accept_rate(&sg->ctl, m, 1), rp_spec_ctl_accept_rate(&sg->ctl, m, 2), rp_spec_ctl_accept_rate(&sg->ctl, m, 3));
         if (avail[RP_SPEC_NGRAM] > 0 && (k == 0 || m != RP_SPEC_NGRAM)) {
             sg->n_shadow = avail[RP_SPEC_NGRAM];
             memcpy(sg->shadow, sg->draft, (size_t)sg->n_shadow * sizeof(int32_t));
