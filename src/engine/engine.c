@@ -543,7 +543,7 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         return RP_ERR(RP_ERR_INVALID, "engine: a model and a tokenizer are required");
     if ((st = check_param("n_ctx", p->n_ctx)) || (st = check_param("kv_tokens", p->kv_tokens)) ||
         (st = check_param("kv_block", p->kv_block)) || (st = check_param("max_running", p->max_running)) ||
-        (st = check_param("max_queue", p->max_queue)))
+        (st = check_param("max_queue", p->max_queue)) || (st = spec_check(m, &p->spec)))
         return st;
     const rp_model_config *cfg = rp_model_get_config(m);
     rp_engine *e = rp_calloc(1, sizeof(*e));

@@ -187,8 +187,12 @@ void engine_emit(rp_engine *e, rp_gen *g);
 
 /* ---- engine_spec.c: the hooks engine.c calls ---------------------------- */
 
-// rp_engine_create, after the KV pool: validates p->spec, takes or loads the
-// draft model, sizes the buffers (sets e->spec.budget and e->max_rows first).
+// rp_engine_create, before allocating anything: p's speculation fields and
+// whether the model can do what they ask. RP_ERR_INVALID naming the field.
+rp_status spec_check(const rp_model *m, const rp_engine_spec_params *p);
+// rp_engine_create, after the KV pool (spec_check passed): takes or loads the
+// draft model (checking its tokenizer), sizes the buffers, sets e->spec.budget
+// and e->max_rows.
 rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p);
 void spec_engine_deinit(rp_engine *e);
 // The drafts a request may need per step (0 when speculation is off): the size of g->step is 1 + this.

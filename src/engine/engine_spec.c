@@ -49,7 +49,6 @@
 #include "engine_int.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 
 #define MTP_IDLE 64        // decode steps without an MTP draft before a request stops keeping MTP
 #define FIT_DECAY 0.97     // weight a step's time keeps per later step in the cost fit
@@ -318,10 +317,6 @@ void spec_plan(rp_engine *e)
         rp_spec_method m;
         int k;
         rp_spec_ctl_choose(&sg->ctl, avail, &cost, &m, &k);
-        if (getenv("RP_SPEC_DEBUG"))
-            fprintf(stderr, "plan: n0 %d avail %d/%d/%d verify %.3f draft %.3f/%.3f -> %s k %d  (a1 %.2f a2 %.2f a3 %.2f)\n", n0,
-                    avail[0], avail[1], avail[2], cost.verify_per_token, cost.draft_per_token[1], cost.draft_per_token[2],
-                    rp_spec_method_name(m), k, rp_spec_ctl_accept_rate(&sg->ctl, m, 1), rp_spec_ctl_accept_rate(&sg->ctl, m, 2), rp_spec_ctl_accept_rate(&sg->ctl, m, 3));
         if (avail[RP_SPEC_NGRAM] > 0 && (k == 0 || m != RP_SPEC_NGRAM)) {
             sg->n_shadow = avail[RP_SPEC_NGRAM];
             memcpy(sg->shadow, sg->draft, (size_t)sg->n_shadow * sizeof(int32_t));
@@ -631,7 +626,7 @@ void spec_publish(rp_engine *e, rp_gen *g)
 
 /* ---- the engine ------------------------------------------------------------------ */
 
-static rp_status check_spec(const rp_engine_spec_params *p)
+rp_status spec_check(const rp_model *m, const rp_engine_spec_params *p)
 {
     if ((int)p->method < RP_ENGINE_SPEC_AUTO || (int)p->method > RP_ENGINE_SPEC_DRAFT)
         return RP_ERR(RP_ERR_INVALID, "speculative method %d is not one of auto, off, ngram, mtp, draft",
@@ -650,6 +645,10 @@ static rp_status check_spec(const rp_engine_spec_params *p)
         return RP_ERR(RP_ERR_INVALID, "a draft model was given twice (a path and a loaded model)");
     if (p->draft && !p->draft_tok)
         return RP_ERR(RP_ERR_INVALID, "a loaded draft model needs its tokenizer");
+    if (p->method == RP_ENGINE_SPEC_MTP && !rp_model_has_mtp(m))
+        return RP_ERR(RP_ERR_INVALID, "speculative method mtp: the model %s has no MTP layer", rp_model_path(m));
+    if (p->method == RP_ENGINE_SPEC_DRAFT && !p->draft_path && !p->draft)
+        return RP_ERR(RP_ERR_INVALID, "speculative method draft needs a draft model (--draft-model)");
     return RP_OK;
 }
 
@@ -684,9 +683,7 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     spec_engine *se = &e->spec;
     const rp_engine_spec_params *sp = &p->spec;
     e->max_rows = e->max_running;
-    rp_status st = check_spec(sp);
-    if (st)
-        return st;
+    rp_status st;
     se->want_hidden = rp_calloc((size_t)e->max_batch, sizeof(bool)); // build_batch fills it, speculation or not
     if (!se->want_hidden)
         return RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers");
@@ -702,10 +699,6 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     bool auto_ = mth == RP_ENGINE_SPEC_AUTO;
     bool has_mtp = rp_model_has_mtp(e->m);
     bool has_draft = sp->draft_path || sp->draft;
-    if (mth == RP_ENGINE_SPEC_MTP && !has_mtp)
-        return RP_ERR(RP_ERR_INVALID, "speculative method mtp: the model %s has no MTP layer", rp_model_path(e->m));
-    if (mth == RP_ENGINE_SPEC_DRAFT && !has_draft)
-        return RP_ERR(RP_ERR_INVALID, "speculative method draft needs a draft model (--draft-model)");
     se->use[RP_SPEC_NGRAM] = auto_ || mth == RP_ENGINE_SPEC_NGRAM;
     se->use[RP_SPEC_MTP] = has_mtp && (auto_ || mth == RP_ENGINE_SPEC_MTP);
     se->use[RP_SPEC_DRAFT] = has_draft && (auto_ || mth == RP_ENGINE_SPEC_DRAFT);

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <pthread.h>
 
-#define SH_GEN_MAX 1024   // most tokens one request generates in these tests
+#define SH_GEN_MAX 2048 // most tokens one request generates in these tests
 #define SH_READ_GUARD 300.0 // a read that sees nothing this long means the engine hangs
 
 static rp_model *SH_M;        // rapid-tiny (MTP), max_batch 64: long prompts take several chunks
@@ -95,6 +95,7 @@ static rp_engine *sh_engine(const sh_config *c, int k_max, int max_running, int 
 {
     rp_engine_params ep;
     rp_engine_params_default(&ep);
+    ep.n_ctx = 4096; // not the model's 32k: a pool that size is mostly page faults
     ep.max_running = max_running;
     ep.kv_tokens = kv_tokens;
     ep.kv_block = kv_block;
