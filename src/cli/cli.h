@@ -8,15 +8,29 @@
 
 #include "../engine/engine.h"
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 int rp_cli_run(int argc, char **argv);
+int rp_cli_serve(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
 
 // The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found.
 const char *rp_cli_default_model(void);
 
+// sizes.c
+// A byte size: a number with an optional K, M, G or T (powers of 1024), then
+// an optional "iB" or "B" ("512M", "4GiB", "1.5G", "1000"). False when malformed.
+bool rp_cli_parse_bytes(const char *s, uint64_t *out);
+// --kv-memory: a size as rp_cli_parse_bytes, or a fraction of the memory
+// available now ("0.25", "25%"; in (0, 1], written with a '.' or a '%').
+bool rp_cli_parse_kv_memory(const char *s, uint64_t *out);
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+uint64_t rp_cli_mem_available(void);
+
+// spec_opts.c
 // Reads --speculative-config's JSON object into p (only the keys given change).
 // RP_ERR_INVALID with a message naming the bad key or value (unknown keys too).
 rp_status rp_cli_spec_config(const char *json, rp_engine_spec_params *p);

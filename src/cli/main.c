@@ -18,6 +18,7 @@ static void usage(FILE *f)
                "Rapid %s - a fast local LLM inference engine.\n"
                "\n"
                "commands:\n"
+               "  serve [MODEL]           serve the OpenAI and Anthropic HTTP APIs (default: 127.0.0.1:8000)\n"
                "  run MODEL -p PROMPT     generate text from a prompt (MODEL: a Hugging Face folder or a .gguf file)\n"
                "  tokenize MODEL TEXT     print the token ids of TEXT\n"
                "  template MODEL          print the chat prompt MODEL's template makes of --messages FILE\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
         printf("rapid %s\n", RP_VERSION);
         return 0;
     }
+    if (strcmp(cmd, "serve") == 0)
+        return rp_cli_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return rp_cli_run(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0)

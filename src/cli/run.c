@@ -60,6 +60,8 @@ static void run_usage(FILE *f)
                "      --speculative-config JSON  {\"method\": \"auto|ngram|mtp|draft\", \"num_speculative_tokens\": K,\n"
                "                          \"adaptive\": true|false, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n"
                "      --draft-model PATH  a smaller model with the same tokenizer that drafts tokens\n"
+               "      --cache-dir DIR     keep the prompt's KV in DIR/<model fingerprint>/ at exit and reuse it\n"
+               "                          next time (the prefix cache's disk tier; off by default for run)\n"
                "  -h, --help              this help\n");
 }
 
@@ -88,6 +90,7 @@ static bool parse_float(const char *s, float *out)
 typedef struct run_opts {
     const char *model, *prompt, *file, *system, *tools_file;
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
+    const char *cache_dir;
     int n_predict, threads, ctx;
     bool ignore_eos, raw, think;
     rp_dtype quant;
@@ -118,7 +121,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_REASONING_PARSER,
         O_NO_SPEC,
         O_SPEC_CONFIG,
-        O_DRAFT
+        O_DRAFT,
+        O_CACHE_DIR
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -145,6 +149,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"no-spec-decode", no_argument, 0, O_NO_SPEC},
         {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"cache-dir", required_argument, 0, O_CACHE_DIR},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -202,6 +207,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case O_THINK: o->think = true; break;
         case O_RAW: o->raw = true; break;
         case O_TOOLS: o->tools_file = optarg; break;
+        case O_CACHE_DIR: o->cache_dir = optarg; ok = *optarg != 0; break;
         case O_TOOL_PARSER: {
             rp_tool_format tf;
             ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
@@ -487,6 +493,7 @@ int rp_cli_run(int argc, char **argv)
     ep.max_running = 1;
     ep.max_queue = 1;
     ep.spec = o.spec;
+    ep.cache_dir = o.cache_dir;
     rp_gen_params gp;
     rp_gen_params_default(&gp);
     gp.prompt = ids;
@@ -547,12 +554,19 @@ int rp_cli_run(int argc, char **argv)
     rp_engine_get_stats(eng, &es);
     char spec[256];
     rp_cli_spec_summary(&es, &gs, spec, sizeof(spec));
-    // Prefill: from admission to the first token. Decode speed: the tokens after
-    // the first over the time after it (a step may make several with speculation).
+    // Prefill: from admission to the first token, counting the tokens run, not
+    // those found in the prefix cache. Decode speed: the tokens after the first
+    // over the time after it (a step may make several with speculation).
     double pre_s = gs.t_first - gs.t_admit, dec_s = gs.t_last - gs.t_first;
     int n_gen = gs.n_generated;
-    fprintf(stderr, "prompt: %zu tokens, %.1f tok/s | generated: %d tokens, %.1f tok/s | %s | %s, %d threads\n",
-            n_prompt, gen ? n_prompt / (pre_s > 0 ? pre_s : 1e-9) : 0.0, n_gen,
+    char cached[48] = "";
+    if (gs.n_cached > 0)
+        snprintf(cached, sizeof(cached), " (%d cached)", gs.n_cached);
+    fprintf(stderr,
+            "prompt: %zu tokens%s, %.1f tok/s, first token in %.0f ms | generated: %d tokens, %.1f tok/s | %s | %s, "
+            "%d threads\n",
+            n_prompt, cached, gen ? (n_prompt - (size_t)gs.n_cached) / (pre_s > 0 ? pre_s : 1e-9) : 0.0,
+            gen && gs.t_first > 0 ? (gs.t_first - gs.t_submit) * 1e3 : 0.0, n_gen,
             n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, spec, rp_model_describe(model),
             rp_backend_cpu_threads(rp_model_backend(model)));
     rc = 0;

@@ -25,6 +25,11 @@
  *     queue, n_comp = 0; its sampler and emitted tokens are kept): vLLM's
  *     recompute preemption. The forward pass is per-token deterministic, so the
  *     recomputed logits, and the output, are what they would have been.
+ *   - Prefix cache (src/cache/): admission looks the request's tokens up and
+ *     adopts the cached leading blocks (attach_prefix), retirement and
+ *     preemption publish the whole computed blocks (publish_prefix). These two
+ *     hooks are all the scheduler knows of it; the pool's free blocks include
+ *     cached blocks nobody holds, which the pool reuses least recent first.
  *   - JSON mode: the grammar's token table (rp_json_vocab) is built once, by
  *     the first JSON request's submit; each JSON request gets a matcher at
  *     first admission. Each step its logits row is masked before sampling
@@ -53,6 +58,7 @@
 #define DEFAULT_MAX_RUNNING 16
 #define DEFAULT_MAX_QUEUE 64
 #define DEFAULT_KV_MIN 4096 // tokens
+#define MARGIN_DIV 8        // the admission margin is at most this fraction of the pool
 #define PARAM_MAX (1 << 24) // sanity bound on every size parameter
 #define OUTBOX_MIN 16       // tokens an outbox holds at first
 #define TOKS_SLACK 64       // room for generated tokens in the token list at first
@@ -148,6 +154,13 @@ bool engine_is_eog(const rp_engine *e, int32_t id)
 
 /* ---- scheduling (engine thread, e->mu held) ------------------------------- */
 
+// Offers g's whole blocks of computed tokens to the prefix cache (before its KV goes).
+static void publish_prefix(rp_engine *e, rp_gen *g)
+{
+    if (e->cache && g->kv.n_blocks > 0)
+        rp_cache_publish(e->cache, g->toks, &g->kv, g->n_comp / e->block);
+}
+
 // Retires g with `reason`: out of its list, KV and sampler freed, the reader
 // woken (or the handle freed if it was released).
 static void finish(rp_engine *e, rp_gen *g, rp_gen_finish reason, const char *msg)
@@ -160,6 +173,8 @@ static void finish(rp_engine *e, rp_gen *g, rp_gen_finish reason, const char *ms
         list_unlink(&e->q_head, &e->q_tail, g);
         e->n_queued--;
     }
+    if (reason != RP_GEN_ERROR) // an error may have left KV half written
+        publish_prefix(e, g);
     rp_kv_seq_deinit(e->kv, &g->kv);
     spec_gen_end(e, g);
     rp_sampler_destroy(g->smp);
@@ -196,6 +211,7 @@ static void preempt(rp_engine *e, rp_gen *g)
     list_unlink(&e->r_head, &e->r_tail, g);
     e->n_running--;
     g->running = false;
+    publish_prefix(e, g);
     rp_kv_seq_truncate(e->kv, &g->kv, 0);
     g->n_comp = 0;
     spec_gen_preempted(e, g);
@@ -204,7 +220,41 @@ static void preempt(rp_engine *e, rp_gen *g)
     e->stats.preemptions++;
 }
 
-// Admits queued requests, first come first, while there is room and KV for all their tokens.
+// Gives g (its sequence empty) the cached leading blocks of its tokens found by
+// the lookup cm, and sets n_comp past them.
+static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm)
+{
+    g->n_comp = 0;
+    if (!e->cache)
+        return RP_OK;
+    int got; // (taking nothing still counts the misses)
+    rp_status st = rp_cache_take(e->cache, g->toks, &g->kv, &got);
+    if (st || got == 0)
+        return st;
+    int c = got * e->block;
+    // The last token always runs: its logits are needed. MTP hook: the MTP
+    // layer's KV at the last cached position depends on the next token, and its
+    // input there (the main model's hidden row) is not cached, so with an MTP
+    // layer the last cached position runs again: prefill from n_comp then yields
+    // that row's h, and the speculative step fills its MTP KV as for any
+    // prefilled position. Either way the position's block is written, so it is
+    // made private first (copy on write); without a free block for the copy the
+    // whole block is run again instead.
+    if (e->has_mtp || c == g->n_tok) {
+        if (rp_kv_seq_unshare_last(e->kv, &g->kv) == RP_OK) {
+            c -= 1;
+        } else {
+            c -= e->block;
+            rp_kv_seq_truncate(e->kv, &g->kv, c);
+        }
+    }
+    g->n_comp = c;
+    return RP_OK;
+}
+
+// Admits queued requests, first come first, while there is room and KV for all
+// their tokens (the cached ones held by others cost nothing), keeping a margin
+// free for the running requests' next tokens.
 static void admit(rp_engine *e)
 {
     while (e->q_head && e->n_running < e->max_running) {
@@ -214,7 +264,12 @@ static void admit(rp_engine *e)
             finish(e, g, RP_GEN_LENGTH, NULL);
             continue;
         }
-        if (need > rp_kv_pool_free_blocks(e->kv))
+        rp_cache_match cm = {0};
+        if (e->cache)
+            rp_cache_lookup(e->cache, g->toks, g->n_tok / e->block, &cm);
+        bool cow = cm.n_blocks > 0 && (e->has_mtp || cm.n_blocks * e->block == g->n_tok);
+        int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
+        if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
             break;
         rp_status st = RP_OK;
         bool first = !g->smp;
@@ -224,25 +279,27 @@ static void admit(rp_engine *e)
         if (!st && g->json && !g->jm)
             st = rp_json_match_create(e->jv, &g->jm);
         if (!st)
+            st = attach_prefix(e, g, &cm);
+        if (!st)
             st = rp_kv_seq_reserve(e->kv, &g->kv, g->n_tok);
         if (st) {
             finish(e, g, RP_GEN_ERROR, rp_error_message());
             continue;
         }
-        // Prefix cache (when it lands here): a request whose KV starts from cached
-        // blocks must not keep MTP from them (the MTP row of the last cached
-        // position needs the next token, and no hidden rows are cached): either
-        // recompute the last cached position before drafting with MTP, or let
-        // spec_gen_start see n_comp > 0 and leave MTP off for it (what it does).
-        if (first)
-            spec_gen_start(e, g);
         list_unlink(&e->q_head, &e->q_tail, g);
         e->n_queued--;
         list_append(&e->r_head, &e->r_tail, g);
         e->n_running++;
         g->running = true;
-        if (g->stats.t_admit == 0)
+        if (g->stats.t_admit == 0) {
             g->stats.t_admit = rp_time_s();
+            g->stats.n_cached = g->n_comp;
+        }
+        spec_gen_admitted(e, g, first);
+        if (e->cache) {
+            e->stats.cache_hit_tokens += (uint64_t)g->n_comp;
+            e->stats.cache_miss_tokens += (uint64_t)(g->n_tok - g->n_comp);
+        }
     }
 }
 
@@ -283,13 +340,19 @@ static void build_batch(rp_engine *e)
 {
     e->n_b = e->n_b_seqs = e->n_b_rows = e->n_b_prefill = 0;
     e->spec.need_hidden = false;
-    int n_out = 0; // rows of the forward's output (logits or hidden)
+    int n_out = 0;                     // rows of the forward's output (logits or hidden)
+    int chunk_left = e->prefill_chunk; // prefill tokens this step may still take
     for (int pass = 0; pass < 2; pass++)
-        for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch; g = g->next) {
+        for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch && (pass == 0 || chunk_left > 0); g = g->next) {
             int left = g->n_tok - g->n_comp;
             if ((pass == 0) != (left == 1))
                 continue;
-            int take = left < e->max_batch - e->n_b ? left : e->max_batch - e->n_b;
+            int room = e->max_batch - e->n_b;
+            if (pass == 1 && room > chunk_left)
+                room = chunk_left;
+            int take = left < room ? left : room;
+            if (pass == 1)
+                chunk_left -= take;
             int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
             int s = e->n_b_seqs++;
             e->b_seqs[s] = &g->kv;
@@ -512,9 +575,39 @@ static rp_status check_param(const char *name, int v)
     return RP_OK;
 }
 
+// The pool's size in blocks: kv_tokens, else kv_memory, else max(n_ctx, 4096)
+// tokens. An explicit n_ctx the pool can never hold is refused with the numbers.
+static rp_status plan_kv(const rp_model *m, const rp_engine_params *p, int n_ctx, int block, int *n_blocks)
+{
+    const rp_model_config *cfg = rp_model_get_config(m);
+    size_t block_bytes = rp_kv_block_bytes(rp_model_kv_layers(m), cfg->n_kv_head, cfg->head_dim, block);
+    int64_t nb;
+    if (p->kv_tokens) {
+        nb = ((int64_t)p->kv_tokens + block - 1) / block;
+    } else if (p->kv_memory) {
+        uint64_t q = p->kv_memory / block_bytes;
+        if (q == 0 || q > PARAM_MAX)
+            return RP_ERR(RP_ERR_RANGE, "a KV cache of %llu bytes holds %s blocks of %d tokens (%zu bytes each)",
+                          (unsigned long long)p->kv_memory, q ? "too many" : "no", block, block_bytes);
+        nb = (int64_t)q;
+    } else {
+        int64_t t = n_ctx > DEFAULT_KV_MIN ? n_ctx : DEFAULT_KV_MIN;
+        nb = (t + block - 1) / block;
+    }
+    if (p->n_ctx > 0 && n_ctx > nb * block)
+        return RP_ERR(RP_ERR_RANGE,
+                      "the context (%d tokens) is longer than the KV cache can ever hold (%lld tokens: %lld blocks "
+                      "of %d, %.1f MiB); give the cache more memory or the context less",
+                      n_ctx, (long long)(nb * block), (long long)nb, block, (double)nb * block_bytes / (1 << 20));
+    *n_blocks = (int)nb;
+    return RP_OK;
+}
+
 // Frees what create made (the thread is not running); the shell goes with the last reference.
 static void engine_free_parts(rp_engine *e)
 {
+    rp_cache_destroy(e->cache); // writes what it holds to disk first: the pool must still be there
+    e->cache = NULL;
     rp_kv_pool_destroy(e->kv);
     e->kv = NULL;
     rp_free(e->b_tok);
@@ -543,8 +636,11 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         return RP_ERR(RP_ERR_INVALID, "engine: a model and a tokenizer are required");
     if ((st = check_param("n_ctx", p->n_ctx)) || (st = check_param("kv_tokens", p->kv_tokens)) ||
         (st = check_param("kv_block", p->kv_block)) || (st = check_param("max_running", p->max_running)) ||
-        (st = check_param("max_queue", p->max_queue)) || (st = spec_check(m, &p->spec)))
+        (st = check_param("max_queue", p->max_queue)) || (st = check_param("prefill_chunk", p->prefill_chunk)) ||
+        (st = spec_check(m, &p->spec)))
         return st;
+    if (isnan(p->cache_flush_s))
+        return RP_ERR(RP_ERR_INVALID, "engine parameter cache_flush_s is not a number");
     const rp_model_config *cfg = rp_model_get_config(m);
     rp_engine *e = rp_calloc(1, sizeof(*e));
     if (!e)
@@ -556,8 +652,12 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->max_batch = rp_model_max_batch(m);
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < cfg->max_ctx ? p->n_ctx : cfg->max_ctx;
     e->block = p->kv_block ? p->kv_block : DEFAULT_BLOCK;
-    int kv_tokens = p->kv_tokens ? p->kv_tokens : (e->n_ctx > DEFAULT_KV_MIN ? e->n_ctx : DEFAULT_KV_MIN);
-    e->n_blocks = blocks_for(e, kv_tokens);
+    e->has_mtp = rp_model_has_mtp(m);
+    e->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : e->max_batch;
+    if ((st = plan_kv(m, p, e->n_ctx, e->block, &e->n_blocks))) {
+        rp_free(e);
+        return st;
+    }
     e->max_running = p->max_running ? p->max_running : DEFAULT_MAX_RUNNING;
     e->max_queue = p->max_queue ? p->max_queue : DEFAULT_MAX_QUEUE;
     atomic_init(&e->refs, 1);
@@ -576,7 +676,19 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         rp_free(e);
         return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a condition variable");
     }
-    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, &e->kv)) || (st = spec_engine_init(e, p)))
+    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, &e->kv)))
+        goto fail;
+    if (!p->no_prefix_cache) {
+        uint8_t fp[16];
+        rp_cache_params cp;
+        rp_cache_params_default(&cp);
+        cp.dir = p->cache_dir;
+        cp.disk_budget = p->cache_disk_budget;
+        cp.flush_s = p->cache_flush_s;
+        if ((st = rp_model_fingerprint(m, fp)) || (st = rp_cache_create(e->kv, fp, &cp, &e->cache)))
+            goto fail;
+    }
+    if ((st = spec_engine_init(e, p)))
         goto fail;
     size_t B = (size_t)e->max_batch, R = (size_t)e->max_running, rows;
     e->b_tok = rp_malloc(B * sizeof(int32_t));
@@ -628,6 +740,11 @@ int rp_engine_n_ctx(const rp_engine *e)
     return e->n_ctx;
 }
 
+const char *rp_engine_cache_dir(const rp_engine *e)
+{
+    return e->cache ? rp_cache_dir(e->cache) : NULL;
+}
+
 void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
 {
     pthread_mutex_lock(&e->mu);
@@ -637,6 +754,12 @@ void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
     out->kv_blocks = e->n_blocks;
     out->kv_blocks_used = e->kv ? e->n_blocks - rp_kv_pool_free_blocks(e->kv) : 0;
     out->kv_block_tokens = e->block;
+    out->kv_bytes = e->kv ? (uint64_t)e->n_blocks * rp_kv_pool_block_bytes(e->kv) : 0;
+    out->n_ctx = e->n_ctx;
+    out->prefix_cache = e->cache != NULL;
+    memset(&out->cache, 0, sizeof(out->cache));
+    if (e->cache)
+        rp_cache_get_stats(e->cache, &out->cache);
     for (int m = 0; m < RP_SPEC_N_METHODS; m++)
         out->spec_methods[m] = e->spec.on && e->spec.use[m];
     pthread_mutex_unlock(&e->mu);

@@ -40,13 +40,29 @@
  * plain decoding). Only the speed changes. The pieces: src/spec/spec.h; the
  * engine side: engine_spec.c.
  *
- * KV pressure: admission takes the KV blocks of the whole prompt at once;
- * decoding then grows each request a slot at a time. When the pool runs out,
- * the most recently admitted request is preempted: its KV is freed and it goes
- * back to the head of the queue; when readmitted, its prompt and the tokens it
- * already generated are recomputed (nothing is emitted twice, and its sampler
+ * KV pressure: admission takes the KV blocks of the whole prompt at once,
+ * and while other requests run it leaves a few blocks free (one per running
+ * request, at most an eighth of the pool) so that a new request is not
+ * admitted only to be preempted at the next step; decoding then grows each
+ * request a slot at a time. When the pool runs out, the most recently
+ * admitted request is preempted: its KV is freed (its whole blocks go to the
+ * prefix cache first) and it goes back to the head of the queue; when
+ * readmitted, its prompt and the tokens it already generated are recomputed,
+ * or found in the prefix cache (nothing is emitted twice, and its sampler
  * keeps its state, so the output is what it would have been). A request that
  * alone outgrows the whole pool finishes LENGTH.
+ *
+ * Prefix cache (src/cache/cache.h; on unless no_prefix_cache): at admission
+ * the request's tokens are looked up block by block and every leading whole
+ * block found (in memory, or on disk with cache_dir) joins its block table;
+ * only the rest is prefilled. The last token is always run (its logits are
+ * needed): when the whole list is cached, or when the model has an MTP layer
+ * (whose KV at the last cached position depends on the token after it, and
+ * whose input there, the main model's hidden row, is not cached), the last
+ * cached position is run again in a private copy of its block. When a request
+ * ends (any reason but ERROR) or is preempted, its whole blocks of computed
+ * tokens, prompt and generated, are published. rp_gen_stats.n_cached is the
+ * number of prompt tokens not run at the first admission.
  *
  * Threads: rp_engine_* and rp_gen_* may be called from any thread; a given
  * rp_gen belongs to the thread that submitted it (one reader). Between create
@@ -55,6 +71,7 @@
 #ifndef RP_ENGINE_H
 #define RP_ENGINE_H
 
+#include "../cache/cache.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../spec/spec.h"
@@ -90,11 +107,21 @@ typedef struct rp_engine_spec_params {
 } rp_engine_spec_params;
 
 typedef struct rp_engine_params {
-    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx
-    int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = max(n_ctx, 4096) rounded up to blocks
+    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx (an
+                     // explicit n_ctx longer than the pool holds is refused at create)
+    int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = kv_memory, else max(n_ctx, 4096),
+                     // rounded up to blocks
     int kv_block;    // tokens per KV block; 0 = 16
     int max_running; // requests generating together; 0 = 16
     int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
+    uint64_t kv_memory;      // KV pool size in bytes, when kv_tokens is 0 (rounded down to whole blocks)
+    int prefill_chunk;       // most prompt tokens run per step over all requests (decode tokens come on top,
+                             // within max_batch); 0 = the model's max_batch
+    bool no_prefix_cache;    // no prefix cache at all (then no disk tier either)
+    const char *cache_dir;   // the prefix cache's disk tier: blocks go to cache_dir/<fingerprint>/ (made if
+                             // missing); NULL or "": memory only. Copied at create.
+    uint64_t cache_disk_budget; // most bytes of block files; 0 = 4 GiB
+    double cache_flush_s;    // at destroy, most seconds spent writing cached blocks to disk; 0 = 10, < 0: none
     rp_engine_spec_params spec; // speculative decoding (on: auto, adaptive)
 } rp_engine_params;
 
@@ -104,20 +131,30 @@ void rp_engine_params_default(rp_engine_params *p);
 typedef struct rp_engine rp_engine;
 
 // Starts the engine thread over a loaded model and its tokenizer (both borrowed;
-// they must outlive the engine). Creates the KV pool, and loads or takes the
-// draft model when one is given (with its own KV pool of the same size).
-// Errors: RP_ERR_NOMEM; RP_ERR_INVALID for bad params (the message names the
-// field), a draft model whose tokenizer differs from the model's (the message
-// names the first difference), method mtp on a model without an MTP layer,
-// method draft without a draft model; the draft model's load errors.
+// they must outlive the engine). Creates the KV pool and the prefix cache (with
+// cache_dir: makes and indexes the folder, starts its writer thread), and
+// loads or takes the draft model when one is given (with its own KV pool of
+// the same size).
+// Errors: RP_ERR_NOMEM; RP_ERR_INVALID for bad params (message names the field),
+// a draft model whose tokenizer differs from the model's (the message names the
+// first difference), method mtp on a model without an MTP layer, method draft
+// without a draft model; RP_ERR_RANGE when kv_memory holds no block or an
+// explicit n_ctx is longer than the pool (the message gives the numbers);
+// RP_ERR_IO when the cache folder cannot be made or read; the draft model's
+// load errors.
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
-// Cancels everything queued or running, joins the thread, frees the pool.
+// Cancels everything queued or running, joins the thread, writes the cached
+// blocks not yet on disk (with a disk tier, for at most cache_flush_s seconds),
+// frees the pool.
 // Handles not yet released stay valid (finished, CANCELLED: rp_gen_read,
 // rp_gen_get_stats, rp_gen_release work) until released; the engine's last
 // bytes go with the last of them. NULL is a no-op.
 void rp_engine_destroy(rp_engine *e);
 // The effective context length per request (n_ctx after defaults and the model's limit).
 int rp_engine_n_ctx(const rp_engine *e);
+// The prefix cache's disk folder (cache_dir/<fingerprint>), or NULL without a disk tier.
+// Valid until rp_engine_destroy.
+const char *rp_engine_cache_dir(const rp_engine *e);
 
 typedef struct rp_gen_params {
     const int32_t *prompt; // (n_prompt) token ids, copied at submit
@@ -186,7 +223,7 @@ const char *rp_gen_error(const rp_gen *g);
 
 typedef struct rp_gen_stats {
     int n_prompt;        // prompt tokens
-    int n_cached;        // prompt tokens whose KV was reused (prefix cache; 0 until it exists)
+    int n_cached;        // prompt tokens whose KV came from the prefix cache at the first admission
     int n_generated;     // tokens sampled so far, counting an end-of-generation token that ended the
                          // request (not emitted: the emitted count is one less after a STOP)
     int max_tokens;      // the effective limit after clamping
@@ -202,14 +239,20 @@ void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out);
 
 typedef struct rp_engine_stats {
     int queued, running;        // requests waiting / generating now
-    int kv_blocks, kv_blocks_used;
+    int kv_blocks, kv_blocks_used; // used: held by requests (cached blocks nobody holds count as free)
     int kv_block_tokens;
+    uint64_t kv_bytes;          // the pool's size
+    int n_ctx;                  // the effective context per request
     uint64_t steps;             // forwards run
     uint64_t tokens_prefilled;  // prompt tokens run through the model
     uint64_t tokens_generated;
     uint64_t requests_done;     // retired, any reason
     uint64_t requests_cancelled;
     uint64_t preemptions;       // requests sent back to the queue for want of KV blocks
+    bool prefix_cache;          // the prefix cache is on
+    uint64_t cache_hit_tokens;  // tokens not run at admissions thanks to the cache (readmissions too)
+    uint64_t cache_miss_tokens; // tokens left to run at admissions
+    rp_cache_stats cache;       // blocks: hits, misses, memory and disk figures (zeros when off)
     // Speculative decoding. Drafts are counted when verified (a step of a request
     // that drafted k tokens: k verified, the accepted ones a prefix of them).
     bool spec_methods[RP_SPEC_N_METHODS];   // the draft sources this engine may use

@@ -139,9 +139,11 @@ struct rp_engine {
     rp_model *m;
     const rp_tokenizer *tok;
     const rp_model_config *cfg;
-    int n_ctx, n_vocab, max_batch, max_running, max_queue, block, n_blocks;
+    int n_ctx, n_vocab, max_batch, max_running, max_queue, block, n_blocks, prefill_chunk;
     int max_rows; // logits rows of one step: max_running + spec.budget
+    bool has_mtp;
     rp_kv_pool *kv;
+    rp_cache *cache; // NULL when off
 
     pthread_mutex_t mu;
     pthread_cond_t cv; // the engine thread waits here for work
@@ -198,9 +200,12 @@ void spec_engine_deinit(rp_engine *e);
 // The drafts a request may need per step (0 when speculation is off): the size of g->step is 1 + this.
 int spec_k_cap(const rp_engine *e);
 
-// First admission (e->mu held): the request's lookup index and controller.
-// Never fails the request: without memory it just does not draft.
-void spec_gen_start(rp_engine *e, rp_gen *g);
+// Each admission (e->mu held; `first`: the first one), after the prefix cache
+// gave the request its cached blocks (n_comp of them). The first makes the
+// request's lookup index and controller; never fails the request: without
+// memory it just does not draft. The MTP layer's KV of cached positions is
+// taken as it is (rows that were never computed make worse drafts, not other text).
+void spec_gen_admitted(rp_engine *e, rp_gen *g, bool first);
 // Preemption (e->mu held): the request's KV is gone; MTP and draft-model state restart.
 void spec_gen_preempted(rp_engine *e, rp_gen *g);
 // Retirement (e->mu held): frees the request's speculation state.

@@ -200,12 +200,11 @@ int spec_k_cap(const rp_engine *e)
     return e->spec.on ? e->spec.k_cap : 0;
 }
 
-void spec_gen_start(rp_engine *e, rp_gen *g)
+static void gen_start(rp_engine *e, rp_gen *g)
 {
     spec_engine *se = &e->spec;
     spec_gen *sg = &g->spec;
     rp_kv_seq_init(&sg->dkv);
-    sg->h_pos = -1;
     sg->n_acc = -1;
     if (!se->on)
         return;
@@ -218,14 +217,23 @@ void spec_gen_start(rp_engine *e, rp_gen *g)
         rp_spec_lookup_destroy(sg->lk); // no memory: this request drafts without prompt lookup
         sg->lk = NULL;
     }
-    // A request whose KV does not start empty (a cached prefix) has no hidden rows for it: no MTP.
-    sg->mtp = se->use[RP_SPEC_MTP] && g->n_comp == 0 &&
-              (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running + 1));
+    sg->mtp = se->use[RP_SPEC_MTP] && (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running + 1));
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
 off:
     spec_gen_end(e, g);
+}
+
+void spec_gen_admitted(rp_engine *e, rp_gen *g, bool first)
+{
+    if (first)
+        gen_start(e, g);
+    // Cached positions come with their MTP rows (the prefix cache recomputes the
+    // last one of a model with MTP: its row needs the next token); the rest is
+    // caught up from the hidden rows of the forwards that compute it.
+    g->spec.mtp_done = g->n_comp;
+    g->spec.h_pos = -1;
 }
 
 void spec_gen_preempted(rp_engine *e, rp_gen *g)
@@ -564,6 +572,10 @@ void spec_verify(rp_engine *e, rp_gen *g, float *rows)
         }
         engine_emit(e, g);
     }
+    // An end of generation among the accepted drafts: the tokens after it are
+    // not the request's (the prefix cache keys blocks by toks[0, n_comp)).
+    if (g->n_comp > g->n_tok)
+        g->n_comp = g->n_tok;
 }
 
 /* ---- after the step ------------------------------------------------------------ */

@@ -1,19 +1,28 @@
 /*
- * kv.c - the KV block pool: a free list of block ids and reference counts.
+ * kv.c - the KV block pool: reference counts and one free list that doubles
+ * as the prefix cache's LRU.
  *
  * All memory is taken at creation (no allocation per token); a block is free
- * when its reference count is zero. Block ids are handed out lowest-first from
- * a stack so that runs are reproducible.
+ * when its reference count is zero. The free blocks are a doubly linked list
+ * through two index arrays: plain blocks are pushed at the head and taken
+ * from it (so at the start ids are handed out lowest first and runs are
+ * reproducible), cached blocks are appended at the tail when released, so
+ * the head-side cached block is the least recently released one.
  */
 #include "kv.h"
 
 struct rp_kv_pool {
     rp_backend *be;
     int n_layer, n_kv_head, head_dim, block_size, n_blocks;
+    size_t block_floats; // floats of K (or V) of one block in one layer
     rp_kv_layer *layers; // (n_layer)
-    int32_t *free_stack; // (n_blocks) free block ids, top at n_free-1
-    int n_free;
-    int32_t *refs; // (n_blocks)
+    int32_t *refs;       // (n_blocks)
+    uint8_t *cached;     // (n_blocks) marked by the prefix cache
+    int32_t *next, *prev; // (n_blocks) the free list's links, -1 at the ends
+    int32_t head, tail;
+    int n_free, n_cached_free;
+    rp_kv_evict_fn evict;
+    void *evict_ctx;
 };
 
 size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size)
@@ -39,11 +48,14 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
     p->head_dim = head_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
+    p->block_floats = (size_t)block_size * n_kv_head * head_dim;
     p->layers = rp_calloc((size_t)n_layer, sizeof(rp_kv_layer));
-    p->free_stack = rp_malloc((size_t)n_blocks * sizeof(int32_t));
     p->refs = rp_calloc((size_t)n_blocks, sizeof(int32_t));
+    p->cached = rp_calloc((size_t)n_blocks, 1);
+    p->next = rp_malloc((size_t)n_blocks * sizeof(int32_t));
+    p->prev = rp_malloc((size_t)n_blocks * sizeof(int32_t));
     rp_status st = RP_OK;
-    if (!p->layers || !p->free_stack || !p->refs) {
+    if (!p->layers || !p->refs || !p->cached || !p->next || !p->prev) {
         st = RP_ERR(RP_ERR_NOMEM, "kv pool: out of memory");
         goto fail;
     }
@@ -56,8 +68,12 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
             goto fail;
         p->layers[l].v = v;
     }
-    for (int i = 0; i < n_blocks; i++)
-        p->free_stack[i] = n_blocks - 1 - i;
+    for (int i = 0; i < n_blocks; i++) {
+        p->next[i] = i + 1 < n_blocks ? i + 1 : -1;
+        p->prev[i] = i - 1;
+    }
+    p->head = 0;
+    p->tail = n_blocks - 1;
     p->n_free = n_blocks;
     *out = p;
     return RP_OK;
@@ -78,8 +94,10 @@ void rp_kv_pool_destroy(rp_kv_pool *p)
                 p->be->ops->free(p->be, p->layers[l].v);
         }
     rp_free(p->layers);
-    rp_free(p->free_stack);
     rp_free(p->refs);
+    rp_free(p->cached);
+    rp_free(p->next);
+    rp_free(p->prev);
     rp_free(p);
 }
 
@@ -103,21 +121,212 @@ int rp_kv_pool_n_layers(const rp_kv_pool *p)
     return p->n_layer;
 }
 
+int rp_kv_pool_n_kv_head(const rp_kv_pool *p)
+{
+    return p->n_kv_head;
+}
+
+int rp_kv_pool_head_dim(const rp_kv_pool *p)
+{
+    return p->head_dim;
+}
+
 int rp_kv_pool_free_blocks(const rp_kv_pool *p)
 {
     return p->n_free;
 }
 
+int rp_kv_pool_cached_free(const rp_kv_pool *p)
+{
+    return p->n_cached_free;
+}
+
+size_t rp_kv_pool_block_bytes(const rp_kv_pool *p)
+{
+    return rp_kv_block_bytes(p->n_layer, p->n_kv_head, p->head_dim, p->block_size);
+}
+
+void rp_kv_pool_set_evict(rp_kv_pool *p, rp_kv_evict_fn fn, void *ctx)
+{
+    p->evict = fn;
+    p->evict_ctx = ctx;
+}
+
+/* ---- the free list ---------------------------------------------------------- */
+
+static void list_remove(rp_kv_pool *p, int32_t b)
+{
+    if (p->prev[b] >= 0)
+        p->next[p->prev[b]] = p->next[b];
+    else
+        p->head = p->next[b];
+    if (p->next[b] >= 0)
+        p->prev[p->next[b]] = p->prev[b];
+    else
+        p->tail = p->prev[b];
+    p->next[b] = p->prev[b] = -1;
+    p->n_free--;
+    if (p->cached[b])
+        p->n_cached_free--;
+}
+
+static void list_push_head(rp_kv_pool *p, int32_t b)
+{
+    p->prev[b] = -1;
+    p->next[b] = p->head;
+    if (p->head >= 0)
+        p->prev[p->head] = b;
+    else
+        p->tail = b;
+    p->head = b;
+    p->n_free++;
+}
+
+static void list_push_tail(rp_kv_pool *p, int32_t b)
+{
+    p->next[b] = -1;
+    p->prev[b] = p->tail;
+    if (p->tail >= 0)
+        p->next[p->tail] = b;
+    else
+        p->head = b;
+    p->tail = b;
+    p->n_free++;
+    p->n_cached_free++;
+}
+
+static void check_block(const rp_kv_pool *p, int32_t b)
+{
+    RP_ASSERT(b >= 0 && b < p->n_blocks);
+}
+
+/* ---- single blocks ---------------------------------------------------------- */
+
+int32_t rp_kv_block_refs(const rp_kv_pool *p, int32_t b)
+{
+    check_block(p, b);
+    return p->refs[b];
+}
+
+bool rp_kv_block_is_cached(const rp_kv_pool *p, int32_t b)
+{
+    check_block(p, b);
+    return p->cached[b] != 0;
+}
+
+void rp_kv_block_set_cached(rp_kv_pool *p, int32_t b, bool cached)
+{
+    check_block(p, b);
+    if ((p->cached[b] != 0) == cached)
+        return;
+    if (p->refs[b] == 0) { // free: move between the plain and the cached end
+        list_remove(p, b);
+        p->cached[b] = cached;
+        if (cached)
+            list_push_tail(p, b);
+        else
+            list_push_head(p, b);
+    } else {
+        p->cached[b] = cached;
+    }
+}
+
+rp_status rp_kv_block_alloc(rp_kv_pool *p, int32_t *out)
+{
+    if (p->head < 0)
+        return RP_ERR(RP_ERR_RANGE, "KV cache full: no free block");
+    int32_t b = p->head;
+    if (p->cached[b] && p->evict)
+        p->evict(p->evict_ctx, b); // may unmark it (set_cached keeps it at the head)
+    b = p->head;
+    list_remove(p, b);
+    p->cached[b] = 0;
+    p->refs[b] = 1;
+    *out = b;
+    return RP_OK;
+}
+
+void rp_kv_block_ref(rp_kv_pool *p, int32_t b)
+{
+    check_block(p, b);
+    if (p->refs[b] == 0) {
+        RP_ASSERT(p->cached[b]); // a plain free block holds nothing to share
+        list_remove(p, b);
+    }
+    p->refs[b]++;
+}
+
+void rp_kv_block_unref(rp_kv_pool *p, int32_t b)
+{
+    check_block(p, b);
+    RP_ASSERT(p->refs[b] > 0);
+    if (--p->refs[b] > 0)
+        return;
+    if (p->cached[b])
+        list_push_tail(p, b);
+    else
+        list_push_head(p, b);
+}
+
+static size_t layer_offset(const rp_kv_pool *p, int32_t b)
+{
+    return (size_t)b * p->block_floats;
+}
+
+rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host)
+{
+    check_block(p, b);
+    size_t n = p->block_floats * sizeof(float);
+    uint8_t *dst = host;
+    rp_status st;
+    for (int l = 0; l < p->n_layer; l++) {
+        if ((st = p->be->ops->download(p->be, dst, p->layers[l].k + layer_offset(p, b), n)))
+            return st;
+        dst += n;
+        if ((st = p->be->ops->download(p->be, dst, p->layers[l].v + layer_offset(p, b), n)))
+            return st;
+        dst += n;
+    }
+    return RP_OK;
+}
+
+rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host)
+{
+    check_block(p, b);
+    size_t n = p->block_floats * sizeof(float);
+    const uint8_t *src = host;
+    rp_status st;
+    for (int l = 0; l < p->n_layer; l++) {
+        if ((st = p->be->ops->upload(p->be, p->layers[l].k + layer_offset(p, b), src, n)))
+            return st;
+        src += n;
+        if ((st = p->be->ops->upload(p->be, p->layers[l].v + layer_offset(p, b), src, n)))
+            return st;
+        src += n;
+    }
+    return RP_OK;
+}
+
+rp_status rp_kv_block_copy(rp_kv_pool *p, int32_t dst, int32_t src)
+{
+    check_block(p, dst);
+    check_block(p, src);
+    size_t n = p->block_floats * sizeof(float);
+    rp_status st;
+    for (int l = 0; l < p->n_layer; l++) {
+        rp_kv_layer *L = &p->layers[l];
+        if ((st = p->be->ops->copy(p->be, L->k + layer_offset(p, dst), L->k + layer_offset(p, src), n)) ||
+            (st = p->be->ops->copy(p->be, L->v + layer_offset(p, dst), L->v + layer_offset(p, src), n)))
+            return st;
+    }
+    return RP_OK;
+}
+
+/* ---- sequences -------------------------------------------------------------- */
+
 void rp_kv_seq_init(rp_kv_seq *s)
 {
     memset(s, 0, sizeof(*s));
-}
-
-static void unref(rp_kv_pool *p, int32_t b)
-{
-    RP_ASSERT(p->refs[b] > 0);
-    if (--p->refs[b] == 0)
-        p->free_stack[p->n_free++] = b;
 }
 
 void rp_kv_seq_deinit(rp_kv_pool *p, rp_kv_seq *s)
@@ -125,6 +334,21 @@ void rp_kv_seq_deinit(rp_kv_pool *p, rp_kv_seq *s)
     rp_kv_seq_truncate(p, s, 0);
     rp_free(s->blocks);
     memset(s, 0, sizeof(*s));
+}
+
+static rp_status grow_table(rp_kv_seq *s, int32_t need)
+{
+    if (need <= s->cap)
+        return RP_OK;
+    int32_t cap = s->cap ? s->cap : 16;
+    while (cap < need)
+        cap *= 2;
+    int32_t *nb = rp_realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+    if (!nb)
+        return RP_ERR(RP_ERR_NOMEM, "KV block table: out of memory");
+    s->blocks = nb;
+    s->cap = cap;
+    return RP_OK;
 }
 
 rp_status rp_kv_seq_reserve(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens)
@@ -135,22 +359,51 @@ rp_status rp_kv_seq_reserve(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens)
     int32_t more = need - s->n_blocks;
     if (more > p->n_free)
         return RP_ERR(RP_ERR_RANGE, "KV cache full: %d more blocks needed, %d free", more, p->n_free);
-    if (need > s->cap) {
-        int32_t cap = s->cap ? s->cap : 16;
-        while (cap < need)
-            cap *= 2;
-        int32_t *nb = rp_realloc(s->blocks, (size_t)cap * sizeof(int32_t));
-        if (!nb)
-            return RP_ERR(RP_ERR_NOMEM, "KV block table: out of memory");
-        s->blocks = nb;
-        s->cap = cap;
-    }
+    rp_status st = grow_table(s, need);
+    if (st)
+        return st;
     for (int32_t i = 0; i < more; i++) {
-        int32_t b = p->free_stack[--p->n_free];
-        p->refs[b] = 1;
+        int32_t b = -1;
+        st = rp_kv_block_alloc(p, &b);
+        RP_ASSERT(st == RP_OK); // counted above
         s->blocks[s->n_blocks++] = b;
     }
     s->n_tokens = n_tokens;
+    return RP_OK;
+}
+
+rp_status rp_kv_seq_adopt(rp_kv_pool *p, rp_kv_seq *s, const int32_t *blocks, int n)
+{
+    RP_ASSERT(s->n_tokens == s->n_blocks * p->block_size && n >= 0);
+    rp_status st = grow_table(s, s->n_blocks + n);
+    if (st)
+        return st;
+    for (int i = 0; i < n; i++) {
+        check_block(p, blocks[i]);
+        RP_ASSERT(p->refs[blocks[i]] > 0);
+        s->blocks[s->n_blocks++] = blocks[i];
+    }
+    s->n_tokens = s->n_blocks * p->block_size;
+    return RP_OK;
+}
+
+rp_status rp_kv_seq_unshare_last(rp_kv_pool *p, rp_kv_seq *s)
+{
+    if (s->n_blocks == 0)
+        return RP_OK;
+    int32_t old = s->blocks[s->n_blocks - 1];
+    if (p->refs[old] == 1 && !p->cached[old])
+        return RP_OK;
+    int32_t b;
+    rp_status st = rp_kv_block_alloc(p, &b);
+    if (st)
+        return st;
+    if ((st = rp_kv_block_copy(p, b, old))) {
+        rp_kv_block_unref(p, b);
+        return st;
+    }
+    s->blocks[s->n_blocks - 1] = b;
+    rp_kv_block_unref(p, old);
     return RP_OK;
 }
 
@@ -160,6 +413,6 @@ void rp_kv_seq_truncate(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens)
         return;
     int32_t keep = (n_tokens + p->block_size - 1) / p->block_size;
     while (s->n_blocks > keep)
-        unref(p, s->blocks[--s->n_blocks]);
+        rp_kv_block_unref(p, s->blocks[--s->n_blocks]);
     s->n_tokens = n_tokens;
 }

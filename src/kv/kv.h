@@ -5,9 +5,25 @@
  * (K and V of n_kv_head x head_dim floats each), in backend memory. A sequence
  * owns a block table: its token at position p lives in slot
  * table[p / block_size] * block_size + p % block_size. Blocks are reference
- * counted so that later a prefix can be shared by several sequences; a
- * sequence can be truncated (speculative rollback) and the blocks past the new
- * end return to the pool.
+ * counted so that a prefix can be shared by several sequences; a sequence can
+ * be truncated (speculative rollback) and the blocks past the new end return
+ * to the pool.
+ *
+ * Cached blocks (the prefix cache, src/cache/): a block marked cached keeps
+ * its contents when its last reference goes. It is then free (counted by
+ * rp_kv_pool_free_blocks, and taken when nothing better is left) but can be
+ * taken back with rp_kv_block_ref as long as it has not been reused. Free
+ * blocks form one list: plain ones at the head (handed out first, lowest id
+ * first at the start), cached ones appended at the tail as they are released,
+ * so the cached block reused first is the one released longest ago (LRU). A
+ * sequence releases its blocks last first, so the end of a prefix goes before
+ * its beginning. Handing out a cached block first calls the pool's evict hook
+ * (the prefix cache forgets the block, and may copy it to disk), then clears
+ * the mark.
+ *
+ * The contents of a block that is shared (references > 1) or cached must not
+ * change: a sequence that has to write into its last block when that block is
+ * shared makes it private first (rp_kv_seq_unshare_last).
  *
  * Threads: the pool and its sequences belong to the engine thread.
  */
@@ -26,6 +42,10 @@ typedef struct rp_kv_seq {
     int32_t n_tokens; // slots held: positions [0, n_tokens)
 } rp_kv_seq;
 
+// Called when a cached block is about to be handed out for new contents; the
+// block still holds its old contents during the call. Engine thread.
+typedef void (*rp_kv_evict_fn)(void *ctx, int32_t block);
+
 // Creates a pool of n_blocks blocks of block_size tokens for n_layer layers.
 rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head_dim, int block_size, int n_blocks,
                             rp_kv_pool **out);
@@ -34,16 +54,60 @@ rp_kv_layer *rp_kv_pool_layer(rp_kv_pool *p, int layer);
 int rp_kv_pool_block_size(const rp_kv_pool *p);
 int rp_kv_pool_n_blocks(const rp_kv_pool *p);
 int rp_kv_pool_n_layers(const rp_kv_pool *p);
+int rp_kv_pool_n_kv_head(const rp_kv_pool *p);
+int rp_kv_pool_head_dim(const rp_kv_pool *p);
+// Blocks with no reference: plain free ones plus cached ones nobody holds.
 int rp_kv_pool_free_blocks(const rp_kv_pool *p);
+// Of the free blocks, those marked cached.
+int rp_kv_pool_cached_free(const rp_kv_pool *p);
 // Bytes one block takes over all layers (K and V).
 size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size);
+// rp_kv_block_bytes of this pool's geometry.
+size_t rp_kv_pool_block_bytes(const rp_kv_pool *p);
+// Sets the hook called before a cached block is reused (NULL: none).
+void rp_kv_pool_set_evict(rp_kv_pool *p, rp_kv_evict_fn fn, void *ctx);
+
+// ---- single blocks (b in [0, n_blocks); RP_ASSERT on a bad id) ----
+
+int32_t rp_kv_block_refs(const rp_kv_pool *p, int32_t b);
+bool rp_kv_block_is_cached(const rp_kv_pool *p, int32_t b);
+// Marks or unmarks b as cached. Unmarking a free cached block moves it to the
+// head of the free list (it holds nothing worth keeping any more).
+void rp_kv_block_set_cached(rp_kv_pool *p, int32_t b, bool cached);
+// Takes a free block (plain ones first, then the least recently released cached
+// one, after the evict hook): *out has one reference. RP_ERR_RANGE when none is free.
+rp_status rp_kv_block_alloc(rp_kv_pool *p, int32_t *out);
+// Adds a reference; a free cached block leaves the free list (a cache hit).
+// Taking a free block that is not cached is a programmer error.
+void rp_kv_block_ref(rp_kv_pool *p, int32_t b);
+// Drops a reference; at zero the block is free again.
+void rp_kv_block_unref(rp_kv_pool *p, int32_t b);
+// Copies block b's K and V of every layer to host memory (rp_kv_pool_block_bytes
+// bytes, layer by layer, K then V, each (block_size, n_kv_head, head_dim) f32).
+rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host);
+// The reverse of rp_kv_block_read: fills block b from host memory.
+rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host);
+// Copies every layer of block src into block dst (within backend memory).
+rp_status rp_kv_block_copy(rp_kv_pool *p, int32_t dst, int32_t src);
+
+// ---- sequences ----
 
 void rp_kv_seq_init(rp_kv_seq *s);
 // Releases the sequence's blocks and its table.
 void rp_kv_seq_deinit(rp_kv_pool *p, rp_kv_seq *s);
 // Grows the sequence to hold n_tokens slots, taking blocks from the pool.
-// RP_ERR_RANGE (nothing changed) when the pool has too few free blocks.
+// RP_ERR_RANGE (nothing changed) when the pool has too few free blocks;
+// RP_ERR_NOMEM (nothing changed) when the table cannot grow.
 rp_status rp_kv_seq_reserve(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens);
+// Appends n whole blocks whose references the caller hands over (each block
+// already counts one reference for this sequence); the sequence must end on a
+// block boundary (n_tokens == n_blocks * block_size) and grows by n blocks of
+// tokens. RP_ERR_NOMEM (nothing changed, the references stay the caller's).
+rp_status rp_kv_seq_adopt(rp_kv_pool *p, rp_kv_seq *s, const int32_t *blocks, int n);
+// Makes the sequence's last block its own: when it is shared or cached, a
+// free block takes a copy of it and replaces it in the table (the old one
+// loses a reference). RP_ERR_RANGE (nothing changed) when no block is free.
+rp_status rp_kv_seq_unshare_last(rp_kv_pool *p, rp_kv_seq *s);
 // Shrinks the sequence to n_tokens slots (n_tokens <= s->n_tokens); blocks past
 // the end are released.
 void rp_kv_seq_truncate(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens);

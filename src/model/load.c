@@ -318,6 +318,8 @@ static rp_status load_tensors(source *src)
             (st = get_vector(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
             (st = get_vector(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
             return st;
+        if (m->params.progress)
+            m->params.progress(m->params.progress_ctx, (double)(l + 1) / c->n_layer);
     }
     if (c->n_mtp > 0) {
         rp_mtp *M = &m->mtp;

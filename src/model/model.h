@@ -85,6 +85,10 @@ typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
     bool quiet;           // no load messages
+    // Called on the loading thread after each layer's weights are ready with the
+    // fraction done (0, 1]; NULL: none. For progress bars.
+    void (*progress)(void *ctx, double fraction);
+    void *progress_ctx;
 } rp_model_params;
 
 void rp_model_params_default(rp_model_params *p);
@@ -112,6 +116,15 @@ rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_po
 // Layers in a pool made by rp_model_kv_create: n_layer, plus n_mtp when the model
 // has MTP (for sizing a memory budget with rp_kv_block_bytes).
 int rp_model_kv_layers(const rp_model *m);
+
+// A 128-bit identity of what decides this model's KV numbers (the prefix
+// cache's keys and disk folder): the config, the rope frequencies, every weight
+// tensor's name, type and shape, --quant, the backend and its SIMD level,
+// Rapid's version and the executable's size and mtime, and the model files'
+// path, names, sizes and modification times (not their bytes). Two loads of the same unchanged files with the same
+// settings agree; a changed file, quantization or kernel level does not.
+// The KV block geometry and dtype are the cache's to add. RP_ERR_NOMEM.
+rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16]);
 
 // One flattened batch. Plain data, host memory, valid for the call.
 typedef struct rp_batch {

@@ -95,7 +95,7 @@ static rp_engine *sh_engine(const sh_config *c, int k_max, int max_running, int 
 {
     rp_engine_params ep;
     rp_engine_params_default(&ep);
-    ep.n_ctx = 4096; // not the model's 32k: a pool that size is mostly page faults
+    ep.n_ctx = kv_tokens > 0 && kv_tokens < 4096 ? kv_tokens : 4096; // not the model's 32k: a pool that size is mostly page faults
     ep.max_running = max_running;
     ep.kv_tokens = kv_tokens;
     ep.kv_block = kv_block;

@@ -255,7 +255,9 @@ static void test_greedy_matches_reference(void **state)
     uint64_t prompt_tokens = 0;
     for (int i = 0; i < 5; i++)
         prompt_tokens += 2 * (uint64_t)P[which[i]].n;
-    assert_int_equal(es.tokens_prefilled, prompt_tokens);
+    // The second run of each prompt finds most of it in the prefix cache.
+    assert_true(es.prefix_cache && es.cache_hit_tokens > 0);
+    assert_int_equal(es.tokens_prefilled + es.cache_hit_tokens, prompt_tokens);
     rp_engine_destroy(e);
 }
 

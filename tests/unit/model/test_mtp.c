@@ -184,7 +184,7 @@ static void test_matches_reference(void **state)
 }
 
 // rp_model_forward_ex gives rp_model_forward's logits bit for bit, and hidden rows
-// only for the tokens that want logits.
+// only for the tokens that want logits, or (want_hidden) a hidden row alone.
 static void test_forward_ex_same_logits(void **state)
 {
     (void)state;
@@ -210,7 +210,7 @@ static void test_forward_ex_same_logits(void **state)
     for (int i = 0; i < 5 * D; i++)
         h[i] = 12345.0f; // the fifth row must stay untouched
     rp_kv_seq *seqs1[1] = {&s1}, *seqs2[1] = {&s2};
-    rp_batch b1 = {T, ids, pos, sq, want, seqs1, 1}, b2 = {T, ids, pos, sq, want, seqs2, 1};
+    rp_batch b1 = {T, ids, pos, sq, want, seqs1, 1, NULL}, b2 = {T, ids, pos, sq, want, seqs2, 1, NULL};
     assert_int_equal(rp_model_forward(tiny, kv, &b1, a), RP_OK);
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b2, b, h), RP_OK);
     assert_memory_equal(a, b, 4 * (size_t)V * sizeof(float));
@@ -229,6 +229,33 @@ static void test_forward_ex_same_logits(void **state)
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b2, NULL, h2), RP_OK);
     assert_memory_equal(h, h2, 4 * (size_t)D * sizeof(float));
     free(h2);
+    // want_hidden: every token's hidden row (as when all want logits), logits only
+    // for those that want them (the same as above), in batch order.
+    bool all[T], only_hidden[T];
+    for (int i = 0; i < T; i++) {
+        all[i] = true;
+        only_hidden[i] = !want[i] && i != 4; // row 4 wants neither
+    }
+    float *ha = malloc(T * (size_t)D * sizeof(float)), *la = malloc(T * (size_t)V * sizeof(float));
+    float *hw = malloc(T * (size_t)D * sizeof(float)), *lw = malloc(4 * (size_t)V * sizeof(float));
+    rp_batch ba = {T, ids, pos, sq, all, seqs2, 1, NULL}, bw = {T, ids, pos, sq, want, seqs2, 1, only_hidden};
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &ba, la, ha), RP_OK);
+    for (int i = 0; i < T * D; i++)
+        hw[i] = 777.0f;
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &bw, lw, hw), RP_OK);
+    assert_memory_equal(lw, a, 4 * (size_t)V * sizeof(float));
+    for (int i = 0, r = 0; i < T; i++)
+        if (i != 4)
+            assert_memory_equal(hw + (size_t)r++ * D, ha + (size_t)i * D, (size_t)D * sizeof(float));
+    for (int i = (T - 1) * D; i < T * D; i++)
+        assert_true(hw[i] == 777.0f); // 7 rows written, not 8
+    // Without hidden, want_hidden is ignored: rp_model_forward's logits.
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &bw, lw, NULL), RP_OK);
+    assert_memory_equal(lw, a, 4 * (size_t)V * sizeof(float));
+    free(ha);
+    free(la);
+    free(hw);
+    free(lw);
     free(a);
     free(b);
     free(h);

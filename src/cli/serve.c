@@ -1,0 +1,358 @@
+/*
+ * serve.c - `rapid serve`: load a model, start the engine, serve HTTP until
+ * SIGINT/SIGTERM.
+ *
+ * With no MODEL the bundled default model is served. Loading shows a progress
+ * line when stderr is a terminal. Once listening, exactly one line
+ * "rapid: listening on http://HOST:PORT" goes to stderr (scripts wait for it
+ * and read the port from it); then one log line per request.
+ */
+#include "cli.h"
+
+#include "../chat/chat.h"
+#include "../server/server.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void serve_usage(FILE *f)
+{
+    fprintf(f, "usage: rapid serve [MODEL] [options]\n"
+               "\n"
+               "Serves MODEL (a Hugging Face folder or a .gguf file; without it the bundled demonstration\n"
+               "model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
+               "/v1/responses, /v1/models), the Anthropic API (/v1/messages, /v1/messages/count_tokens),\n"
+               "/health, /metrics (Prometheus) and /v1/status (JSON). Runs until SIGINT or SIGTERM, then\n"
+               "cancels what is running, closes the connections, writes the prefix cache to disk (at most\n"
+               "10 s) and exits.\n"
+               "\n"
+               "options:\n"
+               "      --host ADDR            address to listen on (default 127.0.0.1)\n"
+               "      --port N               port (default 8000; 0 picks a free one)\n"
+               "      --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
+               "      --served-model-name NAME  the model's name in the API (default: the folder/file name)\n"
+               "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
+               "                             gets this model)\n"
+               "      --ctx N                most tokens (prompt + reply) per request (default: the model's)\n"
+               "      --kv-memory SIZE       KV cache size, shared by all requests: bytes (512M, 8G, ...) or a\n"
+               "                             fraction of the memory available (0.5, 50%%) (default: max(ctx, 4096)\n"
+               "                             tokens, at most a quarter of the available memory)\n"
+               "      --kv-tokens N          KV cache size in tokens instead\n"
+               "      --max-num-seqs N       requests generating together (default 16; --parallel is the same)\n"
+               "      --prefill-chunk N      most prompt tokens run per step, so that a long prompt never\n"
+               "                             stalls running streams for more than one chunk (default 512)\n"
+               "      --cache-dir DIR        the prefix cache's disk tier (blocks go to DIR/<model fingerprint>/;\n"
+               "                             default $XDG_CACHE_HOME/rapid/kv or ~/.cache/rapid/kv)\n"
+               "      --cache-disk-budget SIZE  most bytes on disk per model (default 4G)\n"
+               "      --no-disk-cache        keep the prefix cache in memory only\n"
+               "      --no-prefix-cache      no prefix cache at all\n"
+               "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
+               "      --max-request-bytes N  largest request body (default 8388608); larger get 413\n"
+               "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
+               "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
+               "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
+               "      --no-spec-decode       no speculative decoding (on by default: prompt lookup, the model's\n"
+               "                             MTP layer when it has one, the draft model when given)\n"
+               "      --speculative-config JSON  {\"method\": \"auto|ngram|mtp|draft\", \"num_speculative_tokens\":\n"
+               "                             K, \"adaptive\": true|false, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n"
+               "      --draft-model PATH     a smaller model with the same tokenizer that drafts tokens\n"
+               "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "  -t, --threads N            CPU threads (default: all cores)\n"
+               "  -q, --quiet                no per-request log lines\n"
+               "  -h, --help                 this help\n");
+}
+
+static bool parse_long(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+typedef struct serve_opts {
+    const char *model;
+    rp_server_params sp;
+    rp_engine_params ep;
+    int threads;
+    rp_dtype quant;
+    bool no_disk_cache;
+} serve_opts;
+
+// 0 parsed, 2 bad usage, -1 help printed.
+static int parse_args(int argc, char **argv, serve_opts *o)
+{
+    enum {
+        O_HOST = 1000,
+        O_PORT,
+        O_KEY,
+        O_NAME,
+        O_STRICT,
+        O_CTX,
+        O_KV,
+        O_PAR,
+        O_QUEUE,
+        O_MAXREQ,
+        O_TOOLP,
+        O_REASP,
+        O_QUANT,
+        O_KVMEM,
+        O_CHUNK,
+        O_CDIR,
+        O_CBUDGET,
+        O_NODISK,
+        O_NOPREFIX,
+        O_NO_SPEC,
+        O_SPEC_CONFIG,
+        O_DRAFT
+    };
+    static const struct option longs[] = {
+        {"host", required_argument, 0, O_HOST},
+        {"port", required_argument, 0, O_PORT},
+        {"api-key", required_argument, 0, O_KEY},
+        {"served-model-name", required_argument, 0, O_NAME},
+        {"strict-model-name", no_argument, 0, O_STRICT},
+        {"ctx", required_argument, 0, O_CTX},
+        {"kv-tokens", required_argument, 0, O_KV},
+        {"parallel", required_argument, 0, O_PAR},
+        {"max-num-seqs", required_argument, 0, O_PAR},
+        {"kv-memory", required_argument, 0, O_KVMEM},
+        {"prefill-chunk", required_argument, 0, O_CHUNK},
+        {"cache-dir", required_argument, 0, O_CDIR},
+        {"cache-disk-budget", required_argument, 0, O_CBUDGET},
+        {"no-disk-cache", no_argument, 0, O_NODISK},
+        {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
+        {"no-spec-decode", no_argument, 0, O_NO_SPEC},
+        {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
+        {"draft-model", required_argument, 0, O_DRAFT},
+        {"max-queue", required_argument, 0, O_QUEUE},
+        {"max-request-bytes", required_argument, 0, O_MAXREQ},
+        {"tool-parser", required_argument, 0, O_TOOLP},
+        {"reasoning-parser", required_argument, 0, O_REASP},
+        {"quant", required_argument, 0, O_QUANT},
+        {"threads", required_argument, 0, 't'},
+        {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof(*o));
+    rp_server_params_default(&o->sp);
+    rp_engine_params_default(&o->ep);
+    o->quant = RP_DTYPE_F32;
+    bool no_spec = false;
+    optind = 1;
+    opterr = 0;
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":t:qh", longs, &li)) != -1) {
+        bool ok = true;
+        long long v = 0;
+        char optname[64];
+        if (li >= 0)
+            snprintf(optname, sizeof(optname), "--%s", longs[li].name);
+        else
+            snprintf(optname, sizeof(optname), "-%c", c);
+        li = -1;
+        switch (c) {
+        case O_HOST: o->sp.host = optarg; break;
+        case O_PORT: ok = parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
+        case O_KEY: o->sp.api_key = optarg; break;
+        case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
+        case O_STRICT: o->sp.strict_model_name = true; break;
+        case O_CTX: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
+        case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
+        case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
+        case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
+        case O_KVMEM: ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0; break;
+        case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
+        case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
+        case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
+        case O_NODISK: o->no_disk_cache = true; break;
+        case O_NOPREFIX: o->ep.no_prefix_cache = true; break;
+        case O_NO_SPEC: no_spec = true; break;
+        case O_SPEC_CONFIG:
+            if (rp_cli_spec_config(optarg, &o->ep.spec)) {
+                fprintf(stderr, "rapid serve: %s\n", rp_error_message());
+                return 2;
+            }
+            break;
+        case O_DRAFT: o->ep.spec.draft_path = optarg; break;
+        case O_MAXREQ:
+            ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
+            o->sp.max_request_bytes = (size_t)v;
+            break;
+        case O_TOOLP: {
+            rp_tool_format tf;
+            ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
+            o->sp.tool_parser = optarg;
+            break;
+        }
+        case O_REASP: {
+            rp_reasoning_format rf;
+            ok = rp_reasoning_format_from_name(optarg, &rf) == RP_OK;
+            o->sp.reasoning_parser = optarg;
+            break;
+        }
+        case O_QUANT:
+            if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
+                o->quant = RP_DTYPE_Q8_0;
+            else if (strcmp(optarg, "q4") == 0 || strcmp(optarg, "q4_0") == 0)
+                o->quant = RP_DTYPE_Q4_0;
+            else
+                ok = false;
+            break;
+        case 't': ok = parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
+        case 'q': o->sp.quiet = true; break;
+        case 'h': serve_usage(stdout); return -1;
+        case ':':
+            fprintf(stderr, "rapid serve: option '%s' needs a value\n\n", argv[optind - 1]);
+            serve_usage(stderr);
+            return 2;
+        default:
+            fprintf(stderr, "rapid serve: unknown option '%s'\n\n", argv[optind - 1]);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "rapid serve: invalid value '%s' for %s\n\n", optarg, optname);
+            serve_usage(stderr);
+            return 2;
+        }
+    }
+    if (no_spec)
+        o->ep.spec.method = RP_ENGINE_SPEC_OFF;
+    if (optind < argc - 1) {
+        fprintf(stderr, "rapid serve: expected at most one MODEL\n\n");
+        serve_usage(stderr);
+        return 2;
+    }
+    o->model = optind < argc ? argv[optind] : rp_cli_default_model();
+    if (!o->model) {
+        fprintf(stderr, "rapid serve: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        return 1;
+    }
+    return 0;
+}
+
+// A progress bar on stderr (a terminal) while the layers load.
+static void load_progress(void *ctx, double fraction)
+{
+    const char *name = ctx;
+    int width = 30, done = (int)(fraction * width + 0.5);
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < done ? '#' : '.';
+    bar[width] = 0;
+    fprintf(stderr, "\rrapid: loading %s [%s] %3d%%", name, bar, (int)(fraction * 100 + 0.5));
+    fflush(stderr);
+}
+
+// Without --kv-memory or --kv-tokens the engine holds max(ctx, 4096) tokens;
+// here that is capped at a quarter of the memory available (but never below one context).
+static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
+{
+    if (ep->kv_tokens || ep->kv_memory)
+        return;
+    const rp_model_config *c = rp_model_get_config(m);
+    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1);
+    uint64_t ctx = ep->n_ctx > 0 && ep->n_ctx < c->max_ctx ? (uint64_t)ep->n_ctx : (uint64_t)c->max_ctx;
+    uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = rp_cli_mem_available() / 4;
+    if (cap && want > cap)
+        ep->kv_memory = cap > ctx * per_token ? cap : ctx * per_token;
+}
+
+// The KV cache and prefix cache as they came out, on stderr.
+static void print_memory(const rp_model *m, rp_engine *e)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(m), es.n_ctx);
+    rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
+           es.kv_blocks * es.kv_block_tokens, es.kv_blocks, es.kv_block_tokens);
+    char spec[128] = "";
+    for (int k = 0, n = 0; k < RP_SPEC_N_METHODS; k++)
+        if (es.spec_methods[k])
+            snprintf(spec + strlen(spec), sizeof(spec) - strlen(spec), "%s%s", n++ ? ", " : "",
+                     rp_spec_method_name((rp_spec_method)k));
+    rp_log(RP_LOG_INFO, "rapid: speculative decoding %s%s", spec[0] ? "on: " : "off", spec);
+    const char *dir = rp_engine_cache_dir(e);
+    if (!es.prefix_cache)
+        rp_log(RP_LOG_INFO, "rapid: prefix cache off");
+    else if (!dir)
+        rp_log(RP_LOG_INFO, "rapid: prefix cache in memory only");
+    else
+        rp_log(RP_LOG_INFO, "rapid: prefix cache on disk in %s (%llu blocks, %.1f of %.1f GiB)", dir,
+               (unsigned long long)es.cache.disk_blocks, es.cache.disk_bytes / 1073741824.0,
+               es.cache.disk_budget / 1073741824.0);
+}
+
+int rp_cli_serve(int argc, char **argv)
+{
+    serve_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rp_model *model = NULL;
+    rp_tokenizer *tok = NULL;
+    rp_engine *engine = NULL;
+    rc = 1;
+    bool tty = isatty(STDERR_FILENO);
+    rp_model_params mp;
+    rp_model_params_default(&mp);
+    mp.n_threads = o.threads;
+    mp.quant = o.quant;
+    if (tty) { // the bar replaces the loader's own lines
+        mp.quiet = true;
+        mp.progress = load_progress;
+        mp.progress_ctx = (void *)o.model;
+        load_progress((void *)o.model, 0);
+    }
+    double t0 = rp_time_s();
+    rp_status st = rp_model_load(o.model, &mp, &model);
+    if (tty) {
+        fprintf(stderr, "\r\033[K");
+        if (!st)
+            fprintf(stderr, "rapid: loaded %s in %.1fs\n", o.model, rp_time_s() - t0);
+    }
+    if (st) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    if (rp_tok_load_file(o.model, &tok)) {
+        fprintf(stderr, "rapid: tokenizer: %s\n", rp_error_message());
+        goto done;
+    }
+    default_kv_memory(model, &o.ep);
+    char *default_dir = NULL;
+    if (o.no_disk_cache || o.ep.no_prefix_cache)
+        o.ep.cache_dir = NULL;
+    else if (!o.ep.cache_dir)
+        o.ep.cache_dir = default_dir = rp_cache_default_dir();
+    st = rp_engine_create(model, tok, &o.ep, &engine);
+    if (st == RP_ERR_IO && default_dir) { // the default folder is not usable: memory only, said once
+        fprintf(stderr, "rapid: warning: %s; the prefix cache stays in memory\n", rp_error_message());
+        o.ep.cache_dir = NULL;
+        st = rp_engine_create(model, tok, &o.ep, &engine);
+    }
+    rp_free(default_dir);
+    if (st) {
+        fprintf(stderr, "rapid: engine: %s\n", rp_error_message());
+        goto done;
+    }
+    print_memory(model, engine);
+    if (rp_server_run(engine, model, tok, &o.sp)) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    rc = 0;
+done:
+    rp_engine_destroy(engine);
+    rp_tok_destroy(tok);
+    rp_model_destroy(model);
+    return rc;
+}

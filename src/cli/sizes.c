@@ -1,0 +1,73 @@
+/*
+ * sizes.c - byte sizes on the command line ("512M", "4GiB", "0.25" of the
+ * memory available) for the KV cache and the prefix cache's disk budget.
+ */
+#include "cli.h"
+
+#include "../base/base.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+bool rp_cli_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0 || isspace((unsigned char)*s))
+        return false;
+    double mul = 1;
+    switch (toupper((unsigned char)*end)) {
+    case 'K': mul = 1024.0; end++; break;
+    case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I'))
+        end++;
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || v * mul >= 18446744073709551615.0)
+        return false;
+    *out = (uint64_t)(v * mul);
+    return true;
+}
+
+uint64_t rp_cli_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+bool rp_cli_parse_kv_memory(const char *s, uint64_t *out)
+{
+    size_t n = strlen(s);
+    bool percent = n > 0 && s[n - 1] == '%';
+    if (percent || (strchr(s, '.') && strtod(s, NULL) <= 1.0)) {
+        char *end;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (errno || end == s || (percent ? end != s + n - 1 : *end != 0) || !isfinite(v))
+            return false;
+        if (percent)
+            v /= 100;
+        uint64_t avail = rp_cli_mem_available();
+        if (!(v > 0 && v <= 1) || avail == 0)
+            return false;
+        *out = (uint64_t)(v * (double)avail);
+        return true;
+    }
+    return rp_cli_parse_bytes(s, out);
+}

@@ -1,0 +1,476 @@
+/*
+ * fields.c - what every API file needs to read a request and write a reply:
+ * the growable buffer, SSE framing, the two error shapes, JSON body parsing
+ * with its checks, and typed field readers whose errors name the field.
+ *
+ * Body checks, in order: valid UTF-8 (RFC 3629: no overlongs, surrogates or
+ * code points past U+10FFFF), nesting at most RP_JSON_MAX_DEPTH (a byte scan
+ * outside strings, so a 10k-deep body never reaches the parser), then
+ * jansson. Jansson itself rejects NaN/Infinity literals, lone surrogate
+ * escapes, \u0000 in strings, integers past int64 and reals that overflow a
+ * double, all as 400 with its line/column. Duplicate keys are accepted, the
+ * last one wins (as Python's json, which OpenAI's and Anthropic's servers use).
+ */
+#include "server_int.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+
+/* ---- rp_buf ------------------------------------------------------------------ */
+
+void rp_buf_init(rp_buf *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+void rp_buf_deinit(rp_buf *b)
+{
+    rp_free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+void rp_buf_reset(rp_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = 0;
+}
+
+static bool buf_reserve(rp_buf *b, size_t extra)
+{
+    if (b->failed)
+        return false;
+    size_t need;
+    if (!rp_add_size(b->len, extra, &need) || !rp_add_size(need, 1, &need)) {
+        b->failed = true;
+        return false;
+    }
+    if (need <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    char *p = rp_realloc(b->data, cap);
+    if (!p) {
+        b->failed = true;
+        return false;
+    }
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+void rp_buf_append(rp_buf *b, const void *data, size_t n)
+{
+    if (!buf_reserve(b, n))
+        return;
+    if (n)
+        memcpy(b->data + b->len, data, n);
+    b->len += n;
+    b->data[b->len] = 0;
+}
+
+void rp_buf_puts(rp_buf *b, const char *s)
+{
+    rp_buf_append(b, s, strlen(s));
+}
+
+void rp_buf_printf(rp_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char tmp[256];
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap2);
+    va_end(ap2);
+    if (n < 0) {
+        b->failed = true;
+    } else if ((size_t)n < sizeof(tmp)) {
+        rp_buf_append(b, tmp, (size_t)n);
+    } else if (buf_reserve(b, (size_t)n)) {
+        vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+        b->len += (size_t)n;
+    }
+    va_end(ap);
+}
+
+static int buf_dump_cb(const char *buffer, size_t size, void *data)
+{
+    rp_buf *b = data;
+    rp_buf_append(b, buffer, size);
+    return b->failed ? -1 : 0;
+}
+
+void rp_buf_json(rp_buf *b, const json_t *v)
+{
+    if (json_dump_callback(v, buf_dump_cb, b, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER) != 0)
+        b->failed = true;
+}
+
+void rp_sse_json(rp_buf *b, const char *event, const json_t *data)
+{
+    if (event)
+        rp_buf_printf(b, "event: %s\n", event);
+    rp_buf_puts(b, "data: ");
+    rp_buf_json(b, data);
+    rp_buf_puts(b, "\n\n");
+}
+
+void rp_sse_text(rp_buf *b, const char *text)
+{
+    rp_buf_puts(b, "data: ");
+    rp_buf_puts(b, text);
+    rp_buf_puts(b, "\n\n");
+}
+
+void rp_api_id(char *out, size_t cap, const char *prefix, uint64_t salt)
+{
+    static atomic_ullong counter;
+    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    uint64_t x = (uint64_t)(rp_time_s() * 1e9) ^ (salt * 0x9E3779B97F4A7C15ull) ^
+                 (atomic_fetch_add(&counter, 1) + 1) * 0xBF58476D1CE4E5B9ull ^ (uint64_t)time(NULL) << 20;
+    size_t p = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 24 && p + 1 < cap; i++) {
+        x += 0x9E3779B97F4A7C15ull; // splitmix64
+        uint64_t z = x;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        out[p++] = alnum[z % (sizeof(alnum) - 1)];
+    }
+    if (p < cap)
+        out[p] = 0;
+}
+
+/* ---- errors ------------------------------------------------------------------ */
+
+bool rp_api_fail(rp_api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+{
+    memset(e, 0, sizeof(*e));
+    e->status = status;
+    e->code = code;
+    if (param)
+        snprintf(e->param, sizeof(e->param), "%s", param);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static const char *openai_type(int status)
+{
+    if (status == 401)
+        return "authentication_error";
+    if (status == 503)
+        return "server_busy";
+    if (status >= 500)
+        return "server_error";
+    return "invalid_request_error";
+}
+
+void rp_openai_error_json(const rp_api_error *e, rp_buf *out)
+{
+    json_t *err = json_object();
+    json_object_set_new(err, "message", json_string(e->message));
+    json_object_set_new(err, "type", json_string(e->type ? e->type : openai_type(e->status)));
+    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
+    json_t *root = json_pack("{s:o}", "error", err);
+    if (root)
+        rp_buf_json(out, root);
+    else
+        out->failed = true;
+    json_decref(root);
+}
+
+static const char *anthropic_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503:
+    case 529: return "overloaded_error";
+    default: return status >= 500 ? "api_error" : "invalid_request_error";
+    }
+}
+
+void rp_anthropic_error_json(const rp_api_error *e, rp_buf *out)
+{
+    json_t *root = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                             e->type ? e->type : anthropic_type(e->status), "message", e->message);
+    if (root)
+        rp_buf_json(out, root);
+    else
+        out->failed = true;
+    json_decref(root);
+}
+
+/* ---- JSON bodies ------------------------------------------------------------- */
+
+// Length of the valid UTF-8 prefix of s (RFC 3629).
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k;
+        unsigned min;
+        if (c >= 0xC2 && c <= 0xDF) {
+            k = 1;
+            min = 0x80;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            k = 2;
+            min = 0x800;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            k = 3;
+            min = 0x10000;
+        } else {
+            return i;
+        }
+        if (n - i <= k)
+            return i;
+        unsigned cp = c & (0x3F >> k);
+        for (size_t j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80)
+                return i;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return i;
+        i += k + 1;
+    }
+    return n;
+}
+
+// Deepest [ / { nesting outside strings (stops counting past limit).
+static int json_depth(const char *s, size_t n, int limit)
+{
+    int depth = 0, max = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max && (max = depth) > limit)
+                return max;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return max;
+}
+
+bool rp_json_parse_bytes(const char *data, size_t len, json_t **out, rp_api_error *e)
+{
+    *out = NULL;
+    if (len == 0)
+        return rp_api_fail(e, 400, NULL, NULL, "the request body is empty; expected a JSON object");
+    size_t ok = utf8_valid_prefix((const unsigned char *)data, len);
+    if (ok != len)
+        return rp_api_fail(e, 400, NULL, NULL, "the request body is not valid UTF-8 (bad byte at offset %zu)", ok);
+    if (json_depth(data, len, RP_JSON_MAX_DEPTH) > RP_JSON_MAX_DEPTH)
+        return rp_api_fail(e, 400, NULL, NULL, "the request body is nested more than %d levels deep",
+                           RP_JSON_MAX_DEPTH);
+    json_error_t jerr;
+    json_t *v = json_loadb(data, len, JSON_DECODE_ANY, &jerr);
+    if (!v)
+        return rp_api_fail(e, 400, NULL, NULL, "the request body is not valid JSON: %s (line %d, column %d)",
+                           jerr.text, jerr.line, jerr.column);
+    if (!json_is_object(v)) {
+        json_decref(v);
+        return rp_api_fail(e, 400, NULL, NULL, "the request body must be a JSON object");
+    }
+    *out = v;
+    return true;
+}
+
+/* ---- field readers ----------------------------------------------------------- */
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    default: return "null";
+    }
+}
+
+static bool wrong_type(rp_api_error *e, const char *key, const char *want, const json_t *v)
+{
+    return rp_api_fail(e, 400, key, "invalid_type", "invalid type for '%s': expected %s, got %s", key, want,
+                       type_name(v));
+}
+
+bool rp_field_number(const json_t *obj, const char *key, double lo, double hi, double *out, rp_api_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_number(v))
+        return wrong_type(e, key, "a number", v);
+    double x = json_number_value(v);
+    if (isnan(x) || x < lo || x > hi)
+        return rp_api_fail(e, 400, key, "invalid_value", "invalid value for '%s': %g is outside [%g, %g]", key, x,
+                           lo, hi);
+    *out = x;
+    return true;
+}
+
+bool rp_field_float(const json_t *obj, const char *key, double lo, double hi, float *out, rp_api_error *e)
+{
+    double x = *out;
+    if (!rp_field_number(obj, key, lo, hi, &x, e))
+        return false;
+    *out = (float)x;
+    return true;
+}
+
+bool rp_field_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out, rp_api_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return true;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v)) {
+        // 5.0 is accepted as 5 (Python clients send floats for ints at times); 5.5 is not.
+        double d = json_real_value(v);
+        if (!(d == floor(d)) || d < -9.2e18 || d > 9.2e18)
+            return wrong_type(e, key, "an integer", v);
+        x = (long long)d;
+    } else {
+        return wrong_type(e, key, "an integer", v);
+    }
+    if (x < lo || x > hi)
+        return rp_api_fail(e, 400, key, "invalid_value", "invalid value for '%s': %lld is outside [%lld, %lld]", key,
+                           x, lo, hi);
+    *out = x;
+    return true;
+}
+
+bool rp_field_bool(const json_t *obj, const char *key, bool *out, rp_api_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_boolean(v))
+        return wrong_type(e, key, "a boolean", v);
+    *out = json_is_true(v);
+    return true;
+}
+
+bool rp_field_string(const json_t *obj, const char *key, const char **out, size_t *len, rp_api_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_string(v))
+        return wrong_type(e, key, "a string", v);
+    *out = json_string_value(v);
+    if (len)
+        *len = json_string_length(v);
+    return true;
+}
+
+static bool add_stop(rp_api_req *q, const json_t *s, const char *key, rp_api_error *e)
+{
+    size_t n = json_string_length(s);
+    if (n == 0)
+        return true;
+    if (n > RP_MAX_STOP_LEN)
+        return rp_api_fail(e, 400, key, "invalid_value", "a stop string is longer than %d bytes", RP_MAX_STOP_LEN);
+    if (q->n_stop >= RP_MAX_STOP)
+        return rp_api_fail(e, 400, key, "invalid_value", "at most %d stop strings are allowed", RP_MAX_STOP);
+    char *c = rp_strndup(json_string_value(s), n);
+    if (!c)
+        return rp_api_fail(e, 500, NULL, NULL, "out of memory");
+    if (memchr(c, 0, n)) {
+        rp_free(c);
+        return rp_api_fail(e, 400, key, "invalid_value", "a stop string contains a NUL character");
+    }
+    q->stop[q->n_stop++] = c;
+    return true;
+}
+
+bool rp_field_stop(const json_t *obj, const char *key, rp_api_req *q, rp_api_error *e)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!v || json_is_null(v))
+        return true;
+    if (json_is_string(v))
+        return add_stop(q, v, key, e);
+    if (!json_is_array(v))
+        return wrong_type(e, key, "a string or an array of strings", v);
+    size_t i;
+    const json_t *s;
+    json_array_foreach(v, i, s) {
+        if (!json_is_string(s)) {
+            char p[64];
+            snprintf(p, sizeof(p), "%s[%zu]", key, i);
+            return wrong_type(e, p, "a string", s);
+        }
+        if (!add_stop(q, s, key, e))
+            return false;
+    }
+    return true;
+}
+
+/* ---- the neutral request ----------------------------------------------------- */
+
+// A seed for a request that names none: requests differ from each other (a
+// sampled reply is not the same on every call) yet one process never repeats one.
+static uint64_t fresh_seed(void)
+{
+    static _Atomic uint64_t counter;
+    uint64_t z = (uint64_t)(rp_time_s() * 1e9) + 0x9E3779B97F4A7C15ull * ++counter;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull; // splitmix64's finalizer
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void rp_api_req_init(rp_api_req *q)
+{
+    memset(q, 0, sizeof(*q));
+    rp_sample_params_default(&q->sample);
+    q->sample.seed = fresh_seed(); // a request's "seed" field replaces it
+    q->max_tokens = -1;
+    q->logprobs = -1;
+    q->tool_choice = RP_TOOL_CHOICE_AUTO;
+    q->parallel_tool_calls = true;
+}
+
+void rp_api_req_deinit(rp_api_req *q)
+{
+    json_decref(q->messages);
+    json_decref(q->tools);
+    json_decref(q->template_kwargs);
+    rp_free(q->prompt);
+    rp_free(q->prompt_ids);
+    for (int i = 0; i < q->n_stop; i++)
+        rp_free(q->stop[i]);
+    rp_free(q->tool_name);
+    rp_free(q->model);
+    memset(q, 0, sizeof(*q));
+}

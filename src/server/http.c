@@ -1,0 +1,788 @@
+/*
+ * http.c - the HTTP core of `rapid serve`: the server object, the
+ * libmicrohttpd daemon, routing, auth, body limits, replies and streaming.
+ *
+ * The daemon runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION
+ * with its internal polling thread), so a handler may block on the engine.
+ * For each request libmicrohttpd calls on_request several times:
+ *
+ *   1. headers only: route it (404 unknown path, 405 wrong method), check
+ *      the API key (401) and Content-Length (413); errors are answered at once;
+ *   2. body pieces: appended to the request's buffer up to max_request_bytes
+ *      (a chunked body that grows past it is drained and answered 413);
+ *   3. end of body: the route's handler runs on this thread and fills an
+ *      rp_reply, which is queued as a whole body or as a stream.
+ *
+ * A stream is an MHD callback response: stream_read asks the API's pump for
+ * frames (each pump waits at most RP_STREAM_WAIT_S for tokens) and, between
+ * pumps, polls the socket: a client that closed its side makes the stream end
+ * at once and the API's free callback release (cancel) the generation.
+ * Non-streaming handlers check rp_http_client_gone the same way while they wait.
+ *
+ * A request's state (conn_state) is reference counted: the connection holds
+ * one reference until MHD's completion notification, a stream response holds
+ * another until libmicrohttpd frees it. The last release writes the log line
+ * and records the metrics, so a request is logged exactly once, with its final
+ * numbers, whatever the order of those two events.
+ */
+#include "server_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STREAM_BLOCK (16 * 1024)
+#define DRAIN_MAX ((size_t)64 << 20) // a chunked body past the limit is read (and dropped) up to this much more
+
+static void root_handler(rp_http_req *r, rp_reply *out);
+
+// The routing table. Query strings are ignored for matching.
+static const rp_route routes[] = {
+    {"POST", "/v1/chat/completions", false, rp_openai_chat, "chat", RP_API_OPENAI, true},
+    {"POST", "/v1/completions", false, rp_openai_completions, "completions", RP_API_OPENAI, true},
+    {"GET", "/v1/models", false, rp_openai_models, "models", RP_API_OPENAI, true},
+    {"GET", "/v1/models/", true, rp_openai_model, "model", RP_API_OPENAI, true},
+    {"POST", "/v1/responses", false, rp_responses_create, "responses", RP_API_OPENAI, true},
+    {"POST", "/v1/messages", false, rp_anthropic_messages, "messages", RP_API_ANTHROPIC, true},
+    {"POST", "/v1/messages/count_tokens", false, rp_anthropic_count_tokens, "count_tokens", RP_API_ANTHROPIC, true},
+    {"GET", "/health", false, rp_health_handler, "health", RP_API_PLAIN, false},
+    {"GET", "/metrics", false, rp_metrics_handler, "metrics", RP_API_PLAIN, false},
+    {"GET", "/v1/status", false, rp_status_handler, "status", RP_API_PLAIN, false},
+    {"GET", "/", false, root_handler, "root", RP_API_PLAIN, false},
+    {"HEAD", "/", false, root_handler, "root", RP_API_PLAIN, false},
+};
+#define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
+
+// One request's state. Owned by the connection thread; refs as described above.
+typedef struct conn_state {
+    rp_http_req req;
+    rp_server *srv;
+    struct MHD_Connection *conn;
+    const rp_route *route;
+    rp_api_kind api; // error shape (the route's, or guessed from the path for 404s)
+    char *path, *method, *param;
+    rp_buf body;
+    bool too_large, answered;
+    double t_start;
+    atomic_int refs;
+    // streaming
+    rp_reply reply;
+    rp_buf sbuf;
+    size_t soff;
+    bool s_finished, s_freed;
+} conn_state;
+
+/* ---- small helpers ----------------------------------------------------------- */
+
+static bool path_match(const rp_route *rt, const char *path, const char **param)
+{
+    size_t n = strlen(rt->path);
+    *param = NULL;
+    if (!rt->prefix)
+        return strcmp(rt->path, path) == 0;
+    if (strncmp(rt->path, path, n) != 0 || path[n] == 0)
+        return false;
+    *param = path + n;
+    return true;
+}
+
+// Constant-time in the key's contents (the length may leak; keys are not secret-length).
+static bool key_equal(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    unsigned char d = na != nb;
+    for (size_t i = 0; i < nb; i++)
+        d |= (unsigned char)(i < na ? a[i] : 0) ^ (unsigned char)b[i];
+    return d == 0;
+}
+
+static bool authorized(rp_server *s, struct MHD_Connection *c)
+{
+    if (!s->api_key)
+        return true;
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *xkey = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    bool ok = false;
+    if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
+        const char *k = auth + 7;
+        while (*k == ' ')
+            k++;
+        ok |= key_equal(k, s->api_key);
+    }
+    if (xkey)
+        ok |= key_equal(xkey, s->api_key);
+    return ok;
+}
+
+static void state_release(conn_state *cs);
+
+/* ---- replies ----------------------------------------------------------------- */
+
+void rp_reply_json(rp_reply *out, int status, const json_t *v)
+{
+    out->status = status;
+    out->content_type = "application/json";
+    rp_buf_reset(&out->body);
+    rp_buf_json(&out->body, v);
+}
+
+void rp_reply_text(rp_reply *out, int status, const char *content_type, const char *text, size_t len)
+{
+    out->status = status;
+    out->content_type = content_type;
+    rp_buf_reset(&out->body);
+    rp_buf_append(&out->body, text, len);
+}
+
+static void reply_error_shape(rp_api_kind api, rp_reply *out, const rp_api_error *e)
+{
+    out->status = e->status;
+    out->content_type = "application/json";
+    out->retry_after = e->retry_after;
+    rp_buf_reset(&out->body);
+    if (api == RP_API_ANTHROPIC)
+        rp_anthropic_error_json(e, &out->body);
+    else
+        rp_openai_error_json(e, &out->body);
+}
+
+void rp_reply_error(rp_http_req *r, rp_reply *out, const rp_api_error *e)
+{
+    conn_state *cs = r ? r->priv : NULL;
+    reply_error_shape(cs ? cs->api : RP_API_OPENAI, out, e);
+}
+
+void rp_reply_stream(rp_reply *out, rp_stream_pump_fn pump, rp_stream_free_fn free_fn, void *ctx)
+{
+    out->status = 200;
+    out->content_type = "text/event-stream";
+    out->pump = pump;
+    out->pump_free = free_fn;
+    out->pump_ctx = ctx;
+}
+
+static void root_handler(rp_http_req *r, rp_reply *out)
+{
+    (void)r;
+    rp_reply_text(out, 200, "text/plain; charset=utf-8", "rapid\n", 6);
+}
+
+/* ---- request accessors ------------------------------------------------------- */
+
+const char *rp_http_header(rp_http_req *r, const char *name)
+{
+    conn_state *cs = r->priv;
+    if (!cs || !cs->conn)
+        return NULL;
+    return MHD_lookup_connection_value(cs->conn, MHD_HEADER_KIND, name);
+}
+
+bool rp_http_client_gone(rp_http_req *r)
+{
+    conn_state *cs = r->priv;
+    if (!cs)
+        return false;
+    if (atomic_load(&cs->srv->stopping) || r->stats.client_gone)
+        return true;
+    if (!cs->conn)
+        return false;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(cs->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return false;
+    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    int rc = poll(&pfd, 1, 0);
+    bool gone = false;
+    if (rc > 0) {
+        if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+            gone = true;
+        } else if (pfd.revents & POLLIN) {
+            // Data (a pipelined request) or end of stream: only EOF means gone.
+            char c;
+            ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+    }
+    if (gone)
+        r->stats.client_gone = true;
+    return gone;
+}
+
+bool rp_http_parse_json(rp_http_req *r, json_t **out, rp_api_error *e)
+{
+    return rp_json_parse_bytes(r->body, r->body_len, out, e);
+}
+
+/* ---- queueing ---------------------------------------------------------------- */
+
+static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
+{
+    if (rep->body.failed) {
+        rp_buf_reset(&rep->body);
+        rep->body.failed = false;
+        rp_api_error e;
+        rp_api_fail(&e, 500, NULL, NULL, "out of memory while writing the reply");
+        reply_error_shape(cs->api, rep, &e);
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(rep->body.len, rep->body.len ? rep->body.data : (void *)"",
+                                        MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (rep->content_type)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->content_type);
+    if (rep->retry_after > 0) {
+        char ra[32];
+        snprintf(ra, sizeof(ra), "%d", rep->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    if (rep->status == 405 && cs->route == NULL) {
+        // Allow: the methods the path does take.
+        char allow[64] = "";
+        for (size_t i = 0; i < N_ROUTES; i++) {
+            const char *p;
+            if (path_match(&routes[i], cs->path, &p) && !strstr(allow, routes[i].method)) {
+                if (allow[0])
+                    strcat(allow, ", ");
+                strncat(allow, routes[i].method, sizeof(allow) - strlen(allow) - 1);
+            }
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    char rid[32];
+    snprintf(rid, sizeof(rid), "%llu", (unsigned long long)cs->req.id);
+    MHD_add_response_header(resp, "x-request-id", rid);
+    cs->req.status = rep->status;
+    cs->answered = true;
+    enum MHD_Result ret = MHD_queue_response(cs->conn, (unsigned)rep->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result queue_error(conn_state *cs, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static enum MHD_Result queue_error(conn_state *cs, int status, const char *code, const char *fmt, ...)
+{
+    rp_api_error e;
+    rp_api_fail(&e, status, NULL, code, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.message, sizeof(e.message), fmt, ap);
+    va_end(ap);
+    rp_reply rep = {0};
+    reply_error_shape(cs->api, &rep, &e);
+    enum MHD_Result ret = queue_body(cs, &rep);
+    rp_buf_deinit(&rep.body);
+    return ret;
+}
+
+// Frees the stream's API context exactly once.
+static void stream_release_ctx(conn_state *cs)
+{
+    if (!cs->s_freed && cs->reply.pump_free) {
+        cs->s_freed = true;
+        cs->reply.pump_free(cs->reply.pump_ctx, &cs->req);
+    }
+    cs->s_freed = true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    conn_state *cs = cls;
+    for (;;) {
+        if (cs->soff < cs->sbuf.len) {
+            size_t n = cs->sbuf.len - cs->soff;
+            if (n > max)
+                n = max;
+            memcpy(buf, cs->sbuf.data + cs->soff, n);
+            cs->soff += n;
+            return (ssize_t)n;
+        }
+        if (cs->s_finished || cs->s_freed) {
+            stream_release_ctx(cs);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (rp_http_client_gone(&cs->req)) {
+            stream_release_ctx(cs);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        rp_buf_reset(&cs->sbuf);
+        cs->soff = 0;
+        bool finished = false;
+        rp_status st = cs->reply.pump(cs->reply.pump_ctx, &cs->req, &cs->sbuf, &finished);
+        if (st || cs->sbuf.failed) {
+            RP_LOGE("request %llu: stream failed: %s", (unsigned long long)cs->req.id,
+                    st ? rp_error_message() : "out of memory");
+            stream_release_ctx(cs);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        cs->s_finished = finished;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    conn_state *cs = cls;
+    stream_release_ctx(cs);
+    state_release(cs);
+}
+
+static enum MHD_Result queue_stream(conn_state *cs)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, cs,
+                                                                  stream_free);
+    if (!resp) {
+        stream_release_ctx(cs);
+        return MHD_NO;
+    }
+    atomic_fetch_add(&cs->refs, 1); // the response's reference, dropped by stream_free
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    char rid[32];
+    snprintf(rid, sizeof(rid), "%llu", (unsigned long long)cs->req.id);
+    MHD_add_response_header(resp, "x-request-id", rid);
+    cs->req.status = 200;
+    cs->answered = true;
+    enum MHD_Result ret = MHD_queue_response(cs->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- request lifecycle ------------------------------------------------------- */
+
+static void log_request(conn_state *cs)
+{
+    rp_server *s = cs->srv;
+    rp_http_req *r = &cs->req;
+    if (s->metrics)
+        rp_metrics_record(s->metrics, r);
+    if (s->params.quiet)
+        return;
+    const rp_req_stats *st = &r->stats;
+    double total = rp_time_s() - cs->t_start;
+    if (st->n_prompt > 0 || st->n_completion > 0) {
+        char ttft[32] = "-";
+        if (st->ttft_s >= 0)
+            snprintf(ttft, sizeof(ttft), "%.3fs", st->ttft_s);
+        rp_log(RP_LOG_INFO,
+               "rapid: #%llu %s %s %d | prompt %d (cached %d), completion %d | ttft %s, %.1f tok/s | %.3fs%s",
+               (unsigned long long)r->id, cs->method, cs->path, r->status, st->n_prompt, st->n_cached,
+               st->n_completion, ttft, st->decode_tps, total, st->client_gone ? " | client gone" : "");
+    } else {
+        rp_log(RP_LOG_INFO, "rapid: #%llu %s %s %d | %.3fs%s", (unsigned long long)r->id, cs->method, cs->path,
+               r->status, total, st->client_gone ? " | client gone" : "");
+    }
+}
+
+static void state_release(conn_state *cs)
+{
+    if (atomic_fetch_sub(&cs->refs, 1) != 1)
+        return;
+    if (cs->req.stats.client_gone)
+        cs->req.status = 499; // nginx's "client closed request", for the log and the metrics only
+    log_request(cs);
+    rp_buf_deinit(&cs->body);
+    rp_buf_deinit(&cs->sbuf);
+    rp_buf_deinit(&cs->reply.body);
+    rp_free(cs->path);
+    rp_free(cs->method);
+    rp_free(cs);
+}
+
+static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const char *url, const char *method)
+{
+    conn_state *cs = rp_calloc(1, sizeof(*cs));
+    if (!cs)
+        return NULL;
+    const char *q = strchr(url, '?');
+    cs->path = q ? rp_strndup(url, (size_t)(q - url)) : rp_strdup(url);
+    cs->method = rp_strdup(method);
+    if (!cs->path || !cs->method) {
+        rp_free(cs->path);
+        rp_free(cs->method);
+        rp_free(cs);
+        return NULL;
+    }
+    atomic_init(&cs->refs, 1);
+    cs->srv = s;
+    cs->conn = c;
+    cs->t_start = rp_time_s();
+    cs->req.srv = s;
+    cs->req.id = atomic_fetch_add(&s->next_id, 1) + 1;
+    cs->req.method = cs->method;
+    cs->req.path = cs->path;
+    cs->req.query = q ? q + 1 : "";
+    cs->req.route_name = "unknown";
+    cs->req.stats.ttft_s = -1;
+    cs->req.priv = cs;
+    cs->api = strncmp(cs->path, "/v1/messages", 12) == 0 ? RP_API_ANTHROPIC : RP_API_OPENAI;
+    return cs;
+}
+
+// First call for a request: route, auth, size. Returns MHD_YES to go on reading
+// the body; an answered request has cs->answered set.
+static enum MHD_Result begin_request(conn_state *cs)
+{
+    rp_server *s = cs->srv;
+    bool path_known = false;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        const char *param;
+        if (!path_match(&routes[i], cs->path, &param))
+            continue;
+        path_known = true;
+        if (strcmp(routes[i].method, cs->method) == 0) {
+            cs->route = &routes[i];
+            cs->req.route_param = param;
+            break;
+        }
+    }
+    if (!cs->route) {
+        if (path_known)
+            return queue_error(cs, 405, "method_not_allowed", "method %s is not allowed for %s", cs->method,
+                               cs->path);
+        return queue_error(cs, 404, "not_found", "no route for %s %s", cs->method, cs->path);
+    }
+    cs->api = cs->route->api;
+    cs->req.route_name = cs->route->name;
+    if (cs->route->auth && !authorized(s, cs->conn))
+        return queue_error(cs, 401, "invalid_api_key", "invalid or missing API key (send it as 'Authorization: "
+                                                       "Bearer KEY' or 'x-api-key: KEY')");
+    const char *cl = MHD_lookup_connection_value(cs->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || end == cl || n > s->params.max_request_bytes)
+            return queue_error(cs, 413, "request_too_large", "the request body is larger than %zu bytes",
+                               s->params.max_request_bytes);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result run_handler(conn_state *cs)
+{
+    rp_http_req *r = &cs->req;
+    r->body = cs->body.data ? cs->body.data : "";
+    r->body_len = cs->body.len;
+    rp_reply *rep = &cs->reply;
+    rp_buf_init(&rep->body);
+    rep->status = 500;
+    cs->route->fn(r, rep);
+    if (rep->pump)
+        return queue_stream(cs);
+    return queue_body(cs, rep);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    rp_server *s = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = state_create(s, c, url, method);
+        if (!cs)
+            return MHD_NO;
+        *con_cls = cs;
+        return begin_request(cs);
+    }
+    if (cs->answered) { // answered early (error): drop the body
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (!cs->too_large && cs->body.len + n > s->params.max_request_bytes) {
+            cs->too_large = true;
+            rp_buf_deinit(&cs->body);
+        }
+        if (cs->too_large) {
+            // Drained, not kept; a body that keeps coming is cut off.
+            cs->body.len += n;
+            return cs->body.len > s->params.max_request_bytes + DRAIN_MAX ? MHD_NO : MHD_YES;
+        }
+        rp_buf_append(&cs->body, upload_data, n);
+        return cs->body.failed ? MHD_NO : MHD_YES;
+    }
+    if (cs->too_large) {
+        cs->body.len = 0;
+        return queue_error(cs, 413, "request_too_large", "the request body is larger than %zu bytes",
+                           s->params.max_request_bytes);
+    }
+    return run_handler(cs);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    conn_state *cs = *con_cls;
+    *con_cls = NULL;
+    if (!cs)
+        return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !cs->s_finished)
+        cs->req.stats.client_gone = true;
+    cs->conn = NULL; // the connection is no longer ours to look at
+    state_release(cs);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n')
+        line[--n] = 0;
+    RP_LOGD("libmicrohttpd: %s", line);
+}
+
+/* ---- the server object ------------------------------------------------------- */
+
+void rp_server_params_default(rp_server_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->host = "127.0.0.1";
+    p->port = RP_SERVER_DEFAULT_PORT;
+    p->max_request_bytes = RP_SERVER_DEFAULT_MAX_REQUEST_BYTES;
+}
+
+// The default served name: the model path's last component, ".gguf" dropped.
+static char *default_model_name(const char *path)
+{
+    if (!path || !*path)
+        return rp_strdup("rapid");
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t len = n - b;
+    if (len > 5 && strncasecmp(path + n - 5, ".gguf", 5) == 0)
+        len -= 5;
+    return rp_strndup(path + b, len);
+}
+
+static rp_status open_listener(const char *host, int port, int *fd_out, int *port_out)
+{
+    char ps[16];
+    snprintf(ps, sizeof(ps), "%d", port);
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc)
+        return RP_ERR(RP_ERR_IO, "cannot resolve the address '%s': %s", host, gai_strerror(rc));
+    int fd = -1, err = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            err = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0)
+            break;
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return RP_ERR(RP_ERR_IO, "cannot listen on %s:%d: %s", host, port, strerror(err));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        close(fd);
+        return RP_ERR(RP_ERR_IO, "getsockname: %s", strerror(errno));
+    }
+    *port_out = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    *fd_out = fd;
+    return RP_OK;
+}
+
+rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *tok, const rp_server_params *p,
+                           rp_server **out)
+{
+    *out = NULL;
+    if (!e || !m || !tok || !p)
+        return RP_ERR(RP_ERR_INVALID, "rp_server_create: missing engine, model, tokenizer or params");
+    if (p->port < 0 || p->port > 65535)
+        return RP_ERR(RP_ERR_INVALID, "port %d is outside 0..65535", p->port);
+    rp_server *s = rp_calloc(1, sizeof(*s));
+    if (!s)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    rp_status st = RP_OK;
+    s->listen_fd = -1;
+    s->wake_pipe[0] = s->wake_pipe[1] = -1;
+    s->params = *p;
+    if (!s->params.max_request_bytes)
+        s->params.max_request_bytes = RP_SERVER_DEFAULT_MAX_REQUEST_BYTES;
+    s->host = rp_strdup(p->host && *p->host ? p->host : "127.0.0.1");
+    s->api_key = p->api_key && *p->api_key ? rp_strdup(p->api_key) : NULL;
+    s->model_name = p->served_model_name && *p->served_model_name ? rp_strdup(p->served_model_name)
+                                                                   : default_model_name(rp_model_path(m));
+    if (!s->host || (p->api_key && *p->api_key && !s->api_key) || !s->model_name) {
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    s->params.host = s->host;
+    s->params.api_key = s->api_key;
+    s->params.served_model_name = s->model_name;
+    s->params.tool_parser = s->params.reasoning_parser = NULL; // not kept; resolved below
+    s->engine = e;
+    s->tok = tok;
+    s->cfg = rp_model_get_config(m);
+    s->n_ctx = rp_engine_n_ctx(e);
+    s->created = (long long)time(NULL);
+    atomic_init(&s->next_id, 0);
+    atomic_init(&s->stopping, false);
+
+    const char *tpl = rp_tok_chat_template(tok);
+    if (tpl && (st = rp_chat_template_create(tpl, strlen(tpl), &s->tpl))) {
+        rp_error_prefix(st, "the model's chat template");
+        goto fail;
+    }
+    rp_parser_select(tpl, s->cfg->arch_name, &s->tool_format, &s->reasoning_format);
+    if (p->tool_parser && (st = rp_tool_format_from_name(p->tool_parser, &s->tool_format)))
+        goto fail;
+    if (p->reasoning_parser && (st = rp_reasoning_format_from_name(p->reasoning_parser, &s->reasoning_format)))
+        goto fail;
+    if ((st = rp_metrics_create(&s->metrics)))
+        goto fail;
+    if (pipe2(s->wake_pipe, O_CLOEXEC) != 0) {
+        st = RP_ERR(RP_ERR_IO, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if ((st = open_listener(s->host, p->port, &s->listen_fd, &s->port)))
+        goto fail;
+    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
+                                 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
+                                 s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024, MHD_OPTION_END);
+    if (!s->daemon) {
+        st = RP_ERR(RP_ERR_IO, "cannot start the HTTP daemon on %s:%d", s->host, s->port);
+        goto fail;
+    }
+    s->listen_fd = -1; // the daemon's now
+    *out = s;
+    return RP_OK;
+fail:
+    rp_server_destroy(s);
+    return st;
+}
+
+int rp_server_port(const rp_server *s)
+{
+    return s->port;
+}
+
+void rp_server_stop(rp_server *s)
+{
+    if (s && s->wake_pipe[1] >= 0) {
+        char c = 1;
+        ssize_t n = write(s->wake_pipe[1], &c, 1);
+        (void)n;
+    }
+}
+
+void rp_server_wait(rp_server *s)
+{
+    char c;
+    for (;;) {
+        ssize_t n = read(s->wake_pipe[0], &c, 1);
+        if (n == 1 || (n < 0 && errno != EINTR) || n == 0)
+            return;
+    }
+}
+
+void rp_server_destroy(rp_server *s)
+{
+    if (!s)
+        return;
+    atomic_store(&s->stopping, true);
+    if (s->daemon) {
+        // Stop accepting first, then let the connection threads see `stopping`
+        // (streams end, waits cancel their generations) and join them.
+        MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
+        if (lfd != MHD_INVALID_SOCKET)
+            close(lfd);
+        MHD_stop_daemon(s->daemon);
+    }
+    if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    for (int i = 0; i < 2; i++)
+        if (s->wake_pipe[i] >= 0)
+            close(s->wake_pipe[i]);
+    rp_metrics_destroy(s->metrics);
+    rp_chat_template_destroy(s->tpl);
+    rp_free(s->host);
+    rp_free(s->api_key);
+    rp_free(s->model_name);
+    rp_free(s);
+}
+
+bool rp_server_check_model(const rp_server *s, const char *name, rp_api_error *e)
+{
+    if (!s->params.strict_model_name || !name || !*name || strcmp(name, s->model_name) == 0)
+        return true;
+    return rp_api_fail(e, 404, "model", "model_not_found",
+                       "the model '%s' does not exist; this server serves '%s'", name, s->model_name);
+}
+
+/* ---- rp_server_run ----------------------------------------------------------- */
+
+static rp_server *volatile signal_server;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    rp_server *s = signal_server;
+    if (s)
+        rp_server_stop(s);
+}
+
+rp_status rp_server_run(rp_engine *e, const rp_model *m, const rp_tokenizer *tok, const rp_server_params *p)
+{
+    rp_server *s;
+    rp_status st = rp_server_create(e, m, tok, p, &s);
+    if (st)
+        return st;
+    struct sigaction sa = {0}, old_int, old_term, old_pipe;
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    signal_server = s;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    struct sigaction ign = {0};
+    ign.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ign, &old_pipe);
+    bool v6 = strchr(s->host, ':') != NULL;
+    fprintf(stderr, "rapid: listening on http://%s%s%s:%d\n", v6 ? "[" : "", s->host, v6 ? "]" : "", s->port);
+    fflush(stderr);
+    rp_server_wait(s);
+    rp_log(RP_LOG_INFO, "rapid: shutting down");
+    rp_server_destroy(s);
+    signal_server = NULL;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    return RP_OK;
+}

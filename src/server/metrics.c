@@ -1,0 +1,286 @@
+/*
+ * metrics.c - GET /metrics (Prometheus text format 0.0.4), GET /v1/status
+ * (the same engine figures as JSON) and GET /health.
+ *
+ * Counters kept here (one mutex; recorded once per finished request from the
+ * request's last release in http.c): requests by route and status, prompt /
+ * cached / completion tokens, requests whose client went away, and two
+ * histograms, time to first token and decode speed. Gauges and engine counters
+ * (queue depth, running requests, KV blocks, steps, tokens, cancelled
+ * requests, KV pool, prefix cache in memory and on disk, speculative
+ * decoding's draft tokens verified and accepted per method and draft position)
+ * are read from rp_engine_get_stats at scrape time.
+ */
+#include "server_int.h"
+
+#include <stdio.h>
+
+#define MAX_SERIES 128 // distinct (route, status) pairs kept
+
+static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double tps_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
+#define N_TTFT (sizeof(ttft_bounds) / sizeof(ttft_bounds[0]))
+#define N_TPS (sizeof(tps_bounds) / sizeof(tps_bounds[0]))
+
+typedef struct histogram {
+    uint64_t counts[16]; // per bucket (not cumulative); the last is +Inf
+    uint64_t n;
+    double sum;
+} histogram;
+
+typedef struct series {
+    const char *route; // static (the route table's names)
+    int status;
+    uint64_t count;
+} series;
+
+struct rp_metrics {
+    pthread_mutex_t lock;
+    series req[MAX_SERIES];
+    int n_req;
+    uint64_t prompt_tokens, cached_tokens, completion_tokens, client_gone;
+    histogram ttft, tps;
+};
+
+rp_status rp_metrics_create(rp_metrics **out)
+{
+    rp_metrics *m = rp_calloc(1, sizeof(*m));
+    if (!m)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    *out = m;
+    return RP_OK;
+}
+
+void rp_metrics_destroy(rp_metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->lock);
+    rp_free(m);
+}
+
+static void observe(histogram *h, const double *bounds, size_t nb, double v)
+{
+    size_t i = 0;
+    while (i < nb && v > bounds[i])
+        i++;
+    h->counts[i]++;
+    h->n++;
+    h->sum += v;
+}
+
+void rp_metrics_record(rp_metrics *m, const rp_http_req *r)
+{
+    pthread_mutex_lock(&m->lock);
+    int i = 0;
+    while (i < m->n_req && !(m->req[i].status == r->status && strcmp(m->req[i].route, r->route_name) == 0))
+        i++;
+    if (i == m->n_req && m->n_req < MAX_SERIES) {
+        m->req[i].route = r->route_name;
+        m->req[i].status = r->status;
+        m->req[i].count = 0;
+        m->n_req++;
+    }
+    if (i < m->n_req)
+        m->req[i].count++;
+    const rp_req_stats *st = &r->stats;
+    m->prompt_tokens += (uint64_t)(st->n_prompt > 0 ? st->n_prompt : 0);
+    m->cached_tokens += (uint64_t)(st->n_cached > 0 ? st->n_cached : 0);
+    m->completion_tokens += (uint64_t)(st->n_completion > 0 ? st->n_completion : 0);
+    if (st->client_gone)
+        m->client_gone++;
+    if (st->ttft_s >= 0)
+        observe(&m->ttft, ttft_bounds, N_TTFT, st->ttft_s);
+    if (st->decode_tps > 0)
+        observe(&m->tps, tps_bounds, N_TPS, st->decode_tps);
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void render_histogram(rp_buf *b, const char *name, const char *help, const histogram *h, const double *bounds,
+                             size_t nb)
+{
+    rp_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        cum += h->counts[i];
+        rp_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    rp_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)h->n);
+    rp_buf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->n);
+}
+
+static void counter(rp_buf *b, const char *name, const char *help, uint64_t v)
+{
+    rp_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, (unsigned long long)v);
+}
+
+static void gauge(rp_buf *b, const char *name, const char *help, double v)
+{
+    rp_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.10g\n", name, help, name, name, v);
+}
+
+// Speculative decoding: draft tokens verified and accepted per method, and by
+// draft position (1-based; the last counts every later position too).
+static void spec_metrics(rp_buf *b, const rp_engine_stats *es)
+{
+    rp_buf_puts(b, "# HELP rapid_spec_decode_enabled 1 for each draft method the engine may use.\n"
+                   "# TYPE rapid_spec_decode_enabled gauge\n");
+    for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+        rp_buf_printf(b, "rapid_spec_decode_enabled{method=\"%s\"} %d\n", rp_spec_method_name((rp_spec_method)m),
+                      es->spec_methods[m] ? 1 : 0);
+    counter(b, "rapid_spec_decode_steps_total", "Request steps that verified draft tokens.", es->spec_steps);
+    static const char *const what[2] = {"draft", "accepted"};
+    for (int k = 0; k < 2; k++) {
+        rp_buf_printf(b,
+                      "# HELP rapid_spec_decode_%s_tokens_total Draft tokens %s, by method.\n"
+                      "# TYPE rapid_spec_decode_%s_tokens_total counter\n",
+                      what[k], k ? "accepted by verification" : "verified", what[k]);
+        for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+            rp_buf_printf(b, "rapid_spec_decode_%s_tokens_total{method=\"%s\"} %llu\n", what[k],
+                          rp_spec_method_name((rp_spec_method)m),
+                          (unsigned long long)(k ? es->spec_accepted[m] : es->spec_drafted[m]));
+    }
+    for (int k = 0; k < 2; k++) {
+        rp_buf_printf(b,
+                      "# HELP rapid_spec_decode_%s_tokens_by_position_total Draft tokens %s, by method and draft "
+                      "position (1-based; position %d counts every later one too).\n"
+                      "# TYPE rapid_spec_decode_%s_tokens_by_position_total counter\n",
+                      what[k], k ? "accepted" : "verified", RP_SPEC_POS, what[k]);
+        for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+            for (int p = 0; p < RP_SPEC_POS; p++)
+                rp_buf_printf(b, "rapid_spec_decode_%s_tokens_by_position_total{method=\"%s\",position=\"%d\"} %llu\n",
+                              what[k], rp_spec_method_name((rp_spec_method)m), p + 1,
+                              (unsigned long long)(k ? es->spec_pos_accepted[m][p] : es->spec_pos_drafted[m][p]));
+    }
+}
+
+void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
+{
+    pthread_mutex_lock(&m->lock);
+    rp_buf_puts(b, "# HELP rapid_requests_total HTTP requests answered, by route and status.\n"
+                   "# TYPE rapid_requests_total counter\n");
+    for (int i = 0; i < m->n_req; i++)
+        rp_buf_printf(b, "rapid_requests_total{route=\"%s\",status=\"%d\"} %llu\n", m->req[i].route,
+                      m->req[i].status, (unsigned long long)m->req[i].count);
+    counter(b, "rapid_prompt_tokens_total", "Prompt tokens of finished requests.", m->prompt_tokens);
+    counter(b, "rapid_prompt_tokens_cached_total", "Prompt tokens whose KV came from the prefix cache.",
+            m->cached_tokens);
+    counter(b, "rapid_completion_tokens_total", "Generated tokens of finished requests.", m->completion_tokens);
+    counter(b, "rapid_requests_client_gone_total", "Requests whose client disconnected before the reply ended.",
+            m->client_gone);
+    render_histogram(b, "rapid_time_to_first_token_seconds", "Time from submit to the first generated token.",
+                     &m->ttft, ttft_bounds, N_TTFT);
+    render_histogram(b, "rapid_decode_tokens_per_second", "Decode speed per request (tokens after the first).",
+                     &m->tps, tps_bounds, N_TPS);
+    pthread_mutex_unlock(&m->lock);
+    if (!e)
+        return;
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    gauge(b, "rapid_queue_depth", "Requests waiting for the engine.", es.queued);
+    gauge(b, "rapid_requests_running", "Requests generating now.", es.running);
+    gauge(b, "rapid_kv_blocks_total", "KV cache blocks in the pool.", es.kv_blocks);
+    gauge(b, "rapid_kv_blocks_used", "KV cache blocks in use.", es.kv_blocks_used);
+    gauge(b, "rapid_kv_block_tokens", "Tokens per KV block.", es.kv_block_tokens);
+    gauge(b, "rapid_kv_usage_ratio", "Fraction of the KV pool in use.",
+          es.kv_blocks > 0 ? (double)es.kv_blocks_used / es.kv_blocks : 0.0);
+    counter(b, "rapid_engine_steps_total", "Forward passes run.", es.steps);
+    counter(b, "rapid_engine_tokens_prefilled_total", "Prompt tokens run through the model.", es.tokens_prefilled);
+    counter(b, "rapid_engine_tokens_generated_total", "Tokens generated by the engine.", es.tokens_generated);
+    counter(b, "rapid_engine_requests_done_total", "Requests retired by the engine (any reason).", es.requests_done);
+    counter(b, "rapid_engine_preemptions_total", "Requests sent back to the queue for want of KV blocks.",
+            es.preemptions);
+    counter(b, "rapid_engine_requests_cancelled_total",
+            "Requests the engine retired as cancelled (client gone, stop string, shutdown).", es.requests_cancelled);
+    gauge(b, "rapid_kv_bytes", "Bytes of the KV pool.", (double)es.kv_bytes);
+    const rp_cache_stats *c = &es.cache;
+    gauge(b, "rapid_prefix_cache_enabled", "1 when the prefix cache is on.", es.prefix_cache);
+    counter(b, "rapid_prefix_cache_hit_tokens_total", "Tokens found in the prefix cache at admission (not run).",
+            es.cache_hit_tokens);
+    counter(b, "rapid_prefix_cache_miss_tokens_total", "Tokens run at admission (not found in the prefix cache).",
+            es.cache_miss_tokens);
+    counter(b, "rapid_prefix_cache_hit_blocks_total", "KV blocks taken from the prefix cache (memory or disk).",
+            c->hit_blocks);
+    counter(b, "rapid_prefix_cache_miss_blocks_total", "Whole prompt blocks looked up and not found.",
+            c->miss_blocks);
+    counter(b, "rapid_prefix_cache_disk_hit_blocks_total", "KV blocks read back from the disk tier.",
+            c->disk_hit_blocks);
+    gauge(b, "rapid_prefix_cache_memory_blocks", "KV blocks in memory holding cached prefixes.",
+          (double)c->mem_blocks);
+    gauge(b, "rapid_prefix_cache_memory_bytes", "Bytes of those blocks.", (double)c->mem_bytes);
+    counter(b, "rapid_prefix_cache_memory_evictions_total", "Cached blocks whose memory was reused.",
+            c->mem_evictions);
+    gauge(b, "rapid_prefix_cache_disk_blocks", "Block files in the disk tier.", (double)c->disk_blocks);
+    gauge(b, "rapid_prefix_cache_disk_bytes", "Bytes of block files in the disk tier.", (double)c->disk_bytes);
+    gauge(b, "rapid_prefix_cache_disk_budget_bytes", "Most bytes the disk tier may hold (0: no disk tier).",
+          (double)c->disk_budget);
+    counter(b, "rapid_prefix_cache_disk_writes_total", "Block files written.", c->disk_writes);
+    counter(b, "rapid_prefix_cache_disk_write_drops_total",
+            "Blocks not written to disk (no staging buffer free, or an I/O error).", c->disk_write_drops);
+    counter(b, "rapid_prefix_cache_disk_evictions_total", "Block files removed to stay within the budget.",
+            c->disk_evictions);
+    counter(b, "rapid_prefix_cache_disk_rejects_total", "Block files deleted because they failed a check.",
+            c->disk_rejects);
+    spec_metrics(b, &es);
+}
+
+// The engine's figures as one JSON object (GET /v1/status).
+static json_t *status_json(rp_engine *e)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(e, &es);
+    const rp_cache_stats *c = &es.cache;
+    const char *dir = rp_engine_cache_dir(e);
+    json_t *disk = json_pack("{s:b, s:s?, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "enabled", c->disk, "dir", dir,
+                             "blocks", (json_int_t)c->disk_blocks, "bytes", (json_int_t)c->disk_bytes, "budget_bytes",
+                             (json_int_t)c->disk_budget, "hit_blocks", (json_int_t)c->disk_hit_blocks, "writes",
+                             (json_int_t)c->disk_writes, "write_drops", (json_int_t)c->disk_write_drops, "evictions",
+                             (json_int_t)c->disk_evictions, "rejects", (json_int_t)c->disk_rejects);
+    json_t *mem = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
+                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions);
+    json_t *cache = json_pack("{s:b, s:I, s:I, s:I, s:I, s:o?, s:o?}", "enabled", es.prefix_cache, "hit_tokens",
+                              (json_int_t)es.cache_hit_tokens, "miss_tokens", (json_int_t)es.cache_miss_tokens,
+                              "hit_blocks", (json_int_t)c->hit_blocks, "miss_blocks", (json_int_t)c->miss_blocks,
+                              "memory", mem, "disk", disk);
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:I, s:i}", "blocks", es.kv_blocks, "blocks_used", es.kv_blocks_used,
+                           "blocks_free", es.kv_blocks - es.kv_blocks_used, "block_tokens", es.kv_block_tokens,
+                           "bytes", (json_int_t)es.kv_bytes, "context_tokens", es.n_ctx);
+    json_t *req = json_pack("{s:i, s:i, s:I, s:I, s:I}", "running", es.running, "queued", es.queued, "done",
+                            (json_int_t)es.requests_done, "cancelled", (json_int_t)es.requests_cancelled,
+                            "preemptions", (json_int_t)es.preemptions);
+    json_t *eng = json_pack("{s:I, s:I, s:I}", "steps", (json_int_t)es.steps, "tokens_prefilled",
+                            (json_int_t)es.tokens_prefilled, "tokens_generated", (json_int_t)es.tokens_generated);
+    return json_pack("{s:o?, s:o?, s:o?, s:o?}", "requests", req, "kv", kv, "prefix_cache", cache, "engine", eng);
+}
+
+void rp_status_handler(rp_http_req *r, rp_reply *out)
+{
+    json_t *v = status_json(r->srv->engine);
+    if (!v) {
+        rp_api_error e;
+        rp_api_fail(&e, 500, NULL, NULL, "out of memory");
+        rp_reply_error(r, out, &e);
+        return;
+    }
+    rp_reply_json(out, 200, v);
+    json_decref(v);
+}
+
+void rp_metrics_handler(rp_http_req *r, rp_reply *out)
+{
+    rp_buf b;
+    rp_buf_init(&b);
+    rp_metrics_render(r->srv->metrics, r->srv->engine, &b);
+    rp_reply_text(out, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len);
+    if (b.failed)
+        out->body.failed = true;
+    rp_buf_deinit(&b);
+}
+
+void rp_health_handler(rp_http_req *r, rp_reply *out)
+{
+    (void)r;
+    static const char ok[] = "{\"status\":\"ok\"}";
+    rp_reply_text(out, 200, "application/json", ok, sizeof(ok) - 1);
+}

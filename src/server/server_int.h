@@ -1,0 +1,424 @@
+/*
+ * server_int.h - the seam between the HTTP core and the API files.
+ *
+ * The server is split by concern:
+ *
+ *   http.c      the libmicrohttpd daemon: routing, auth, body limits, replies,
+ *               streaming through pump callbacks, disconnect detection, the
+ *               per-request log line; the server object and its lifecycle.
+ *   fields.c    the request-reading helpers every API uses (typed field readers
+ *               whose errors name the field), JSON body parsing, SSE framing, rp_buf.
+ *   gen.c       the API-neutral generation driver: chat template, tokenize,
+ *               context check, engine submit, incremental detokenize, stop
+ *               strings, output parsing (reasoning, tool calls), usage.
+ *   openai.c    /v1/chat/completions, /v1/completions, /v1/models[/{id}].
+ *   anthropic.c /v1/messages, /v1/messages/count_tokens.
+ *   responses.c /v1/responses.
+ *   metrics.c   /metrics (Prometheus text), /v1/status (JSON), /health, the counters behind them.
+ *
+ * How an API file answers a request (an rp_route_fn):
+ *
+ *   1. rp_http_parse_json(r, &body, &err) - the body as a JSON object (size,
+ *      UTF-8, nesting depth checked);
+ *   2. fill an rp_api_req from it with the rp_field_* readers (each error
+ *      names the field: 400 invalid_request_error, param = the field path);
+ *      rp_server_check_model applies the model-name policy;
+ *   3. rp_drv_start(r, &req, &drv, &err) - renders, tokenizes, checks the
+ *      context and submits (errors: 400 context_length_exceeded, 503 busy);
+ *   4a. not streaming: rp_drv_collect(drv, &res) waits for the whole reply
+ *       (cancelling if the client goes away), then the file builds its JSON
+ *       body and calls rp_reply_json;
+ *   4b. streaming: rp_reply_stream(out, pump, free, ctx): the http layer calls
+ *       pump() from the connection thread until it reports finished; pump
+ *       calls rp_drv_next(drv, RP_STREAM_WAIT_S, ...) and appends SSE frames
+ *       (rp_sse_json) for the events it got. Between pumps the layer checks the
+ *       socket; a client that went away ends the stream and free() runs at once
+ *       (rp_drv_destroy cancels the generation).
+ *   Any error: rp_reply_error(r, out, &err) writes the route's API error shape.
+ *
+ * Threads: an rp_http_req, its rp_drv and its reply belong to the request's
+ * connection thread. rp_server fields are immutable after create except the
+ * metrics (own lock) and the atomics.
+ */
+#ifndef RP_SERVER_INT_H
+#define RP_SERVER_INT_H
+
+#include "server.h"
+
+#include "../chat/chat.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define RP_JSON_MAX_DEPTH 64    // deeper request bodies are rejected (400) before parsing
+#define RP_STREAM_WAIT_S 0.02   // how long a pump waits for tokens before the socket is checked again
+#define RP_MAX_STOP 16          // most stop strings per request
+#define RP_MAX_STOP_LEN 1024    // longest stop string, bytes
+
+/* ---- growable byte buffer -------------------------------------------------- */
+
+// A growable, NUL-terminated byte buffer. Caller-owned: init / deinit. An
+// allocation failure sets `failed` and turns later appends into no-ops, so
+// callers check once at the end.
+typedef struct rp_buf {
+    char *data; // NUL-terminated when len > 0 or after any append; may be NULL while empty
+    size_t len, cap;
+    bool failed;
+} rp_buf;
+
+void rp_buf_init(rp_buf *b);
+void rp_buf_deinit(rp_buf *b);
+void rp_buf_reset(rp_buf *b); // len = 0, keeps the memory
+void rp_buf_append(rp_buf *b, const void *data, size_t n);
+void rp_buf_puts(rp_buf *b, const char *s);
+void rp_buf_printf(rp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Appends v as compact JSON (UTF-8 kept, key order kept).
+void rp_buf_json(rp_buf *b, const json_t *v);
+// Appends one SSE frame: "event: NAME\n" (when event is not NULL) then "data: JSON\n\n".
+void rp_sse_json(rp_buf *b, const char *event, const json_t *data);
+// Appends "data: TEXT\n\n" (e.g. "[DONE]").
+void rp_sse_text(rp_buf *b, const char *text);
+// Writes prefix + 24 random alphanumerics into out (ids of replies and
+// items: "msg_...", "resp_..."); salt mixes in the caller's request id. Any thread.
+void rp_api_id(char *out, size_t cap, const char *prefix, uint64_t salt);
+
+/* ---- API errors ------------------------------------------------------------ */
+
+// An error an API answers with. Each API writes it in its own shape
+// (rp_openai_error_json, rp_anthropic_error_json); the HTTP status picks the
+// type name unless `type` overrides it.
+typedef struct rp_api_error {
+    int status;        // HTTP status: 400, 401, 404, 405, 413, 500, 501, 503
+    char message[1024];
+    char param[128];   // the offending field as a path ("messages[2].content"), "" if none
+    const char *code;  // OpenAI "code" ("context_length_exceeded", "model_not_found", "invalid_api_key"), or NULL
+    const char *type;  // type name override (static string), or NULL: chosen by the API from status
+    int retry_after;   // seconds, > 0 adds Retry-After (503)
+} rp_api_error;
+
+// Fills e (param may be NULL). Returns false so a reader can `return rp_api_fail(...)`.
+bool rp_api_fail(rp_api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+// {"error": {"message", "type", "param", "code"}} (param and code null when empty).
+void rp_openai_error_json(const rp_api_error *e, rp_buf *out);
+// {"type": "error", "error": {"type", "message"}}.
+void rp_anthropic_error_json(const rp_api_error *e, rp_buf *out);
+
+/* ---- the neutral request --------------------------------------------------- */
+
+typedef enum rp_tool_choice {
+    RP_TOOL_CHOICE_AUTO = 0,     // the model decides
+    RP_TOOL_CHOICE_NONE = 1,     // rendered without tools, no tool parsing
+    RP_TOOL_CHOICE_REQUIRED = 2, // the reply starts with a call (forced prefix; Hermes format)
+    RP_TOOL_CHOICE_NAMED = 3,    // the reply starts with a call of tool_name
+} rp_tool_choice;
+
+// What every API's request becomes. Owned by the handler: rp_api_req_init,
+// fill, rp_api_req_deinit (frees every owned member).
+typedef struct rp_api_req {
+    json_t *messages;        // chat: array of OpenAI-style messages, as the chat template takes them
+                             // (role, content string or text parts, tool_calls with arguments as
+                             // objects, tool_call_id, reasoning_content); owned reference. NULL: raw prompt.
+    char *prompt;            // raw prompt (completions) when messages is NULL; owned, prompt_len bytes
+    size_t prompt_len;
+    int32_t *prompt_ids;     // or a raw prompt as token ids (completions), owned, n_prompt_ids
+    int n_prompt_ids;
+    json_t *tools;           // array of OpenAI function tools {"type":"function","function":{...}} or NULL (owned)
+    json_t *template_kwargs; // object of extra template variables (enable_thinking, ...) or NULL (owned)
+    rp_sample_params sample; // validated by the reader
+    int max_tokens;          // -1: none (until the context is full)
+    char *stop[RP_MAX_STOP]; // stop strings (owned), each non-empty
+    int n_stop;
+    int logprobs;            // -1: none; 0: the chosen token's; 1..20: plus that many alternatives
+    bool json_mode;          // constrain the reply to one JSON object
+    rp_tool_choice tool_choice;
+    char *tool_name;         // RP_TOOL_CHOICE_NAMED: the tool (owned)
+    bool parallel_tool_calls; // informational: the parsers return every call the model makes
+    bool stream;
+    bool include_usage;      // OpenAI stream_options.include_usage
+    bool ignore_eos;
+    char *model;             // the model name the client sent (owned), NULL if none
+    bool continue_final;     // the last message is an assistant message with non-empty text that the reply
+                             // continues (Anthropic prefill): rendered without the generation prompt and cut
+                             // right after that text
+} rp_api_req;
+
+void rp_api_req_init(rp_api_req *q); // defaults: OpenAI sampling with a fresh seed, max_tokens -1, logprobs -1, auto, parallel
+void rp_api_req_deinit(rp_api_req *q);
+
+/* ---- field readers (fields.c) ---------------------------------------------- */
+
+// Each reads obj[key] when present and not null (absent/null leaves *out
+// unchanged and succeeds). A wrong type or a value outside [lo, hi] (NaN
+// included) fills e (400, param = key) and returns false.
+bool rp_field_number(const json_t *obj, const char *key, double lo, double hi, double *out, rp_api_error *e);
+bool rp_field_float(const json_t *obj, const char *key, double lo, double hi, float *out, rp_api_error *e);
+bool rp_field_int(const json_t *obj, const char *key, long long lo, long long hi, long long *out, rp_api_error *e);
+bool rp_field_bool(const json_t *obj, const char *key, bool *out, rp_api_error *e);
+// *out borrows the string (valid while obj lives); *len may be NULL.
+bool rp_field_string(const json_t *obj, const char *key, const char **out, size_t *len, rp_api_error *e);
+// Stop strings: a string or an array of strings (at most RP_MAX_STOP, each
+// 1..RP_MAX_STOP_LEN bytes; empty strings are skipped), copied into q->stop.
+bool rp_field_stop(const json_t *obj, const char *key, rp_api_req *q, rp_api_error *e);
+
+/* ---- the server object ----------------------------------------------------- */
+
+typedef struct rp_metrics rp_metrics; // metrics.c
+
+struct rp_server {
+    rp_server_params params; // copied; strings below owned
+    char *host, *api_key;
+    char *model_name;        // the served model name
+    rp_engine *engine;
+    const rp_tokenizer *tok;
+    const rp_model_config *cfg;
+    rp_chat_template *tpl;   // the tokenizer's chat template, NULL if it has none
+    rp_tool_format tool_format;
+    rp_reasoning_format reasoning_format;
+    int n_ctx;               // rp_engine_n_ctx
+    long long created;       // unix time the server started (model "created")
+    int port;
+    int listen_fd;
+    struct MHD_Daemon *daemon;
+    rp_metrics *metrics;
+    atomic_ullong next_id;   // request ids
+    atomic_bool stopping;    // destroy has begun: streams end, generations are cancelled
+    int wake_pipe[2];        // rp_server_stop writes, rp_server_wait reads
+};
+
+// The model-name policy. `name` is what the client sent (NULL/"" = none). A
+// server answers any name with its model, unless strict_model_name: then a
+// name other than the served one is 404 model_not_found. Returns false and fills e.
+bool rp_server_check_model(const rp_server *s, const char *name, rp_api_error *e);
+
+/* ---- one HTTP request ------------------------------------------------------ */
+
+// What a handler sees of its request, and what it reports for the log line
+// and the metrics (the generation driver fills `stats`).
+typedef struct rp_req_stats {
+    int n_prompt, n_cached, n_completion;
+    double ttft_s;     // submit to first token, < 0 when none
+    double decode_tps; // tokens/s after the first, 0 when unknown
+    bool client_gone;  // the client disconnected before the reply was complete
+} rp_req_stats;
+
+typedef struct rp_http_req {
+    rp_server *srv;
+    uint64_t id;              // per-server request number (log lines)
+    const char *method;
+    const char *path;         // without the query string
+    const char *query;        // after '?', "" if none
+    const char *route_param;  // the rest of the path after a prefix route ("/v1/models/{id}"), URL-decoded
+    const char *route_name;   // the route's name for logs and metrics ("chat", "messages", ...)
+    const char *body;         // body_len bytes (not NUL-terminated)
+    size_t body_len;
+    int status;               // the reply's status (set by the layer)
+    rp_req_stats stats;
+    void *priv;               // http.c's connection state
+} rp_http_req;
+
+// A request header (case-insensitive name), NULL if absent.
+const char *rp_http_header(rp_http_req *r, const char *name);
+// True when the client has closed its side of the connection (checked now, without waiting).
+bool rp_http_client_gone(rp_http_req *r);
+// The body as a JSON object. Checks: valid UTF-8, nesting depth at most
+// RP_JSON_MAX_DEPTH, well-formed JSON, an object at the top. Fills e (400 with
+// jansson's line/column message) and returns false otherwise.
+bool rp_http_parse_json(rp_http_req *r, json_t **out, rp_api_error *e);
+// The same on a byte string (fields.c; unit-tested directly).
+bool rp_json_parse_bytes(const char *data, size_t len, json_t **out, rp_api_error *e);
+
+/* ---- replies --------------------------------------------------------------- */
+
+// A streaming reply's callbacks. pump appends frames to out (possibly none)
+// and sets *finished after its last frames; it should return within about
+// RP_STREAM_WAIT_S when nothing is ready so the layer can check the socket.
+// A non-OK return ends the stream by closing the connection. free runs exactly
+// once (finished, client gone, error or shutdown) and must release ctx (the
+// driver with it). Both run on the connection thread; r stays valid in both.
+typedef rp_status (*rp_stream_pump_fn)(void *ctx, rp_http_req *r, rp_buf *out, bool *finished);
+typedef void (*rp_stream_free_fn)(void *ctx, rp_http_req *r);
+
+typedef struct rp_reply {
+    int status;
+    const char *content_type; // static string
+    rp_buf body;              // the whole body (not streaming)
+    int retry_after;          // > 0: a Retry-After header
+    rp_stream_pump_fn pump;   // streaming when not NULL
+    rp_stream_free_fn pump_free;
+    void *pump_ctx;
+} rp_reply;
+
+// The reply is `status` with v as its JSON body (v is dumped, not stolen).
+void rp_reply_json(rp_reply *out, int status, const json_t *v);
+// Text body (e.g. Prometheus metrics).
+void rp_reply_text(rp_reply *out, int status, const char *content_type, const char *text, size_t len);
+// The error in the API shape of r's route (OpenAI unless an Anthropic route).
+void rp_reply_error(rp_http_req *r, rp_reply *out, const rp_api_error *e);
+// A 200 text/event-stream reply driven by pump; ownership of ctx passes to the
+// layer (free_fn runs exactly once, even if the stream never starts).
+void rp_reply_stream(rp_reply *out, rp_stream_pump_fn pump, rp_stream_free_fn free_fn, void *ctx);
+
+/* ---- routes ---------------------------------------------------------------- */
+
+typedef enum rp_api_kind {
+    RP_API_OPENAI = 0,    // errors as {"error": {...}}
+    RP_API_ANTHROPIC = 1, // errors as {"type": "error", "error": {...}}
+    RP_API_PLAIN = 2,     // operations endpoints (OpenAI error shape)
+} rp_api_kind;
+
+typedef void (*rp_route_fn)(rp_http_req *r, rp_reply *out);
+
+typedef struct rp_route {
+    const char *method; // "GET", "POST"
+    const char *path;   // exact path, or a prefix ending in '/' when `prefix`
+    bool prefix;        // path + one non-empty segment; the segment is r->route_param
+    rp_route_fn fn;
+    const char *name;   // for logs and metrics
+    rp_api_kind api;
+    bool auth;          // requires the API key (when one is set)
+} rp_route;
+
+// The handlers (one file per API).
+void rp_openai_chat(rp_http_req *r, rp_reply *out);
+void rp_openai_completions(rp_http_req *r, rp_reply *out);
+void rp_openai_models(rp_http_req *r, rp_reply *out);
+void rp_openai_model(rp_http_req *r, rp_reply *out);
+void rp_anthropic_messages(rp_http_req *r, rp_reply *out);
+void rp_anthropic_count_tokens(rp_http_req *r, rp_reply *out);
+void rp_responses_create(rp_http_req *r, rp_reply *out);
+void rp_metrics_handler(rp_http_req *r, rp_reply *out);
+void rp_status_handler(rp_http_req *r, rp_reply *out);
+void rp_health_handler(rp_http_req *r, rp_reply *out);
+
+/* ---- the generation driver (gen.c) ----------------------------------------- */
+
+// A rendered and tokenized prompt.
+typedef struct rp_prompt {
+    char *text;       // the rendered prompt (NULL for token-id prompts), rp_malloc'd
+    size_t text_len;
+    int32_t *ids;     // (n) token ids, rp_malloc'd
+    int n;
+    const char *forced; // text appended to force a tool call (static or in text), NULL if none
+    size_t forced_len;
+} rp_prompt;
+
+void rp_prompt_deinit(rp_prompt *p);
+
+// Renders q (chat template with messages, tools unless tool_choice none,
+// template_kwargs, generation prompt; plus the forced tool-call opening for
+// required/named) or takes its raw prompt, and tokenizes it. Used by
+// rp_drv_start and by count_tokens endpoints. Errors fill e: 400 (template
+// error, unknown named tool, empty prompt, no chat template), 500.
+bool rp_prompt_build(rp_server *s, const rp_api_req *q, rp_prompt *out, rp_api_error *e);
+
+typedef enum rp_drv_event_type {
+    RP_DRV_CONTENT = 0,   // text delta
+    RP_DRV_REASONING = 1, // reasoning delta
+    RP_DRV_TOOL_CALL = 2, // one whole tool call (the parser's START..END, never taken back)
+} rp_drv_event_type;
+
+typedef struct rp_drv_event {
+    rp_drv_event_type type;
+    const char *text;     // CONTENT/REASONING: the delta; TOOL_CALL: the arguments (a JSON object's text)
+    size_t len;
+    int index;            // TOOL_CALL: 0, 1, ... in the reply
+    const char *id;       // TOOL_CALL: "call_..."
+    const char *name;     // TOOL_CALL: the function name
+} rp_drv_event;
+
+typedef enum rp_drv_finish {
+    RP_DRV_RUNNING = 0,
+    RP_DRV_STOP = 1,        // the model ended its reply (end-of-generation token)
+    RP_DRV_STOP_STRING = 2, // a stop string matched (not part of the text)
+    RP_DRV_LENGTH = 3,      // max_tokens or the context reached
+    RP_DRV_CANCELLED = 4,   // the client went away or the server is shutting down
+    RP_DRV_ERROR = 5,       // the engine failed (rp_drv_info.error)
+} rp_drv_finish;
+
+// Where a generation stands. Strings valid while the driver lives.
+typedef struct rp_drv_info {
+    rp_drv_finish finish;
+    const char *stop_string; // RP_DRV_STOP_STRING: which one
+    int n_prompt, n_cached;
+    int n_completion;        // tokens the engine produced up to the stop
+    int n_tool_calls;        // tool calls emitted so far
+    const char *error;       // RP_DRV_ERROR: the engine's message
+} rp_drv_info;
+
+typedef struct rp_drv rp_drv;
+
+// Builds the prompt, checks the context and submits. Errors fill e: 400
+// (prompt errors, context_length_exceeded "the prompt has N tokens, the
+// context is M"), 503 with retry_after when the engine queue is full, 500.
+// The driver reports token counts and timings into r->stats as it goes.
+bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_error *e);
+// Waits up to timeout_s for tokens, runs them through detokenizer, stop
+// strings and parser, and returns this round's events (valid until the next
+// call; possibly none). *done becomes true once the generation has finished
+// and every event has been returned; rp_drv_get_info then says why.
+rp_status rp_drv_next(rp_drv *d, double timeout_s, const rp_drv_event **ev, size_t *n, bool *done);
+// The logprobs of the tokens consumed since the previous take (requests with
+// logprobs >= 0; otherwise none). Valid until the next rp_drv_next.
+void rp_drv_take_logprobs(rp_drv *d, const rp_gen_token **toks, int *n);
+void rp_drv_get_info(const rp_drv *d, rp_drv_info *out);
+// Stops the generation (the client went away); rp_drv_next then finishes with CANCELLED.
+void rp_drv_cancel(rp_drv *d);
+// Cancels if running, releases the engine request and the parser. NULL is a no-op.
+void rp_drv_destroy(rp_drv *d);
+
+// A whole reply, for non-streaming requests.
+typedef struct rp_drv_call {
+    char *id, *name, *arguments;
+} rp_drv_call;
+
+typedef struct rp_drv_result {
+    rp_buf content, reasoning;
+    rp_drv_call *calls; // (n_calls)
+    int n_calls;
+    rp_gen_token *logprobs; // (n_logprobs) every consumed token's, when asked
+    int n_logprobs;
+    rp_drv_info info;
+} rp_drv_result;
+
+void rp_drv_result_deinit(rp_drv_result *res);
+// Runs the generation to its end, checking every RP_STREAM_WAIT_S that the
+// client is still there (if not: cancels, info.finish CANCELLED). *res is
+// initialized here (deinit it even on failure). RP_ERR_NOMEM.
+rp_status rp_drv_collect(rp_drv *d, rp_drv_result *res);
+
+/* ---- stop strings (gen.c, unit-tested on their own) ------------------------ */
+
+// Finds stop strings in streamed text. Text is pushed in pieces; what cannot
+// be the start of a stop string is released at once, the rest is held until
+// decided. Caller-owned: init / deinit. The strings are borrowed.
+typedef struct rp_stop_matcher {
+    char *const *stops;
+    int n_stops;
+    size_t max_len; // longest stop string
+    rp_buf held;    // text not yet released
+    rp_buf out;     // the last push's released text
+    int matched;    // index of the matched stop string, -1 while none
+} rp_stop_matcher;
+
+void rp_stop_init(rp_stop_matcher *m, char *const *stops, int n_stops);
+void rp_stop_deinit(rp_stop_matcher *m);
+// Pushes len bytes; *out/*out_len receive the text now safe to release (valid
+// until the next call). Returns true when a stop string matched: *out is then
+// the text before it, and everything after is dropped (push no more).
+bool rp_stop_push(rp_stop_matcher *m, const char *text, size_t len, const char **out, size_t *out_len);
+// The generation ended: releases whatever is held.
+void rp_stop_flush(rp_stop_matcher *m, const char **out, size_t *out_len);
+
+/* ---- metrics (metrics.c) --------------------------------------------------- */
+
+rp_status rp_metrics_create(rp_metrics **out);
+void rp_metrics_destroy(rp_metrics *m);
+// Records one finished request (route, status, token counts, timings). Any thread.
+void rp_metrics_record(rp_metrics *m, const rp_http_req *r);
+// Appends the Prometheus text exposition (with the engine's gauges) to out.
+void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *out);
+
+#endif

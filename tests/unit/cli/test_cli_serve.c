@@ -1,0 +1,154 @@
+/*
+ * test_cli_serve.c - `rapid serve` as a process: usage errors (status 2),
+ * a model that cannot load or an address that cannot be bound (status 1, one
+ * message), and a real start on a free port with the bundled model: exactly
+ * one "rapid: listening on http://HOST:PORT" line, /health answers on that
+ * port, SIGTERM ends it with status 0.
+ */
+#include "test_util.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+// Runs `rapid serve ARGS...` (NULL-terminated) to its end; stderr into err.
+static int run_serve(char *err, size_t cap, const char *const *args)
+{
+    const char *bin = getenv("RP_BINARY");
+    assert_non_null(bin);
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char models[4096];
+        snprintf(models, sizeof(models), "%s/models", rp_test_source_dir());
+        setenv("RAPID_MODELS", models, 1);
+        dup2(pfd[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        const char *argv[32] = {bin, "serve"};
+        int n = 2;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t n = 0;
+    ssize_t k;
+    while ((k = read(pfd[0], err + n, cap - 1 - n)) > 0)
+        n += (size_t)k;
+    err[n] = 0;
+    close(pfd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static char err[65536];
+
+static void test_usage(void **state)
+{
+    (void)state;
+    const char *help[] = {"--help", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), help), 0);
+    const char *bad[][4] = {
+        {"--port", "70000", NULL}, {"--port", "x", NULL},         {"--bogus", NULL},
+        {"--quant", "q3", NULL},   {"--tool-parser", "nope", NULL}, {"a", "b", NULL},
+        {"--ctx", "0", NULL},      {"--max-request-bytes", "12", NULL}, {"--parallel", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = run_serve(err, sizeof(err), bad[i]);
+        if (rc != 2)
+            fail_msg("serve %s %s: status %d, expected 2 (%s)", bad[i][0], bad[i][1] ? bad[i][1] : "", rc, err);
+        assert_non_null(strstr(err, "usage: rapid serve"));
+    }
+    const char *nomodel[] = {"/nonexistent/model", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), nomodel), 1);
+    assert_non_null(strstr(err, "/nonexistent/model"));
+    const char *badhost[] = {"--host", "256.1.2.3", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), badhost), 1);
+    assert_non_null(strstr(err, "256.1.2.3"));
+}
+
+static void test_listen_and_stop(void **state)
+{
+    (void)state;
+    const char *bin = getenv("RP_BINARY");
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char models[4096];
+        snprintf(models, sizeof(models), "%s/models", rp_test_source_dir());
+        setenv("RAPID_MODELS", models, 1);
+        dup2(pfd[1], 2);
+        execl(bin, bin, "serve", "--port", "0", "--ctx", "256", (char *)NULL);
+        _exit(127);
+    }
+    close(pfd[1]);
+    // Read stderr up to the listening line.
+    size_t n = 0;
+    const char *line = NULL;
+    while (!line && n < sizeof(err) - 1) {
+        struct pollfd p = {pfd[0], POLLIN, 0};
+        assert_true(poll(&p, 1, 120000) == 1); // liveness bound only
+        ssize_t k = read(pfd[0], err + n, sizeof(err) - 1 - n);
+        assert_true(k > 0);
+        n += (size_t)k;
+        err[n] = 0;
+        line = strstr(err, "rapid: listening on http://127.0.0.1:");
+        if (line && !strchr(line, '\n'))
+            line = NULL;
+    }
+    int port = atoi(line + strlen("rapid: listening on http://127.0.0.1:"));
+    assert_true(port > 0 && port < 65536);
+
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    char resp[4096];
+    size_t rn = 0;
+    ssize_t k;
+    while ((k = read(fd, resp + rn, sizeof(resp) - 1 - rn)) > 0)
+        rn += (size_t)k;
+    resp[rn] = 0;
+    close(fd);
+    assert_non_null(strstr(resp, "200 OK"));
+    assert_non_null(strstr(resp, "{\"status\":\"ok\"}"));
+
+    kill(pid, SIGTERM);
+    while ((k = read(pfd[0], err + n, sizeof(err) - 1 - n)) > 0)
+        n += (size_t)k;
+    err[n] = 0;
+    close(pfd[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    // Exactly one listening line.
+    const char *first = strstr(err, "rapid: listening on");
+    assert_non_null(first);
+    assert_null(strstr(first + 1, "rapid: listening on"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_listen_and_stop),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,665 @@
+/*
+ * test_server_wire.c - the real server in-process on a free loopback port,
+ * serving the bundled tiny model, talked to over raw sockets: HEAD /, 404,
+ * 405 with Allow, 401 in both error shapes (the Anthropic route matched
+ * despite its query string), 413 by Content-Length and by a chunked body,
+ * malformed bodies, SSE framing of a streamed chat (role first, finish_reason
+ * only at the end, the usage chunk, [DONE]), greedy streaming == greedy
+ * non-streaming, stop strings, max_tokens -> length, 503 with Retry-After
+ * when the queue is full, a disconnecting client cancelling its generation,
+ * the prefix cache in usage (cached_tokens), /v1/status and /metrics, and
+ * shutdown with a stream still open. The server keeps serving after
+ * every error.
+ */
+#include "test_util.h"
+
+#include "server/server_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#define KEY "secret-key"
+
+static rp_model *model;
+static rp_tokenizer *tok;
+static rp_engine *engine;
+static rp_server *server;
+static int port;
+
+static int setup(void **state)
+{
+    (void)state;
+    rp_log_set_level(RP_LOG_WARN);
+    rp_model_params mp;
+    rp_model_params_default(&mp);
+    mp.quiet = true;
+    mp.n_threads = 2;
+    const char *dir = rp_test_source("models/rapid-tiny");
+    if (rp_model_load(dir, &mp, &model) || rp_tok_load_file(dir, &tok))
+        return -1;
+    rp_engine_params ep;
+    rp_engine_params_default(&ep);
+    ep.n_ctx = 1024;
+    ep.max_running = 1; // one generates, one waits, the third is refused (the 503 test)
+    ep.max_queue = 1;
+    if (rp_engine_create(model, tok, &ep, &engine))
+        return -1;
+    rp_server_params sp;
+    rp_server_params_default(&sp);
+    sp.port = 0;
+    sp.api_key = KEY;
+    sp.max_request_bytes = 64 * 1024;
+    sp.quiet = true;
+    if (rp_server_create(engine, model, tok, &sp, &server))
+        return -1;
+    port = rp_server_port(server);
+    return port > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    rp_server_destroy(server); // with a stream still open (the last test): must return
+    rp_engine_destroy(engine);
+    rp_tok_destroy(tok);
+    rp_model_destroy(model);
+    return 0;
+}
+
+/* ---- a raw HTTP client ------------------------------------------------------- */
+
+typedef struct resp {
+    int status;
+    char head[8192];
+    char *body; // de-chunked, NUL-terminated
+    size_t len;
+} resp;
+
+static int dial(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return; // the server may close early (413)
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+static const char *header(const resp *r, const char *name)
+{
+    static char val[512];
+    size_t nl = strlen(name);
+    for (const char *p = strstr(r->head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
+        if (strncasecmp(p + 2, name, nl) == 0 && p[2 + nl] == ':') {
+            const char *v = p + 3 + nl;
+            while (*v == ' ')
+                v++;
+            size_t k = strcspn(v, "\r");
+            snprintf(val, sizeof(val), "%.*s", (int)k, v);
+            return val;
+        }
+    }
+    return NULL;
+}
+
+// Reads the whole response (the connection closes after it).
+static void read_resp(int fd, resp *r)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap)
+            buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    buf[n] = 0;
+    memset(r, 0, sizeof(*r));
+    char *end = strstr(buf, "\r\n\r\n");
+    assert_non_null(end);
+    size_t hl = (size_t)(end - buf);
+    assert_true(hl < sizeof(r->head));
+    memcpy(r->head, buf, hl);
+    r->head[hl] = 0;
+    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &r->status), 1);
+    const char *b = end + 4;
+    size_t bl = n - (size_t)(b - buf);
+    r->body = malloc(bl + 1);
+    const char *te = header(r, "Transfer-Encoding");
+    if (te && strcasecmp(te, "chunked") == 0) {
+        size_t o = 0;
+        const char *p = b;
+        for (;;) {
+            unsigned long cl = strtoul(p, NULL, 16);
+            p = strstr(p, "\r\n");
+            if (!p || cl == 0)
+                break;
+            p += 2;
+            memcpy(r->body + o, p, cl);
+            o += cl;
+            p += cl + 2;
+        }
+        r->len = o;
+    } else {
+        memcpy(r->body, b, bl);
+        r->len = bl;
+    }
+    r->body[r->len] = 0;
+    free(buf);
+}
+
+static void request(const char *method, const char *path, const char *extra_headers, const char *body, resp *r)
+{
+    int fd = dial();
+    char head[1024];
+    int hn = snprintf(head, sizeof(head),
+                      "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s%zu\r\n\r\n", method, path,
+                      extra_headers ? extra_headers : "", body ? "Content-Type: application/json\r\nContent-Length: " : "Content-Length: ",
+                      body ? strlen(body) : 0);
+    send_all(fd, head, (size_t)hn);
+    if (body)
+        send_all(fd, body, strlen(body));
+    read_resp(fd, r);
+    close(fd);
+}
+
+#define AUTH "Authorization: Bearer " KEY "\r\n"
+
+static void post(const char *path, const char *body, resp *r)
+{
+    request("POST", path, AUTH, body, r);
+}
+
+static json_t *body_json(const resp *r)
+{
+    json_error_t e;
+    json_t *v = json_loads(r->body, 0, &e);
+    if (!v)
+        fail_msg("not JSON (%s): %s", e.text, r->body);
+    return v;
+}
+
+static void expect_error(const resp *r, int status, bool anthropic)
+{
+    if (r->status != status)
+        fail_msg("status %d, expected %d: %s", r->status, status, r->body);
+    json_t *v = body_json(r);
+    json_t *err = json_object_get(v, "error");
+    assert_non_null(json_string_value(json_object_get(err, "message")));
+    assert_non_null(json_string_value(json_object_get(err, "type")));
+    if (anthropic)
+        assert_string_equal(json_string_value(json_object_get(v, "type")), "error");
+    else
+        assert_non_null(json_object_get(err, "param"));
+    json_decref(v);
+}
+
+static void still_serving(void)
+{
+    resp r;
+    request("GET", "/health", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "{\"status\":\"ok\"}");
+    free(r.body);
+}
+
+/* ---- tests ------------------------------------------------------------------- */
+
+static void test_routes_and_auth(void **state)
+{
+    (void)state;
+    resp r;
+    request("HEAD", "/", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.len, 0);
+    free(r.body);
+    request("GET", "/nope", AUTH, NULL, &r);
+    expect_error(&r, 404, false);
+    free(r.body);
+    request("GET", "/v1/chat/completions", AUTH, NULL, &r);
+    expect_error(&r, 405, false);
+    assert_string_equal(header(&r, "Allow"), "POST");
+    free(r.body);
+    request("POST", "/v1/chat/completions", NULL, "{}", &r);
+    expect_error(&r, 401, false);
+    free(r.body);
+    request("POST", "/v1/chat/completions", "Authorization: Bearer wrong\r\n", "{}", &r);
+    expect_error(&r, 401, false);
+    free(r.body);
+    request("POST", "/v1/messages?beta=true", "x-api-key: nope\r\n", "{}", &r);
+    expect_error(&r, 401, true);
+    free(r.body);
+    request("GET", "/v1/models", "x-api-key: " KEY "\r\n", NULL, &r);
+    assert_int_equal(r.status, 200);
+    json_t *v = body_json(&r);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(v, "data"), 0), "id")),
+                        "rapid-tiny");
+    json_decref(v);
+    free(r.body);
+    request("GET", "/v1/models/rapid-tiny", AUTH, NULL, &r);
+    assert_int_equal(r.status, 200);
+    free(r.body);
+    request("GET", "/v1/models/other", AUTH, NULL, &r);
+    expect_error(&r, 404, false);
+    free(r.body);
+    request("GET", "/metrics", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "rapid_requests_total{route=\"chat\",status=\"401\"}"));
+    assert_non_null(strstr(r.body, "rapid_kv_blocks_total"));
+    free(r.body);
+    still_serving();
+}
+
+static void test_limits_and_bad_bodies(void **state)
+{
+    (void)state;
+    resp r;
+    size_t big = 70 * 1024;
+    char *body = malloc(big + 1);
+    memset(body, ' ', big);
+    body[big] = 0;
+    post("/v1/chat/completions", body, &r); // by Content-Length
+    expect_error(&r, 413, false);
+    free(r.body);
+
+    // A chunked body that grows past the limit.
+    int fd = dial();
+    const char *head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" AUTH
+                       "Transfer-Encoding: chunked\r\n\r\n";
+    send_all(fd, head, strlen(head));
+    for (int i = 0; i < 10; i++) {
+        char ch[32];
+        int n = snprintf(ch, sizeof(ch), "%x\r\n", 8192);
+        send_all(fd, ch, (size_t)n);
+        send_all(fd, body, 8192);
+        send_all(fd, "\r\n", 2);
+    }
+    send_all(fd, "0\r\n\r\n", 5);
+    read_resp(fd, &r);
+    close(fd);
+    expect_error(&r, 413, false);
+    free(r.body);
+    free(body);
+
+    static const char *bad[] = {
+        "{\"messages\": [",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":1e999}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":NaN}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":-1}",
+        "{\"message\":[]}",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        post("/v1/chat/completions", bad[i], &r);
+        expect_error(&r, 400, false);
+        free(r.body);
+    }
+    // The context check names both numbers.
+    char *longp = malloc(20000);
+    strcpy(longp, "{\"prompt\":\"");
+    for (int i = 0; i < 1500; i++)
+        strcat(longp, "word ");
+    strcat(longp, "\"}");
+    post("/v1/completions", longp, &r);
+    expect_error(&r, 400, false);
+    assert_non_null(strstr(r.body, "context_length_exceeded"));
+    assert_non_null(strstr(r.body, "1024"));
+    free(r.body);
+    free(longp);
+    still_serving();
+}
+
+#define CHAT_BODY(extra)                                                                                               \
+    "{\"model\":\"any-name\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a python function that adds two "   \
+    "numbers.\"}],\"temperature\":0,\"max_tokens\":24" extra "}"
+
+// Payloads of an SSE body's frames, in order.
+static int sse_frames(const char *body, char **out, int cap)
+{
+    int n = 0;
+    const char *p = body;
+    while (*p) {
+        const char *end = strstr(p, "\n\n");
+        assert_non_null(end);
+        assert_memory_equal(p, "data: ", 6);
+        assert_true(n < cap);
+        out[n++] = strndup(p + 6, (size_t)(end - p - 6));
+        p = end + 2;
+    }
+    return n;
+}
+
+static void test_chat_stream_matches_whole(void **state)
+{
+    (void)state;
+    resp r;
+    post("/v1/chat/completions", CHAT_BODY(""), &r);
+    assert_int_equal(r.status, 200);
+    json_t *whole = body_json(&r);
+    free(r.body);
+    assert_string_equal(json_string_value(json_object_get(whole, "model")), "rapid-tiny");
+    json_t *msg = json_object_get(json_array_get(json_object_get(whole, "choices"), 0), "message");
+    const char *content = json_string_value(json_object_get(msg, "content"));
+    const char *reasoning = json_string_value(json_object_get(msg, "reasoning_content"));
+    assert_non_null(content);
+    json_t *usage = json_object_get(whole, "usage");
+    assert_true(json_integer_value(json_object_get(usage, "completion_tokens")) <= 24);
+    assert_true(json_integer_value(json_object_get(usage, "prompt_tokens")) > 5);
+
+    post("/v1/chat/completions", CHAT_BODY(",\"stream\":true,\"stream_options\":{\"include_usage\":true}"), &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(header(&r, "Content-Type"), "text/event-stream");
+    char *f[256];
+    int n = sse_frames(r.body, f, 256);
+    free(r.body);
+    assert_true(n >= 4);
+    assert_string_equal(f[n - 1], "[DONE]");
+    rp_buf c, rs;
+    rp_buf_init(&c);
+    rp_buf_init(&rs);
+    for (int i = 0; i < n - 1; i++) {
+        json_t *k = json_loads(f[i], 0, NULL);
+        assert_non_null(k);
+        assert_string_equal(json_string_value(json_object_get(k, "object")), "chat.completion.chunk");
+        json_t *choices = json_object_get(k, "choices");
+        if (i == n - 2) { // the usage chunk
+            assert_int_equal(json_array_size(choices), 0);
+            json_t *u = json_object_get(k, "usage");
+            assert_int_equal(json_integer_value(json_object_get(u, "completion_tokens")),
+                             json_integer_value(json_object_get(usage, "completion_tokens")));
+            assert_non_null(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+        } else {
+            assert_true(json_is_null(json_object_get(k, "usage")));
+            json_t *ch = json_array_get(choices, 0);
+            json_t *d = json_object_get(ch, "delta");
+            if (i == 0)
+                assert_string_equal(json_string_value(json_object_get(d, "role")), "assistant");
+            else
+                assert_null(json_object_get(d, "role"));
+            if (i == n - 3)
+                assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")),
+                                    json_string_value(json_object_get(json_array_get(json_object_get(whole, "choices"),
+                                                                                     0),
+                                                                      "finish_reason")));
+            else
+                assert_true(json_is_null(json_object_get(ch, "finish_reason")));
+            const char *t = json_string_value(json_object_get(d, "content"));
+            if (t)
+                rp_buf_puts(&c, t);
+            t = json_string_value(json_object_get(d, "reasoning_content"));
+            if (t)
+                rp_buf_puts(&rs, t);
+        }
+        json_decref(k);
+    }
+    for (int i = 0; i < n; i++)
+        free(f[i]);
+    assert_string_equal(c.data ? c.data : "", content);
+    assert_string_equal(rs.data ? rs.data : "", reasoning ? reasoning : "");
+    rp_buf_deinit(&c);
+    rp_buf_deinit(&rs);
+    json_decref(whole);
+}
+
+// A repeated prompt is served from the prefix cache: usage says so, and /v1/status
+// and /metrics count it.
+static void test_prefix_cache_and_status(void **state)
+{
+    (void)state;
+#define LONG_CHAT                                                                                                      \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "          \
+    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","     \
+    "\"content\":\"What does len() return for an empty list?\"}],\"temperature\":0,\"max_tokens\":8}"
+    resp r;
+    long long cached[2], prompt = 0;
+    char first[2][512];
+    for (int i = 0; i < 2; i++) {
+        post("/v1/chat/completions", LONG_CHAT, &r);
+        assert_int_equal(r.status, 200);
+        json_t *v = body_json(&r);
+        json_t *u = json_object_get(v, "usage");
+        prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
+        cached[i] = json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+        const char *text = json_string_value(
+            json_object_get(json_object_get(json_array_get(json_object_get(v, "choices"), 0), "message"), "content"));
+        snprintf(first[i], sizeof(first[i]), "%s", text ? text : "");
+        json_decref(v);
+        free(r.body);
+    }
+    assert_true(prompt >= 32);
+    assert_int_equal(cached[0], 0);
+    // The model has an MTP layer: the last cached position is run again.
+    assert_int_equal(cached[1], prompt / 16 * 16 - 1);
+    assert_string_equal(first[0], first[1]);
+
+    request("GET", "/v1/status", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(header(&r, "Content-Type"), "application/json");
+    json_t *st = body_json(&r);
+    free(r.body);
+    json_t *pc = json_object_get(st, "prefix_cache"), *kv = json_object_get(st, "kv");
+    assert_true(json_is_true(json_object_get(pc, "enabled")));
+    assert_true(json_integer_value(json_object_get(pc, "hit_tokens")) >= cached[1]);
+    assert_true(json_integer_value(json_object_get(pc, "hit_blocks")) >= prompt / 16);
+    assert_true(json_integer_value(json_object_get(json_object_get(pc, "memory"), "blocks")) > 0);
+    assert_true(json_is_false(json_object_get(json_object_get(pc, "disk"), "enabled")));
+    assert_true(json_is_null(json_object_get(json_object_get(pc, "disk"), "dir")));
+    assert_int_equal(json_integer_value(json_object_get(kv, "block_tokens")), 16);
+    assert_int_equal(json_integer_value(json_object_get(kv, "blocks_used")), 0);
+    assert_int_equal(json_integer_value(json_object_get(kv, "context_tokens")), 1024);
+    assert_true(json_integer_value(json_object_get(kv, "bytes")) > 0);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "requests"), "running")), 0);
+    assert_non_null(json_object_get(json_object_get(st, "requests"), "preemptions"));
+    json_decref(st);
+
+    request("GET", "/metrics", NULL, NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total "));
+    assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total "));
+    free(r.body);
+    request("POST", "/v1/status", AUTH, "{}", &r);
+    expect_error(&r, 405, false);
+    free(r.body);
+    still_serving();
+#undef LONG_CHAT
+}
+
+static void test_stop_and_length(void **state)
+{
+    (void)state;
+    resp r;
+    const char *base = "{\"prompt\":\"def add(a, b):\",\"temperature\":0,\"max_tokens\":20,\"ignore_eos\":true";
+    char body[512];
+    snprintf(body, sizeof(body), "%s}", base);
+    post("/v1/completions", body, &r);
+    assert_int_equal(r.status, 200);
+    json_t *v = body_json(&r);
+    free(r.body);
+    json_t *ch = json_array_get(json_object_get(v, "choices"), 0);
+    assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")), "length");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(v, "usage"), "completion_tokens")), 20);
+    char text[512];
+    snprintf(text, sizeof(text), "%s", json_string_value(json_object_get(ch, "text")));
+    json_decref(v);
+    size_t tl = strlen(text);
+    assert_true(tl > 6);
+    // A stop string from the middle of the greedy text: the reply is what came before it.
+    char stop[8];
+    size_t at = tl / 2;
+    snprintf(stop, sizeof(stop), "%.3s", text + at);
+    json_t *sj = json_string(stop);
+    char *sq = json_dumps(sj, JSON_ENCODE_ANY);
+    json_decref(sj);
+    size_t first = (size_t)(strstr(text, stop) - text);
+    for (int streaming = 0; streaming < 2; streaming++) {
+        snprintf(body, sizeof(body), "%s,\"stop\":[%s],\"stream\":%s}", base, sq, streaming ? "true" : "false");
+        post("/v1/completions", body, &r);
+        assert_int_equal(r.status, 200);
+        rp_buf got;
+        rp_buf_init(&got);
+        const char *finish = NULL;
+        json_t *keep = NULL;
+        if (!streaming) {
+            keep = body_json(&r);
+            ch = json_array_get(json_object_get(keep, "choices"), 0);
+            rp_buf_puts(&got, json_string_value(json_object_get(ch, "text")));
+            finish = json_string_value(json_object_get(ch, "finish_reason"));
+        } else {
+            char *f[64];
+            int n = sse_frames(r.body, f, 64);
+            assert_string_equal(f[n - 1], "[DONE]");
+            for (int i = 0; i < n - 1; i++) {
+                json_t *k = json_loads(f[i], 0, NULL);
+                ch = json_array_get(json_object_get(k, "choices"), 0);
+                rp_buf_puts(&got, json_string_value(json_object_get(ch, "text")));
+                if (json_is_string(json_object_get(ch, "finish_reason"))) {
+                    json_decref(keep);
+                    keep = json_incref(k);
+                    finish = json_string_value(json_object_get(ch, "finish_reason"));
+                }
+                json_decref(k);
+            }
+            for (int i = 0; i < n; i++)
+                free(f[i]);
+        }
+        assert_string_equal(finish, "stop");
+        assert_int_equal(got.len, first);
+        assert_memory_equal(got.data ? got.data : "", text, first);
+        json_decref(keep);
+        rp_buf_deinit(&got);
+        free(r.body);
+    }
+    free(sq);
+}
+
+// Sends a streaming request and returns the socket once the response has started.
+static int open_stream(void)
+{
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,\"ignore_eos\":true,"
+                       "\"stream\":true}";
+    int fd = dial();
+    char head[512];
+    int hn = snprintf(head, sizeof(head),
+                      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length: %zu\r\n\r\n",
+                      strlen(body));
+    send_all(fd, head, (size_t)hn);
+    send_all(fd, body, strlen(body));
+    char buf[4096];
+    size_t n = 0;
+    while (n < sizeof(buf) - 1) { // up to the first SSE frame
+        ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
+        assert_true(k > 0);
+        n += (size_t)k;
+        buf[n] = 0;
+        if (strstr(buf, "\n\n"))
+            break;
+    }
+    assert_non_null(strstr(buf, "200 OK"));
+    return fd;
+}
+
+static void wait_idle(void)
+{
+    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
+        rp_engine_stats es;
+        rp_engine_get_stats(engine, &es);
+        if (es.running == 0 && es.queued == 0)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the engine did not become idle");
+}
+
+// Waits until the engine has admitted a request (queued -> running), so the
+// queue's one place is free for the next.
+static void wait_running(void)
+{
+    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
+        rp_engine_stats es;
+        rp_engine_get_stats(engine, &es);
+        if (es.running == 1 && es.queued == 0)
+            return;
+        usleep(10000);
+    }
+    fail_msg("the engine did not start the request");
+}
+
+static void test_disconnect_and_busy(void **state)
+{
+    (void)state;
+    wait_idle();
+    rp_engine_stats before, after;
+    rp_engine_get_stats(engine, &before);
+    int a = open_stream(); // generating
+    wait_running();
+    int b = open_stream(); // queued (max_running 1)
+    resp r;
+    post("/v1/chat/completions", CHAT_BODY(""), &r); // the queue is full
+    expect_error(&r, 503, false);
+    assert_string_equal(header(&r, "Retry-After"), "1");
+    free(r.body);
+    close(a);
+    close(b);
+    wait_idle();
+    rp_engine_get_stats(engine, &after);
+    assert_true(after.requests_cancelled >= before.requests_cancelled + 2);
+    still_serving();
+    resp m;
+    request("GET", "/metrics", NULL, NULL, &m);
+    assert_non_null(strstr(m.body, "rapid_requests_client_gone_total"));
+    assert_null(strstr(m.body, "rapid_requests_client_gone_total 0\n"));
+    assert_non_null(strstr(m.body, "rapid_requests_total{route=\"chat\",status=\"499\"}"));
+    free(m.body);
+}
+
+static int open_at_teardown = -1;
+
+static void test_shutdown_with_open_stream(void **state)
+{
+    (void)state;
+    wait_idle();
+    open_at_teardown = open_stream(); // teardown destroys the server under it
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_routes_and_auth),
+        cmocka_unit_test(test_limits_and_bad_bodies),
+        cmocka_unit_test(test_chat_stream_matches_whole),
+        cmocka_unit_test(test_prefix_cache_and_status),
+        cmocka_unit_test(test_stop_and_length),
+        cmocka_unit_test(test_disconnect_and_busy),
+        cmocka_unit_test(test_shutdown_with_open_stream),
+    };
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    if (open_at_teardown >= 0)
+        close(open_at_teardown);
+    return rc;
+}
