@@ -354,6 +354,8 @@ static void build_batch(rp_engine *e)
             if (pass == 1)
                 chunk_left -= take;
             int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
+            if (n_draft > room - take)
+                n_draft = g->spec.n_draft = room - take;
             int s = e->n_b_seqs++;
             e->b_seqs[s] = &g->kv;
             e->b_gens[s] = g;

@@ -50,7 +50,7 @@
 
 #include <stdio.h>
 
-#define MTP_IDLE 64        // decode steps without an MTP draft before a request stops keeping MTP
+#define MTP_IDLE 32        // decode steps without an MTP draft before a request stops keeping MTP
 #define FIT_DECAY 0.97     // weight a step's time keeps per later step in the cost fit
 #define FIT_PRIOR 0.5      // pseudo-variance of the fit's prior slope (in tokens^2)
 #define DRAFT_DECAY 0.9    // the same for the time per drafted token

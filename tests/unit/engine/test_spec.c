@@ -8,7 +8,8 @@
  * request without speculation, alone and in a batch of 8; greedy and sampled
  * with a seed (the verification draws each token as plain sampling does, so
  * even sampled text is the same), with penalties, in JSON mode, at max_tokens
- * and context limits, through preemption and cancellation. Each comparison
+ * and context limits, through preemption and cancellation, from prefixes found
+ * in the prefix cache. Each comparison
  * also checks that drafts were made and some accepted (and, where it matters,
  * some rejected: the rollback was exercised). Bad configurations fail engine
  * creation with a clear message. The 20-prompt matrix is test_spec_long.c.
@@ -307,6 +308,46 @@ static void test_cancel(void **state)
     }
 }
 
+/* ---- the prefix cache ----------------------------------------------------------------- */
+
+// A request whose prompt starts with cached blocks (the same prompt again, and a
+// follow-up turn after the first reply) drafts from there - MTP from the MTP
+// rows that came with the blocks - and gives the same tokens.
+static void test_prefix_cache(void **state)
+{
+    reference(GEN, NULL);
+    // The follow-up: prompt 0, its reply, and one more user turn.
+    static int32_t follow[4096];
+    int n = 0;
+    memcpy(follow, P[0].ids, (size_t)P[0].n * sizeof(int32_t));
+    n += P[0].n;
+    memcpy(follow + n, REF[0].ids, (size_t)REF[0].n * sizeof(int32_t));
+    n += REF[0].n;
+    sh_prompt more = sh_chat("Now rename `values` to `xs` too.");
+    memcpy(follow + n, more.ids, (size_t)more.n * sizeof(int32_t));
+    n += more.n;
+    rp_free(more.ids);
+    sh_prompt fp = {follow, n};
+    static sh_result want[2], got[3];
+    rp_engine *e = sh_engine(&SH_CONFIGS[SH_OFF], 0, 1, 0, 0);
+    want[0].gp = sh_greedy(&P[0], GEN);
+    want[1].gp = sh_greedy(&fp, GEN);
+    sh_run(e, want, 2, false);
+    rp_engine_destroy(e);
+    for (int c = SH_NGRAM; c < SH_N_CONFIGS; c++) {
+        e = sh_engine(&SH_CONFIGS[c], cap(c), 1, 0, 0);
+        got[0].gp = got[1].gp = want[0].gp;
+        got[2].gp = want[1].gp;
+        sh_run(e, got, 3, false);
+        sh_same(&got[0], &want[0], SH_CONFIGS[c].name, 0);
+        sh_same(&got[1], &want[0], SH_CONFIGS[c].name, 1);
+        sh_same(&got[2], &want[1], SH_CONFIGS[c].name, 2);
+        assert_true(got[1].stats.n_cached > 0 && got[2].stats.n_cached > P[0].n / 2);
+        sh_drafted(got + 1, 2, &SH_CONFIGS[c]); // the cached runs drafted and had drafts accepted
+        rp_engine_destroy(e);
+    }
+}
+
 /* ---- configuration ------------------------------------------------------------------ */
 
 // Default parameters with a small context (a pool of the model's 32k is slow to make).
@@ -438,6 +479,7 @@ int main(void)
         cmocka_unit_test(test_context_limit),
         cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_stats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
