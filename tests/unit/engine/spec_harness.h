@@ -83,12 +83,17 @@ typedef struct sh_config {
     bool draft;    // with the draft model (a loaded handle)
 } sh_config;
 
-// The configurations compared: SH_CONFIGS[SH_OFF] is the reference.
-enum { SH_OFF, SH_NGRAM, SH_MTP, SH_DRAFT, SH_AUTO, SH_N_CONFIGS };
+// The configurations compared: SH_CONFIGS[SH_OFF] is the reference. "auto"
+// is pinned too (each step the first method that can draft: prompt lookup,
+// MTP, the draft model), so all three take turns in one request
+// deterministically; "adaptive" is the default engine (plus the draft model),
+// whose choices follow measured time: it must give the same tokens, but
+// whether it drafts is not asserted (that would be asserting timings).
+enum { SH_OFF, SH_NGRAM, SH_MTP, SH_DRAFT, SH_AUTO, SH_ADAPTIVE, SH_N_CONFIGS };
 static const sh_config SH_CONFIGS[SH_N_CONFIGS] = {
     {"off", RP_ENGINE_SPEC_OFF, true, false},      {"ngram", RP_ENGINE_SPEC_NGRAM, false, false},
     {"mtp", RP_ENGINE_SPEC_MTP, false, false},     {"draft", RP_ENGINE_SPEC_DRAFT, false, true},
-    {"auto", RP_ENGINE_SPEC_AUTO, true, true},
+    {"auto", RP_ENGINE_SPEC_AUTO, false, true},    {"adaptive", RP_ENGINE_SPEC_AUTO, true, true},
 };
 
 static rp_engine *sh_engine(const sh_config *c, int k_max, int max_running, int kv_tokens, int kv_block)
@@ -242,7 +247,7 @@ static void sh_drafted(const sh_result *rs, int n, const sh_config *c)
     }
     if (c->method == RP_ENGINE_SPEC_OFF)
         assert_int_equal(all_d, 0);
-    else if (!(all_d > 0 && all_a > 0))
+    else if (!c->adaptive && !(all_d > 0 && all_a > 0))
         fail_msg("%s: %ld drafted, %ld accepted: the test proves nothing", c->name, all_d, all_a);
 }
 

@@ -18,11 +18,12 @@
 
 enum { N_P = 6, GEN = 32 };
 
-// Drafts per step: prompt lookup and auto at the engine's default cap, the others at 4 (pinned
-// MTP and draft-model chains at 16 verify mostly rejected tokens: slow, and no more telling).
+// Drafts per step: prompt lookup and the adaptive engine at the default cap, the pinned
+// others at 4 (pinned MTP and draft-model chains at 16 verify mostly rejected tokens:
+// slow, and no more telling).
 static int cap(int c)
 {
-    return c == SH_MTP || c == SH_DRAFT ? 4 : 0;
+    return c == SH_MTP || c == SH_DRAFT || c == SH_AUTO ? 4 : 0;
 }
 static sh_prompt P[N_P];
 

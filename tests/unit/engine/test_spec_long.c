@@ -98,7 +98,7 @@ static sh_result REF[N_P], GOT[N_P];
 
 static int cap(int c)
 {
-    return c == SH_MTP || c == SH_DRAFT ? 4 : 0;
+    return c == SH_MTP || c == SH_DRAFT || c == SH_AUTO ? 4 : 0;
 }
 
 static void reference(bool sampled)
@@ -158,6 +158,7 @@ static void test_sampled_mix(void **state)
     reference(true);
     compare(SH_NGRAM, false);
     compare(SH_AUTO, false);
+    compare(SH_ADAPTIVE, false);
 }
 
 int main(void)
