@@ -128,7 +128,7 @@ int main(int argc, char **argv)
             pos[i] = at + i;
             want[i] = at + i == n_prompt - 1;
         }
-        rp_batch b = {n, tok + at, pos, sq, want, seqs, 1};
+        rp_batch b = {n, tok + at, pos, sq, want, seqs, 1, NULL};
         if (rp_model_forward(m, kv, &b, logits)) {
             fprintf(stderr, "decode-bench: %s\n", rp_error_message());
             return 1;
@@ -142,7 +142,7 @@ int main(int argc, char **argv)
             if (logits[i] > logits[next])
                 next = i;
         bool w = true;
-        rp_batch d = {1, &next, &p, sq, &w, seqs, 1};
+        rp_batch d = {1, &next, &p, sq, &w, seqs, 1, NULL};
         if (rp_model_forward(m, kv, &d, logits)) {
             fprintf(stderr, "decode-bench: %s\n", rp_error_message());
             return 1;

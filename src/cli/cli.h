@@ -6,7 +6,10 @@
 #ifndef RP_CLI_H
 #define RP_CLI_H
 
+#include "../engine/engine.h"
+
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 int rp_cli_run(int argc, char **argv);
@@ -27,5 +30,13 @@ bool rp_cli_parse_bytes(const char *s, uint64_t *out);
 bool rp_cli_parse_kv_memory(const char *s, uint64_t *out);
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 uint64_t rp_cli_mem_available(void);
+
+// spec_opts.c
+// Reads --speculative-config's JSON object into p (only the keys given change).
+// RP_ERR_INVALID with a message naming the bad key or value (unknown keys too).
+rp_status rp_cli_spec_config(const char *json, rp_engine_spec_params *p);
+// The stats line's speculation part: "spec accepted/drafted: ngram 40/52, mtp 10/30"
+// for the engine's methods (es) and the request's counts (gs); "spec: off" without any.
+void rp_cli_spec_summary(const rp_engine_stats *es, const rp_gen_stats *gs, char *buf, size_t cap);
 
 #endif

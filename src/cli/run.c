@@ -55,6 +55,11 @@ static void run_usage(FILE *f)
                "  -t, --threads N         CPU threads (default: all cores)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"
+               "      --no-spec-decode    no speculative decoding (it is on by default: prompt lookup, the\n"
+               "                          model's MTP layer when it has one, the draft model when given)\n"
+               "      --speculative-config JSON  {\"method\": \"auto|ngram|mtp|draft\", \"num_speculative_tokens\": K,\n"
+               "                          \"adaptive\": true|false, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n"
+               "      --draft-model PATH  a smaller model with the same tokenizer that drafts tokens\n"
                "      --cache-dir DIR     keep the prompt's KV in DIR/<model fingerprint>/ at exit and reuse it\n"
                "                          next time (the prefix cache's disk tier; off by default for run)\n"
                "  -h, --help              this help\n");
@@ -90,6 +95,7 @@ typedef struct run_opts {
     bool ignore_eos, raw, think;
     rp_dtype quant;
     rp_sample_params sp;
+    rp_engine_spec_params spec;
 } run_opts;
 
 // Returns 0 when parsed, 2 on bad usage, -1 when help was printed.
@@ -113,6 +119,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_TOOLS,
         O_TOOL_PARSER,
         O_REASONING_PARSER,
+        O_NO_SPEC,
+        O_SPEC_CONFIG,
+        O_DRAFT,
         O_CACHE_DIR
     };
     static const struct option longs[] = {
@@ -137,6 +146,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"tools", required_argument, 0, O_TOOLS},
         {"tool-parser", required_argument, 0, O_TOOL_PARSER},
         {"reasoning-parser", required_argument, 0, O_REASONING_PARSER},
+        {"no-spec-decode", no_argument, 0, O_NO_SPEC},
+        {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
+        {"draft-model", required_argument, 0, O_DRAFT},
         {"cache-dir", required_argument, 0, O_CACHE_DIR},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -146,6 +158,10 @@ static int parse_args(int argc, char **argv, run_opts *o)
     o->quant = RP_DTYPE_F32;
     rp_sample_params_default(&o->sp);
     o->sp.temperature = 0; // rapid run is greedy unless asked
+    rp_engine_params ep;
+    rp_engine_params_default(&ep);
+    o->spec = ep.spec;
+    bool no_spec = false;
     optind = 1;
     opterr = 0;
     int c, li = -1;
@@ -204,6 +220,14 @@ static int parse_args(int argc, char **argv, run_opts *o)
             o->reasoning_parser = optarg;
             break;
         }
+        case O_NO_SPEC: no_spec = true; break;
+        case O_SPEC_CONFIG:
+            if (rp_cli_spec_config(optarg, &o->spec)) {
+                fprintf(stderr, "rapid run: %s\n", rp_error_message());
+                return 2;
+            }
+            break;
+        case O_DRAFT: o->spec.draft_path = optarg; break;
         case 'h': run_usage(stdout); return -1;
         case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
         default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
@@ -220,6 +244,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         run_usage(stderr);
         return 2;
     }
+    if (no_spec)
+        o->spec.method = RP_ENGINE_SPEC_OFF;
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
         fprintf(stderr, "rapid run: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
@@ -466,6 +492,7 @@ int rp_cli_run(int argc, char **argv)
     ep.kv_tokens = ctx;
     ep.max_running = 1;
     ep.max_queue = 1;
+    ep.spec = o.spec;
     ep.cache_dir = o.cache_dir;
     rp_gen_params gp;
     rp_gen_params_default(&gp);
@@ -523,20 +550,24 @@ int rp_cli_run(int argc, char **argv)
     rp_gen_stats gs = {0};
     if (gen)
         rp_gen_get_stats(gen, &gs);
-    // Prefill: from admission to the first token. Decode speed counts the steps
-    // after the first token (each makes one token).
-    // Prefill speed counts the tokens run, not those found in the prefix cache.
+    rp_engine_stats es;
+    rp_engine_get_stats(eng, &es);
+    char spec[256];
+    rp_cli_spec_summary(&es, &gs, spec, sizeof(spec));
+    // Prefill: from admission to the first token, counting the tokens run, not
+    // those found in the prefix cache. Decode speed: the tokens after the first
+    // over the time after it (a step may make several with speculation).
     double pre_s = gs.t_first - gs.t_admit, dec_s = gs.t_last - gs.t_first;
     int n_gen = gs.n_generated;
     char cached[48] = "";
     if (gs.n_cached > 0)
         snprintf(cached, sizeof(cached), " (%d cached)", gs.n_cached);
     fprintf(stderr,
-            "prompt: %zu tokens%s, %.1f tok/s, first token in %.0f ms | generated: %d tokens, %.1f tok/s | %s, %d "
-            "threads\n",
+            "prompt: %zu tokens%s, %.1f tok/s, first token in %.0f ms | generated: %d tokens, %.1f tok/s | %s | %s, "
+            "%d threads\n",
             n_prompt, cached, gen ? (n_prompt - (size_t)gs.n_cached) / (pre_s > 0 ? pre_s : 1e-9) : 0.0,
             gen && gs.t_first > 0 ? (gs.t_first - gs.t_submit) * 1e3 : 0.0, n_gen,
-            n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, rp_model_describe(model),
+            n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, spec, rp_model_describe(model),
             rp_backend_cpu_threads(rp_model_backend(model)));
     rc = 0;
 done:

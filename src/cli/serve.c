@@ -54,6 +54,11 @@ static void serve_usage(FILE *f)
                "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
                "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
                "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
+               "      --no-spec-decode       no speculative decoding (on by default: prompt lookup, the model's\n"
+               "                             MTP layer when it has one, the draft model when given)\n"
+               "      --speculative-config JSON  {\"method\": \"auto|ngram|mtp|draft\", \"num_speculative_tokens\":\n"
+               "                             K, \"adaptive\": true|false, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n"
+               "      --draft-model PATH     a smaller model with the same tokenizer that drafts tokens\n"
                "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
                "  -t, --threads N            CPU threads (default: all cores)\n"
                "  -q, --quiet                no per-request log lines\n"
@@ -102,7 +107,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_CDIR,
         O_CBUDGET,
         O_NODISK,
-        O_NOPREFIX
+        O_NOPREFIX,
+        O_NO_SPEC,
+        O_SPEC_CONFIG,
+        O_DRAFT
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -120,6 +128,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"cache-disk-budget", required_argument, 0, O_CBUDGET},
         {"no-disk-cache", no_argument, 0, O_NODISK},
         {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
+        {"no-spec-decode", no_argument, 0, O_NO_SPEC},
+        {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
+        {"draft-model", required_argument, 0, O_DRAFT},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
         {"tool-parser", required_argument, 0, O_TOOLP},
@@ -134,6 +145,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     rp_server_params_default(&o->sp);
     rp_engine_params_default(&o->ep);
     o->quant = RP_DTYPE_F32;
+    bool no_spec = false;
     optind = 1;
     opterr = 0;
     int c, li = -1;
@@ -162,6 +174,14 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
         case O_NODISK: o->no_disk_cache = true; break;
         case O_NOPREFIX: o->ep.no_prefix_cache = true; break;
+        case O_NO_SPEC: no_spec = true; break;
+        case O_SPEC_CONFIG:
+            if (rp_cli_spec_config(optarg, &o->ep.spec)) {
+                fprintf(stderr, "rapid serve: %s\n", rp_error_message());
+                return 2;
+            }
+            break;
+        case O_DRAFT: o->ep.spec.draft_path = optarg; break;
         case O_MAXREQ:
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
@@ -204,6 +224,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             return 2;
         }
     }
+    if (no_spec)
+        o->ep.spec.method = RP_ENGINE_SPEC_OFF;
     if (optind < argc - 1) {
         fprintf(stderr, "rapid serve: expected at most one MODEL\n\n");
         serve_usage(stderr);
@@ -252,6 +274,12 @@ static void print_memory(const rp_model *m, rp_engine *e)
     rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(m), es.n_ctx);
     rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
            es.kv_blocks * es.kv_block_tokens, es.kv_blocks, es.kv_block_tokens);
+    char spec[128] = "";
+    for (int k = 0, n = 0; k < RP_SPEC_N_METHODS; k++)
+        if (es.spec_methods[k])
+            snprintf(spec + strlen(spec), sizeof(spec) - strlen(spec), "%s%s", n++ ? ", " : "",
+                     rp_spec_method_name((rp_spec_method)k));
+    rp_log(RP_LOG_INFO, "rapid: speculative decoding %s%s", spec[0] ? "on: " : "off", spec);
     const char *dir = rp_engine_cache_dir(e);
     if (!es.prefix_cache)
         rp_log(RP_LOG_INFO, "rapid: prefix cache off");

@@ -34,20 +34,23 @@
  *     the first JSON request's submit; each JSON request gets a matcher at
  *     first admission. Each step its logits row is masked before sampling
  *     (and before logprobs) and the chosen token is accepted by the matcher.
+ *   - Speculative decoding lives in engine_spec.c; this file only calls its
+ *     hooks (engine_int.h): spec_plan picks drafts and reserves their slots
+ *     with the schedule, spec_draft makes them before the batch is built, the
+ *     batch carries them after the request's decode token, spec_verify
+ *     replaces sampling for a request that drafted, spec_publish gives back
+ *     the slots of rejected drafts. A step may so emit several tokens of one
+ *     request (g->step).
  *   - Memory: engine buffers are sized at create (the batch for max_batch
- *     tokens, logits for max_running rows); a request's token list and outbox
- *     at submit, its sampler and matcher at first admission; the token list,
- *     the outbox and the KV block table grow geometrically. Nothing else is
- *     allocated per step.
+ *     tokens, logits for max_rows rows); a request's token list, step tokens
+ *     and outbox at submit, its sampler and matcher at first admission; the
+ *     token list, the outbox and the KV block table grow geometrically.
+ *     Nothing else is allocated per step.
  */
-#include "engine.h"
-
-#include "../grammar/grammar.h"
+#include "engine_int.h"
 
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -60,83 +63,10 @@
 #define OUTBOX_MIN 16       // tokens an outbox holds at first
 #define TOKS_SLACK 64       // room for generated tokens in the token list at first
 
-struct rp_gen {
-    rp_engine *e;
-    rp_gen *prev, *next; // in the queue or the running list; under e->mu
-
-    // Set at submit, read-only after.
-    rp_sample_params sp;
-    bool ignore_eos, json;
-    int n_logprobs;
-    int n_prompt, max_tokens;
-
-    // Engine thread only once queued.
-    int32_t *toks; // (toks_cap) the prompt, then the generated tokens kept
-    int toks_cap, n_tok, n_comp;
-    int n_gen;         // tokens sampled (a final end-of-generation one included)
-    int take;          // tokens fed this step
-    rp_sampler *smp;   // from the first admission to retirement
-    rp_json_match *jm; // JSON mode: the same
-    rp_kv_seq kv;      // KV blocks (changed under e->mu: others read the pool's count)
-    bool has_tok;      // this step produced tok, to emit
-    rp_gen_token tok;
-    rp_gen_finish done;   // this step ended the request (RUNNING: it did not)
-    const char *done_msg; // why, for RP_GEN_ERROR (valid until the publish)
-
-    // Under e->mu.
-    rp_gen_token *out; // (out_cap) unread tokens are [out_head, out_len)
-    int out_head, out_len, out_cap;
-    rp_gen_finish finish;
-    bool in_engine; // queued or running: the engine thread retires it
-    bool running;   // in the running list (else the queue)
-    bool released;  // the reader gave the handle back: the engine frees it at retirement
-    rp_gen_stats stats;
-    char err[512];
-    pthread_cond_t cv; // the reader waits here
-
-    atomic_bool cancel;
-};
-
-struct rp_engine {
-    rp_model *m;
-    const rp_tokenizer *tok;
-    const rp_model_config *cfg;
-    int n_ctx, n_vocab, max_batch, max_running, max_queue, block, n_blocks, prefill_chunk;
-    bool has_mtp;
-    rp_kv_pool *kv;
-    rp_cache *cache; // NULL when off
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv; // the engine thread waits here for work
-    atomic_int refs;
-    pthread_t thread;
-    bool thread_live;
-    pthread_mutex_t jv_mu; // guards the making of jv
-    rp_json_vocab *jv;     // JSON mode's token table, made by the first JSON submit
-
-    // Under mu.
-    bool stop;
-    rp_gen *q_head, *q_tail; // waiting, first come first
-    int n_queued;
-    rp_gen *r_head, *r_tail; // running, in admission order
-    int n_running;
-    rp_engine_stats stats; // the counters
-
-    // Engine thread only: the step's batch.
-    int32_t *b_tok, *b_pos, *b_seq; // (max_batch)
-    bool *b_want;                   // (max_batch)
-    rp_kv_seq **b_seqs;             // (max_running)
-    rp_gen **b_gens;                // (max_running) the request of each sequence
-    rp_gen **b_rows;                // (max_running) the request of each logits row
-    int n_b, n_b_seqs, n_b_rows, n_b_prefill;
-    float *logits;      // (max_running, n_vocab)
-    float *lp;          // (n_vocab) logprobs of one row
-    char step_err[512]; // why the last forward failed
-};
-
 void rp_engine_params_default(rp_engine_params *p)
 {
     memset(p, 0, sizeof(*p));
+    p->spec.adaptive = true;
 }
 
 void rp_gen_params_default(rp_gen_params *p)
@@ -200,6 +130,7 @@ static void gen_free(rp_gen *g)
     rp_engine *e = g->e;
     rp_free(g->kv.blocks); // the table only: retirement gave the blocks back
     rp_free(g->toks);
+    rp_free(g->step);
     rp_free(g->out);
     pthread_cond_destroy(&g->cv);
     rp_free(g);
@@ -211,7 +142,7 @@ static int blocks_for(const rp_engine *e, int n_tokens)
     return (n_tokens + e->block - 1) / e->block;
 }
 
-static bool is_eog(const rp_engine *e, int32_t id)
+bool engine_is_eog(const rp_engine *e, int32_t id)
 {
     if (rp_tok_is_eog(e->tok, id))
         return true;
@@ -245,6 +176,7 @@ static void finish(rp_engine *e, rp_gen *g, rp_gen_finish reason, const char *ms
     if (reason != RP_GEN_ERROR) // an error may have left KV half written
         publish_prefix(e, g);
     rp_kv_seq_deinit(e->kv, &g->kv);
+    spec_gen_end(e, g);
     rp_sampler_destroy(g->smp);
     g->smp = NULL;
     rp_json_match_destroy(g->jm);
@@ -282,6 +214,7 @@ static void preempt(rp_engine *e, rp_gen *g)
     publish_prefix(e, g);
     rp_kv_seq_truncate(e->kv, &g->kv, 0);
     g->n_comp = 0;
+    spec_gen_preempted(e, g);
     list_prepend(&e->q_head, &e->q_tail, g);
     e->n_queued++;
     e->stats.preemptions++;
@@ -339,7 +272,8 @@ static void admit(rp_engine *e)
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
             break;
         rp_status st = RP_OK;
-        if (!g->smp && (st = rp_sampler_create(&g->sp, e->n_vocab, &g->smp)) == RP_OK)
+        bool first = !g->smp;
+        if (first && (st = rp_sampler_create(&g->sp, e->n_vocab, &g->smp)) == RP_OK)
             for (int i = 0; i < g->n_prompt; i++)
                 rp_sampler_accept(g->smp, g->toks[i], true);
         if (!st && g->json && !g->jm)
@@ -361,6 +295,7 @@ static void admit(rp_engine *e)
             g->stats.t_admit = rp_time_s();
             g->stats.n_cached = g->n_comp;
         }
+        spec_gen_admitted(e, g, first);
         if (e->cache) {
             e->stats.cache_hit_tokens += (uint64_t)g->n_comp;
             e->stats.cache_miss_tokens += (uint64_t)(g->n_tok - g->n_comp);
@@ -398,11 +333,14 @@ static void reserve_decodes(rp_engine *e)
 
 /* ---- the step (engine thread, e->mu not held) ----------------------------- */
 
-// Fills the batch: one decode token per decoding request, then prefill chunks
-// in admission order, up to max_batch tokens.
+// Fills the batch: one decode token per decoding request, each followed by its
+// drafts (spec_draft), then prefill chunks in admission order, up to max_batch
+// tokens. Requests keeping MTP want the hidden row of every token they feed.
 static void build_batch(rp_engine *e)
 {
     e->n_b = e->n_b_seqs = e->n_b_rows = e->n_b_prefill = 0;
+    e->spec.need_hidden = false;
+    int n_out = 0;                     // rows of the forward's output (logits or hidden)
     int chunk_left = e->prefill_chunk; // prefill tokens this step may still take
     for (int pass = 0; pass < 2; pass++)
         for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch && (pass == 0 || chunk_left > 0); g = g->next) {
@@ -415,33 +353,41 @@ static void build_batch(rp_engine *e)
             int take = left < room ? left : room;
             if (pass == 1)
                 chunk_left -= take;
+            int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
+            if (n_draft > room - take)
+                n_draft = g->spec.n_draft = room - take;
             int s = e->n_b_seqs++;
             e->b_seqs[s] = &g->kv;
             e->b_gens[s] = g;
-            g->take = take;
-            g->has_tok = false;
+            g->take = take + n_draft;
+            g->n_step = 0;
             g->done = RP_GEN_RUNNING;
             g->done_msg = NULL;
-            for (int i = 0; i < take; i++) {
+            g->spec.row = e->n_b_rows;
+            g->spec.h_row = n_out;
+            g->spec.h_pos = g->n_comp;
+            for (int i = 0; i < take + n_draft; i++) {
                 int p = g->n_comp + i;
-                e->b_tok[e->n_b] = g->toks[p];
+                bool want = p >= g->n_tok - 1;
+                e->b_tok[e->n_b] = i < take ? g->toks[p] : g->spec.draft[i - take];
                 e->b_pos[e->n_b] = p;
                 e->b_seq[e->n_b] = s;
-                e->b_want[e->n_b] = p == g->n_tok - 1;
-                if (p == g->n_tok - 1)
+                e->b_want[e->n_b] = want;
+                e->spec.want_hidden[e->n_b] = g->spec.mtp;
+                if (want)
                     e->b_rows[e->n_b_rows++] = g;
+                n_out += want || g->spec.mtp;
+                e->spec.need_hidden = e->spec.need_hidden || g->spec.mtp;
                 e->n_b_prefill += p < g->n_prompt; // prompt tokens, recomputed ones too
                 e->n_b++;
             }
         }
 }
 
-// The logprob of the chosen token and the n_logprobs most likely ones.
-static void fill_logprobs(rp_engine *e, rp_gen *g, const float *row)
+void engine_logprobs(rp_engine *e, rp_gen *g, const float *row, rp_gen_token *t)
 {
-    rp_gen_token *t = &g->tok;
     rp_sampler_logprobs(g->smp, row, e->lp);
-    t->logprob = e->lp[t->id];
+    t->logprob = t->id >= 0 ? e->lp[t->id] : 0.0f;
     int k = g->n_logprobs, n = 0;
     for (int32_t i = 0; i < e->n_vocab && k > 0; i++) {
         float v = e->lp[i];
@@ -458,18 +404,9 @@ static void fill_logprobs(rp_engine *e, rp_gen *g, const float *row)
     t->n_top = n;
 }
 
-// Samples g's next token from its logits row and decides whether it ends g.
-static void sample_row(rp_engine *e, rp_gen *g, float *row)
+void engine_emit(rp_engine *e, rp_gen *g)
 {
-    if (g->jm)
-        rp_json_match_mask(g->jm, row, e->n_vocab);
-    int32_t id = rp_sampler_sample(g->smp, row);
-    g->tok.id = id;
-    g->tok.logprob = 0.0f;
-    g->tok.n_top = 0;
-    if (g->n_logprobs >= 0)
-        fill_logprobs(e, g, row);
-    rp_sampler_accept(g->smp, id, false);
+    int32_t id = g->step[g->n_step].id;
     g->n_gen++;
     if (g->jm && rp_json_match_accept(g->jm, id)) { // the mask allowed it: cannot happen
         snprintf(e->step_err, sizeof(e->step_err), "JSON mode: %s", rp_error_message());
@@ -477,7 +414,7 @@ static void sample_row(rp_engine *e, rp_gen *g, float *row)
         g->done_msg = e->step_err;
         return;
     }
-    if (!g->ignore_eos && is_eog(e, id)) {
+    if (!g->ignore_eos && engine_is_eog(e, id)) {
         g->done = RP_GEN_STOP;
         return;
     }
@@ -494,15 +431,32 @@ static void sample_row(rp_engine *e, rp_gen *g, float *row)
         g->toks_cap = cap;
     }
     g->toks[g->n_tok++] = id;
-    g->has_tok = true;
+    g->n_step++;
     if (g->n_gen >= g->max_tokens)
         g->done = RP_GEN_LENGTH;
 }
 
+// Samples g's next token from its logits row and emits it.
+static void sample_row(rp_engine *e, rp_gen *g, float *row)
+{
+    if (g->jm)
+        rp_json_match_mask(g->jm, row, e->n_vocab);
+    rp_gen_token *t = &g->step[g->n_step];
+    t->id = rp_sampler_sample(g->smp, row);
+    t->logprob = 0.0f;
+    t->n_top = 0;
+    if (g->n_logprobs >= 0)
+        engine_logprobs(e, g, row, t);
+    rp_sampler_accept(g->smp, t->id, false);
+    engine_emit(e, g);
+}
+
 static void run_step(rp_engine *e)
 {
-    rp_batch b = {e->n_b, e->b_tok, e->b_pos, e->b_seq, e->b_want, e->b_seqs, e->n_b_seqs};
-    rp_status st = rp_model_forward(e->m, e->kv, &b, e->logits);
+    rp_batch b = {e->n_b, e->b_tok, e->b_pos, e->b_seq, e->b_want, e->b_seqs, e->n_b_seqs, e->spec.want_hidden};
+    double t0 = rp_time_s();
+    rp_status st = rp_model_forward_ex(e->m, e->kv, &b, e->logits, e->spec.need_hidden ? e->spec.hidden : NULL);
+    e->spec.t_fwd = rp_time_s() - t0;
     if (st) {
         snprintf(e->step_err, sizeof(e->step_err), "forward pass: %s", rp_error_message());
         for (int s = 0; s < e->n_b_seqs; s++) {
@@ -513,8 +467,18 @@ static void run_step(rp_engine *e)
     }
     for (int s = 0; s < e->n_b_seqs; s++)
         e->b_gens[s]->n_comp += e->b_gens[s]->take;
-    for (int r = 0; r < e->n_b_rows; r++)
-        sample_row(e, e->b_rows[r], e->logits + (size_t)r * e->n_vocab);
+    for (int r = 0; r < e->n_b_rows;) {
+        rp_gen *g = e->b_rows[r];
+        float *row = e->logits + (size_t)r * e->n_vocab;
+        if (g->spec.n_draft > 0) {
+            spec_verify(e, g, row); // rows r .. r + n_draft
+            r += 1 + g->spec.n_draft;
+        } else {
+            sample_row(e, g, row);
+            r++;
+        }
+    }
+    spec_after_step(e);
 }
 
 /* ---- publishing (engine thread, e->mu held) ------------------------------- */
@@ -551,6 +515,7 @@ static void publish(rp_engine *e)
             finish(e, g, RP_GEN_CANCELLED, NULL);
             continue;
         }
+        spec_publish(e, g);
         if (g->n_gen != g->stats.n_generated) { // sampled this step
             e->stats.tokens_generated += (uint64_t)(g->n_gen - g->stats.n_generated);
             g->stats.n_generated = g->n_gen;
@@ -558,13 +523,15 @@ static void publish(rp_engine *e)
                 g->stats.t_first = now;
             g->stats.t_last = now;
         }
-        if (g->has_tok && !outbox_push(g, &g->tok)) {
-            g->done = RP_GEN_ERROR;
-            g->done_msg = "out of memory for the request's output";
-        }
+        for (int i = 0; i < g->n_step; i++)
+            if (!outbox_push(g, &g->step[i])) {
+                g->done = RP_GEN_ERROR;
+                g->done_msg = "out of memory for the request's output";
+                break;
+            }
         if (g->done != RP_GEN_RUNNING)
             finish(e, g, g->done, g->done_msg);
-        else if (g->has_tok)
+        else if (g->n_step > 0)
             pthread_cond_signal(&g->cv);
     }
 }
@@ -584,7 +551,9 @@ static void *engine_main(void *arg)
                 pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
+        spec_plan(e);
         pthread_mutex_unlock(&e->mu);
+        spec_draft(e);
         build_batch(e);
         run_step(e);
         pthread_mutex_lock(&e->mu);
@@ -652,6 +621,7 @@ static void engine_free_parts(rp_engine *e)
     rp_free(e->b_rows);
     rp_free_aligned(e->logits);
     rp_free(e->lp);
+    spec_engine_deinit(e); // after the requests: their draft-model KV went back at retirement
     rp_json_vocab_destroy(e->jv);
     e->jv = NULL;
 }
@@ -668,7 +638,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         return RP_ERR(RP_ERR_INVALID, "engine: a model and a tokenizer are required");
     if ((st = check_param("n_ctx", p->n_ctx)) || (st = check_param("kv_tokens", p->kv_tokens)) ||
         (st = check_param("kv_block", p->kv_block)) || (st = check_param("max_running", p->max_running)) ||
-        (st = check_param("max_queue", p->max_queue)) || (st = check_param("prefill_chunk", p->prefill_chunk)))
+        (st = check_param("max_queue", p->max_queue)) || (st = check_param("prefill_chunk", p->prefill_chunk)) ||
+        (st = spec_check(m, &p->spec)))
         return st;
     if (isnan(p->cache_flush_s))
         return RP_ERR(RP_ERR_INVALID, "engine parameter cache_flush_s is not a number");
@@ -719,6 +690,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         if ((st = rp_model_fingerprint(m, fp)) || (st = rp_cache_create(e->kv, fp, &cp, &e->cache)))
             goto fail;
     }
+    if ((st = spec_engine_init(e, p)))
+        goto fail;
     size_t B = (size_t)e->max_batch, R = (size_t)e->max_running, rows;
     e->b_tok = rp_malloc(B * sizeof(int32_t));
     e->b_pos = rp_malloc(B * sizeof(int32_t));
@@ -726,13 +699,13 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->b_want = rp_malloc(B * sizeof(bool));
     e->b_seqs = rp_malloc(R * sizeof(rp_kv_seq *));
     e->b_gens = rp_malloc(R * sizeof(rp_gen *));
-    e->b_rows = rp_malloc(R * sizeof(rp_gen *));
+    e->b_rows = rp_malloc((size_t)e->max_rows * sizeof(rp_gen *));
     e->lp = rp_malloc((size_t)e->n_vocab * sizeof(float));
-    if (rp_mul_size(R * sizeof(float), (size_t)e->n_vocab, &rows))
+    if (rp_mul_size((size_t)e->max_rows * sizeof(float), (size_t)e->n_vocab, &rows))
         e->logits = rp_malloc_aligned(rows);
     if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_gens || !e->b_rows || !e->lp ||
         !e->logits) {
-        st = RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers (%d rows of logits)", e->max_running);
+        st = RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers (%d rows of logits)", e->max_rows);
         goto fail;
     }
     int rc = pthread_create(&e->thread, NULL, engine_main, e);
@@ -789,6 +762,8 @@ void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
     memset(&out->cache, 0, sizeof(out->cache));
     if (e->cache)
         rp_cache_get_stats(e->cache, &out->cache);
+    for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+        out->spec_methods[m] = e->spec.on && e->spec.use[m];
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -852,13 +827,14 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     g->toks = rp_malloc((size_t)g->toks_cap * sizeof(int32_t));
     g->out_cap = OUTBOX_MIN;
     g->out = rp_malloc((size_t)g->out_cap * sizeof(*g->out));
+    g->step = rp_malloc((size_t)(1 + spec_k_cap(e)) * sizeof(*g->step));
     rp_kv_seq_init(&g->kv);
     atomic_init(&g->cancel, false);
     g->stats.n_prompt = p->n_prompt;
     g->stats.max_tokens = max_tokens;
     pthread_condattr_t ca;
     bool cv_ok = false;
-    if (g->toks && g->out && !pthread_condattr_init(&ca)) {
+    if (g->toks && g->out && g->step && !pthread_condattr_init(&ca)) {
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); // rp_gen_read's deadlines are monotonic
         cv_ok = pthread_cond_init(&g->cv, &ca) == 0;
         pthread_condattr_destroy(&ca);
@@ -866,6 +842,7 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     if (!cv_ok) {
         rp_free(g->toks);
         rp_free(g->out);
+        rp_free(g->step);
         rp_free(g);
         return RP_ERR(RP_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", p->n_prompt);
     }
@@ -889,6 +866,7 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
         pthread_cond_destroy(&g->cv);
         rp_free(g->toks);
         rp_free(g->out);
+        rp_free(g->step);
         rp_free(g);
         return st;
     }

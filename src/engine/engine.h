@@ -25,6 +25,21 @@
  * message in rp_gen_error). Stop strings are text and belong to the caller,
  * which cancels when it sees one.
  *
+ * Speculative decoding (on by default): before step 2 each decoding request
+ * may get draft tokens (prompt lookup over its own tokens, the model's MTP
+ * layer, or a draft model), chosen per request and step by the adaptive
+ * controller from measured acceptance and step cost (0 drafts included: at
+ * high concurrency the batch already uses the weights well and drafting fades
+ * out). The drafts ride in the same batch right after the request's decode
+ * token, every one wanting logits; rp_spec_verify keeps the longest prefix the
+ * model agrees with plus one token of its own, and the KV of the rest is
+ * rolled back. Drafts are always deterministic (no draft sampling), and the
+ * verification draws each emitted token exactly as plain decoding would, so a
+ * request's tokens are the same with or without speculation: greedy or
+ * sampled, seed for seed (logprobs, penalties and the JSON constraint as in
+ * plain decoding). Only the speed changes. The pieces: src/spec/spec.h; the
+ * engine side: engine_spec.c.
+ *
  * KV pressure: admission takes the KV blocks of the whole prompt at once,
  * and while other requests run it leaves a few blocks free (one per running
  * request, at most an eighth of the pool) so that a new request is not
@@ -59,9 +74,37 @@
 #include "../cache/cache.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
+#include "../spec/spec.h"
 #include "../tokenizer/tokenizer.h"
 
 #define RP_GEN_TOP_MAX 20 // most alternatives per token for logprobs (OpenAI's top_logprobs limit)
+
+// Which draft sources speculative decoding uses (--speculative-config "method").
+typedef enum rp_engine_spec_method {
+    RP_ENGINE_SPEC_AUTO = 0,  // prompt lookup, plus MTP when the model has it, plus the draft model when given
+    RP_ENGINE_SPEC_OFF = 1,   // no speculation (--no-spec-decode)
+    RP_ENGINE_SPEC_NGRAM = 2, // prompt lookup only
+    RP_ENGINE_SPEC_MTP = 3,   // the model's MTP layer only (create fails without one)
+    RP_ENGINE_SPEC_DRAFT = 4, // the draft model only (create fails without one)
+} rp_engine_spec_method;
+
+#define RP_ENGINE_SPEC_K_DEFAULT 16 // num_speculative_tokens when not given
+
+// Speculative decoding's configuration. Plain data; the zero value is `auto`
+// with the defaults, except `adaptive`, which rp_engine_params_default sets.
+typedef struct rp_engine_spec_params {
+    rp_engine_spec_method method;
+    int k_max;      // num_speculative_tokens: most drafts per request and step, 1..RP_SPEC_K_MAX; 0 = 16
+    bool adaptive;  // true: the controller picks method and length (0 included); false: every decode
+                    // step drafts the most it can with the first method available (prompt lookup,
+                    // MTP, draft model, in that order), for tests and fixed setups
+    int ngram_min;  // prompt lookup: shortest n-gram matched (1..RP_SPEC_NGRAM_MAX); 0 = 2
+    int ngram_max;  // prompt lookup: longest n-gram matched (ngram_min..RP_SPEC_NGRAM_MAX); 0 = 8
+    const char *draft_path;        // a draft model to load (folder or .gguf, its tokenizer with it;
+                                   // same threads as the model's backend); NULL: none
+    rp_model *draft;               // or a loaded draft model (borrowed; the engine thread's while the
+    const rp_tokenizer *draft_tok; // engine lives), with its tokenizer; not both with draft_path
+} rp_engine_spec_params;
 
 typedef struct rp_engine_params {
     int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx (an
@@ -79,19 +122,26 @@ typedef struct rp_engine_params {
                              // missing); NULL or "": memory only. Copied at create.
     uint64_t cache_disk_budget; // most bytes of block files; 0 = 4 GiB
     double cache_flush_s;    // at destroy, most seconds spent writing cached blocks to disk; 0 = 10, < 0: none
+    rp_engine_spec_params spec; // speculative decoding (on: auto, adaptive)
 } rp_engine_params;
 
+// Every field 0 (its default), spec.adaptive true.
 void rp_engine_params_default(rp_engine_params *p);
 
 typedef struct rp_engine rp_engine;
 
 // Starts the engine thread over a loaded model and its tokenizer (both borrowed;
 // they must outlive the engine). Creates the KV pool and the prefix cache (with
-// cache_dir: makes and indexes the folder, starts its writer thread).
-// Errors: RP_ERR_NOMEM; RP_ERR_INVALID for bad params (message names the field);
-// RP_ERR_RANGE when kv_memory holds no block or an explicit n_ctx is longer than
-// the pool (the message gives the numbers); RP_ERR_IO when the cache folder
-// cannot be made or read.
+// cache_dir: makes and indexes the folder, starts its writer thread), and
+// loads or takes the draft model when one is given (with its own KV pool of
+// the same size).
+// Errors: RP_ERR_NOMEM; RP_ERR_INVALID for bad params (message names the field),
+// a draft model whose tokenizer differs from the model's (the message names the
+// first difference), method mtp on a model without an MTP layer, method draft
+// without a draft model; RP_ERR_RANGE when kv_memory holds no block or an
+// explicit n_ctx is longer than the pool (the message gives the numbers);
+// RP_ERR_IO when the cache folder cannot be made or read; the draft model's
+// load errors.
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
 // Cancels everything queued or running, joins the thread, writes the cached
 // blocks not yet on disk (with a disk tier, for at most cache_flush_s seconds),
@@ -181,6 +231,8 @@ typedef struct rp_gen_stats {
     double t_admit;      // when prefill started (0 while queued)
     double t_first;      // when the first token was produced (0 before)
     double t_last;       // when the latest token was produced
+    int spec_drafted[RP_SPEC_N_METHODS];  // draft tokens verified, by method (rp_spec_method)
+    int spec_accepted[RP_SPEC_N_METHODS]; // of them, accepted (emitted)
 } rp_gen_stats;
 
 void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out);
@@ -201,6 +253,16 @@ typedef struct rp_engine_stats {
     uint64_t cache_hit_tokens;  // tokens not run at admissions thanks to the cache (readmissions too)
     uint64_t cache_miss_tokens; // tokens left to run at admissions
     rp_cache_stats cache;       // blocks: hits, misses, memory and disk figures (zeros when off)
+    // Speculative decoding. Drafts are counted when verified (a step of a request
+    // that drafted k tokens: k verified, the accepted ones a prefix of them).
+    bool spec_methods[RP_SPEC_N_METHODS];   // the draft sources this engine may use
+    uint64_t spec_steps;                    // request steps that verified drafts
+    uint64_t spec_drafted[RP_SPEC_N_METHODS];
+    uint64_t spec_accepted[RP_SPEC_N_METHODS];
+    // By draft position (slot i: the (i+1)-th draft of a step; the last slot
+    // counts every position from RP_SPEC_POS on): verified, and accepted.
+    uint64_t spec_pos_drafted[RP_SPEC_N_METHODS][RP_SPEC_POS];
+    uint64_t spec_pos_accepted[RP_SPEC_N_METHODS][RP_SPEC_POS];
 } rp_engine_stats;
 
 // A consistent snapshot (taken under the engine's lock). kv_blocks_used counts

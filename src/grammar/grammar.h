@@ -62,6 +62,11 @@ void rp_json_match_mask(const rp_json_match *m, float *logits, int32_t n_vocab);
 // not continue the object. An end-of-generation token is accepted exactly
 // when the mask allows it and leaves the state as it is.
 rp_status rp_json_match_accept(rp_json_match *m, int32_t id);
+// Puts dst at src's position in the grammar (both made from the same vocab),
+// so dst can run ahead over tokens not accepted yet (speculative drafts: the
+// mask of each draft position as if the drafts before it were accepted) while
+// src stays where it is. Costs a 16-byte copy; dst's scratch is its own.
+void rp_json_match_copy(rp_json_match *dst, const rp_json_match *src);
 // True when the text so far is one complete JSON object (possibly followed by
 // whitespace).
 bool rp_json_match_done(const rp_json_match *m);

@@ -420,6 +420,12 @@ const json_state *json_match_state(const rp_json_match *m)
     return &m->state;
 }
 
+void rp_json_match_copy(rp_json_match *dst, const rp_json_match *src)
+{
+    RP_ASSERT(dst->v == src->v);
+    dst->state = src->state;
+}
+
 bool rp_json_match_done(const rp_json_match *m)
 {
     return json_done(&m->state);

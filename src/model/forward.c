@@ -53,8 +53,9 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
 }
 
 // Checks the batch and fills the per-token scratch: KV slot, block table, and the
-// rows wanting logits (m->tmp_rows[0..*n_out)).
-static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, int *n_out)
+// rows wanting output (m->tmp_rows[0..*n_out)): logits, or with `hidden_rows` a
+// hidden row only (rp_batch.want_hidden).
+static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, bool hidden_rows, int *n_out)
 {
     const rp_model_config *c = &m->cfg;
     int n = b->n_tokens;
@@ -74,16 +75,18 @@ static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_l
             return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%d)", b->tokens[t], c->n_vocab);
         m->tmp_slot[t] = rp_kv_seq_slot(kv, sq, b->pos[t]);
         m->tmp_bt[t] = sq->blocks;
-        if (b->want_logits[t])
+        if (b->want_logits[t] || (hidden_rows && b->want_hidden[t]))
             m->tmp_rows[(*n_out)++] = t;
     }
     return RP_OK;
 }
 
-// The residual stream's rows that want logits: gathered to the front, normed
-// with `norm` into s.h (copied to hidden when asked), projected by the output
-// head in chunks (into logits when not NULL).
-static rp_status head(rp_model *m, const float *norm, int n_out, float *logits, float *hidden)
+// The residual stream's output rows (prepare): gathered to the front, normed
+// with `norm` into s.h (copied to hidden when asked), then the rows that want
+// logits (all of them unless `want` says otherwise: rp_batch.want_hidden) are
+// gathered again and projected by the output head in chunks (into logits when
+// not NULL).
+static rp_status head(rp_model *m, const float *norm, int n_out, const bool *want, float *logits, float *hidden)
 {
     const rp_model_config *c = &m->cfg;
     const rp_backend_ops *o = m->be->ops;
@@ -100,6 +103,19 @@ static rp_status head(rp_model *m, const float *norm, int n_out, float *logits, 
         return st;
     if (hidden && n_out > 0 && (st = o->download(be, hidden, m->s.h, (size_t)n_out * c->dim * sizeof(float))))
         return st;
+    if (want) { // hidden-only rows leave: the rest move forward, in order, so in place
+        int k = 0;
+        for (int i = 0; i < n_out && !st; i++) {
+            if (!want[m->tmp_rows[i]])
+                continue;
+            if (k != i)
+                st = o->copy(be, m->s.h + (size_t)k * c->dim, m->s.h + (size_t)i * c->dim, (size_t)c->dim * sizeof(float));
+            k++;
+        }
+        if (st)
+            return st;
+        n_out = k;
+    }
     for (int r = 0; logits && r < n_out; r += RP_LOGIT_ROWS) {
         int rows = n_out - r < RP_LOGIT_ROWS ? n_out - r : RP_LOGIT_ROWS;
         if ((st = o->matmul(be, &m->output, m->s.h + (size_t)r * c->dim, rows, m->s.logits)) ||
@@ -121,7 +137,8 @@ rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, fl
     int n = b->n_tokens, n_out;
     if (n <= 0)
         return RP_OK;
-    rp_status st = prepare(m, kv, b, c->n_layer, &n_out);
+    bool hidden_rows = hidden && b->want_hidden; // some rows may want a hidden row and no logits
+    rp_status st = prepare(m, kv, b, c->n_layer, hidden_rows, &n_out);
     if (st)
         return st;
     rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
@@ -130,7 +147,7 @@ rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, fl
         st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
     if (st)
         return st;
-    return head(m, m->out_norm, n_out, logits, hidden);
+    return head(m, m->out_norm, n_out, hidden_rows ? b->want_logits : NULL, logits, hidden);
 }
 
 /*
@@ -152,7 +169,7 @@ rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, c
         return RP_OK;
     if (!hidden)
         return RP_ERR(RP_ERR_INVALID, "MTP forward without hidden-state rows");
-    rp_status st = prepare(m, kv, b, c->n_layer + c->n_mtp, &n_out);
+    rp_status st = prepare(m, kv, b, c->n_layer + c->n_mtp, false, &n_out);
     if (st)
         return st;
     size_t row = (size_t)c->dim * sizeof(float);
@@ -174,5 +191,5 @@ rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, c
         st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
     if (st)
         return st;
-    return head(m, m->mtp.norm, n_out, logits, hidden_out);
+    return head(m, m->mtp.norm, n_out, NULL, logits, hidden_out);
 }

@@ -135,6 +135,8 @@ typedef struct rp_batch {
     const bool *want_logits;    // (n_tokens) which tokens produce a row of logits
     rp_kv_seq *const *seqs;     // (n_seqs) each already holds slots for its tokens' positions
     int n_seqs;
+    const bool *want_hidden;    // (n_tokens) or NULL: tokens that want only their hidden row
+                                // (rp_model_forward_ex with hidden; ignored otherwise)
 } rp_batch;
 
 // Runs the batch (n_tokens <= max_batch; the caller splits larger ones), writing
@@ -145,9 +147,12 @@ rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float
 
 // rp_model_forward that also returns, when hidden is not NULL, the final hidden
 // state (after the final norm: the rows the output head multiplies) of every
-// token that wants logits, dim floats each, in batch order, into hidden (host).
-// These rows are h[t] for rp_model_forward_mtp. logits may be NULL (the head is
-// then skipped). With hidden NULL this is rp_model_forward, op for op.
+// token that wants logits or (b->want_hidden) its hidden row, dim floats each,
+// in batch order, into hidden (host); logits still come only for the tokens
+// that want them, in batch order (a prefill chunk can give every position's
+// hidden row and one row of logits). These rows are h[t] for
+// rp_model_forward_mtp. logits may be NULL (the head is then skipped). With
+// hidden NULL this is rp_model_forward, op for op.
 // Errors: as rp_model_forward.
 rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden);
 

@@ -7,8 +7,9 @@
  * cached / completion tokens, requests whose client went away, and two
  * histograms, time to first token and decode speed. Gauges and engine counters
  * (queue depth, running requests, KV blocks, steps, tokens, cancelled
- * requests, KV pool, prefix cache in memory and on disk) are read from
- * rp_engine_get_stats at scrape time.
+ * requests, KV pool, prefix cache in memory and on disk, speculative
+ * decoding's draft tokens verified and accepted per method and draft position)
+ * are read from rp_engine_get_stats at scrape time.
  */
 #include "server_int.h"
 
@@ -119,6 +120,41 @@ static void gauge(rp_buf *b, const char *name, const char *help, double v)
     rp_buf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.10g\n", name, help, name, name, v);
 }
 
+// Speculative decoding: draft tokens verified and accepted per method, and by
+// draft position (1-based; the last counts every later position too).
+static void spec_metrics(rp_buf *b, const rp_engine_stats *es)
+{
+    rp_buf_puts(b, "# HELP rapid_spec_decode_enabled 1 for each draft method the engine may use.\n"
+                   "# TYPE rapid_spec_decode_enabled gauge\n");
+    for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+        rp_buf_printf(b, "rapid_spec_decode_enabled{method=\"%s\"} %d\n", rp_spec_method_name((rp_spec_method)m),
+                      es->spec_methods[m] ? 1 : 0);
+    counter(b, "rapid_spec_decode_steps_total", "Request steps that verified draft tokens.", es->spec_steps);
+    static const char *const what[2] = {"draft", "accepted"};
+    for (int k = 0; k < 2; k++) {
+        rp_buf_printf(b,
+                      "# HELP rapid_spec_decode_%s_tokens_total Draft tokens %s, by method.\n"
+                      "# TYPE rapid_spec_decode_%s_tokens_total counter\n",
+                      what[k], k ? "accepted by verification" : "verified", what[k]);
+        for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+            rp_buf_printf(b, "rapid_spec_decode_%s_tokens_total{method=\"%s\"} %llu\n", what[k],
+                          rp_spec_method_name((rp_spec_method)m),
+                          (unsigned long long)(k ? es->spec_accepted[m] : es->spec_drafted[m]));
+    }
+    for (int k = 0; k < 2; k++) {
+        rp_buf_printf(b,
+                      "# HELP rapid_spec_decode_%s_tokens_by_position_total Draft tokens %s, by method and draft "
+                      "position (1-based; position %d counts every later one too).\n"
+                      "# TYPE rapid_spec_decode_%s_tokens_by_position_total counter\n",
+                      what[k], k ? "accepted" : "verified", RP_SPEC_POS, what[k]);
+        for (int m = 0; m < RP_SPEC_N_METHODS; m++)
+            for (int p = 0; p < RP_SPEC_POS; p++)
+                rp_buf_printf(b, "rapid_spec_decode_%s_tokens_by_position_total{method=\"%s\",position=\"%d\"} %llu\n",
+                              what[k], rp_spec_method_name((rp_spec_method)m), p + 1,
+                              (unsigned long long)(k ? es->spec_pos_accepted[m][p] : es->spec_pos_drafted[m][p]));
+    }
+}
+
 void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
 {
     pthread_mutex_lock(&m->lock);
@@ -186,6 +222,7 @@ void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
             c->disk_evictions);
     counter(b, "rapid_prefix_cache_disk_rejects_total", "Block files deleted because they failed a check.",
             c->disk_rejects);
+    spec_metrics(b, &es);
 }
 
 // The engine's figures as one JSON object (GET /v1/status).

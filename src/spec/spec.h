@@ -197,9 +197,26 @@ double rp_spec_ctl_expected(const rp_spec_ctl *c, rp_spec_method m, int k);
 // draft equals the argmax and never use the RNG; otherwise uniforms come from
 // the sampler's seeded RNG, so a fixed seed reproduces. Never allocates.
 //
+// Deterministic drafts (q NULL) are verified by drawing each row's token
+// exactly as rp_sampler_sample does (the same RNG use, one draw per emitted
+// token) and accepting the draft when it is that token: the same acceptance
+// probability p(d) and residual as above, and the emitted tokens are then
+// exactly those of plain sampling with the same seed, whatever was drafted
+// (the engine drafts only this way, so speculation never changes the text).
+//
 // Errors: RP_ERR_INVALID (k < 0, or k > 0 without draft), nothing changed.
 rp_status rp_spec_verify(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k, float *work,
                          int *n_accepted, int32_t *next);
+
+// Called by rp_spec_verify_ex for each row it reads (rows 0..*n_accepted, in
+// order), before the row's distribution is computed: the sampler's history
+// then holds draft[0..i), as plain decoding's did at that position (what
+// rp_sampler_logprobs needs for the token emitted from row i).
+typedef void (*rp_spec_row_fn)(void *ctx, int i, const float *row);
+
+// rp_spec_verify with a callback per row read (on_row may be NULL).
+rp_status rp_spec_verify_ex(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k,
+                            float *work, int *n_accepted, int32_t *next, rp_spec_row_fn on_row, void *ctx);
 
 /* ---- draft model compatibility ------------------------------------------- */
 

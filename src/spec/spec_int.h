@@ -14,8 +14,10 @@ typedef enum rp_spec_rule {
     RP_SPEC_RULE_RESAMPLE_P = 1, // biased: on rejection draw from p itself (favours the draft token)
 } rp_spec_rule;
 
-// rp_spec_verify with a chosen rule.
+// rp_spec_verify_ex with a chosen rule (RESAMPLE_P never takes the coupled
+// path of deterministic drafts: it draws as for sampled ones, with q one-hot).
 rp_status rp_spec_verify_rule(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k,
-                              float *work, int *n_accepted, int32_t *next, rp_spec_rule rule);
+                              float *work, int *n_accepted, int32_t *next, rp_spec_rule rule, rp_spec_row_fn on_row,
+                              void *ctx);
 
 #endif

@@ -8,6 +8,15 @@
  * min(p(d), q(d)) and the residual carries the mass p - min(p, q). All drafts
  * accepted: the bonus token comes from the next row's p.
  *
+ * Deterministic drafts (q one-hot, passed as NULL) use one coupling of that
+ * rule: the target's token x is drawn from p exactly as rp_sampler_sample
+ * draws it, and d is accepted when x == d, else x is the replacement. Then
+ * P(accept) = p(d) = min(1, p(d)/1) and, given a rejection, x has p(x)/(1 -
+ * p(d)) = the normalized residual: the same rule. Its point is that the RNG is
+ * used exactly as plain decoding uses it (one rp_sampler_sample per emitted
+ * token), so the emitted tokens are plain sampling's, seed for seed, whatever
+ * was drafted and however long the drafts were.
+ *
  * The target rows are computed one at a time and only up to the first
  * rejection, each after the accepted drafts entered the sampler's history, so
  * penalties see exactly the tokens before the position. Draws are inverse-CDF
@@ -50,14 +59,31 @@ static double sum(const float *w, int32_t n)
 }
 
 rp_status rp_spec_verify_rule(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k,
-                              float *work, int *n_accepted, int32_t *next, rp_spec_rule rule)
+                              float *work, int *n_accepted, int32_t *next, rp_spec_rule rule, rp_spec_row_fn on_row,
+                              void *ctx)
 {
     if (k < 0 || (k > 0 && !draft))
         return RP_ERR(RP_ERR_INVALID, "speculative verification of %d drafts%s", k, k > 0 ? " without tokens" : "");
     const int32_t V = rp_sampler_n_vocab(s);
     rp_status st;
+    if (!q && rule == RP_SPEC_RULE_EXACT) { // deterministic drafts: the coupled draw (top of the file)
+        for (int i = 0;; i++) {
+            const float *row = logits + (size_t)i * V;
+            if (on_row)
+                on_row(ctx, i, row);
+            int32_t x = rp_sampler_sample(s, row);
+            if (i == k || x != draft[i]) {
+                *n_accepted = i;
+                *next = x;
+                return RP_OK;
+            }
+            rp_sampler_accept(s, x, false);
+        }
+    }
     for (int i = 0;; i++) {
         const float *row = logits + (size_t)i * V;
+        if (on_row)
+            on_row(ctx, i, row);
         if ((st = rp_sampler_probs(s, row, work)))
             return st;
         if (i == k) { // every draft accepted: the bonus token
@@ -99,5 +125,11 @@ rp_status rp_spec_verify_rule(rp_sampler *s, const float *logits, const int32_t 
 rp_status rp_spec_verify(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k, float *work,
                          int *n_accepted, int32_t *next)
 {
-    return rp_spec_verify_rule(s, logits, draft, q, k, work, n_accepted, next, RP_SPEC_RULE_EXACT);
+    return rp_spec_verify_rule(s, logits, draft, q, k, work, n_accepted, next, RP_SPEC_RULE_EXACT, NULL, NULL);
+}
+
+rp_status rp_spec_verify_ex(rp_sampler *s, const float *logits, const int32_t *draft, const float *q, int k,
+                            float *work, int *n_accepted, int32_t *next, rp_spec_row_fn on_row, void *ctx)
+{
+    return rp_spec_verify_rule(s, logits, draft, q, k, work, n_accepted, next, RP_SPEC_RULE_EXACT, on_row, ctx);
 }

@@ -254,6 +254,35 @@ typedef struct attn_job {
     float *part;         // split: per item, a chunk's m, l, o (attn_part_floats)
 } attn_job;
 
+// q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
+// then the lanes added pairwise, always in this order (whatever the batch), so
+// the compiler can keep the lanes in one vector register instead of one chain of
+// dependent adds.
+static inline float dot8(const float *q, const float *k, int n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++)
+            acc[l] += q[i + l] * k[i + l];
+    for (int l = 0; i < n; i++, l++)
+        acc[l] += q[i] * k[i];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+// o += w * v over n floats; o is the worker's own accumulator (no aliasing), so
+// the compiler vectorizes it. Each element's sum runs over the positions in
+// order, the same sequence of operations as a plain loop.
+static inline void axpy(float *restrict o, float w, const float *restrict v, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8) // eight at a time: one or two vector operations
+        for (int l = 0; l < 8; l++)
+            o[i + l] += w * v[i + l];
+    for (; i < n; i++)
+        o[i] += w * v[i];
+}
+
 // The scalar reference: one (token, head) at a time, scores of the whole key range,
 // then softmax and the weighted sum of V.
 static void attn_worker(void *ctx, int ith, int nth)
@@ -264,6 +293,7 @@ static void attn_worker(void *ctx, int ith, int nth)
     int group = j->n_head / j->n_kv_head;
     size_t kv_stride = (size_t)j->n_kv_head * hd; // floats per token slot
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
+    float acc[1024]; // head_dim <= 1024 (the config check)
     int64_t lo, hi;
     rp_split_range((int64_t)info->n_tokens * j->n_head, ith, nth, &lo, &hi);
     for (int64_t w = lo; w < hi; w++) {
@@ -272,33 +302,33 @@ static void attn_worker(void *ctx, int ith, int nth)
         const int32_t *bt = info->block_table[t];
         int len = info->pos[t] + 1;
         float mx = -INFINITY;
-        for (int p = 0; p < len; p++) {
-            const float *k = j->kv->k + ((size_t)bt[p / bs] * bs + p % bs) * kv_stride + (size_t)kvh * hd;
-            float s = 0;
-            for (int i = 0; i < hd; i++)
-                s += q[i] * k[i];
-            s *= j->scale;
-            scores[p] = s;
-            if (s > mx)
-                mx = s;
+        for (int p0 = 0; p0 < len; p0 += bs) { // block by block: the slots of a block are contiguous
+            const float *k = j->kv->k + (size_t)bt[p0 / bs] * bs * kv_stride + (size_t)kvh * hd;
+            int n = len - p0 < bs ? len - p0 : bs;
+            for (int i = 0; i < n; i++, k += kv_stride) {
+                float s = dot8(q, k, hd) * j->scale;
+                scores[p0 + i] = s;
+                if (s > mx)
+                    mx = s;
+            }
         }
         float sum = 0;
         for (int p = 0; p < len; p++) {
             scores[p] = expf(scores[p] - mx);
             sum += scores[p];
         }
-        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         for (int i = 0; i < hd; i++)
-            o[i] = 0;
-        for (int p = 0; p < len; p++) {
-            const float *v = j->kv->v + ((size_t)bt[p / bs] * bs + p % bs) * kv_stride + (size_t)kvh * hd;
-            float wgt = scores[p];
-            for (int i = 0; i < hd; i++)
-                o[i] += wgt * v[i];
+            acc[i] = 0;
+        for (int p0 = 0; p0 < len; p0 += bs) {
+            const float *v = j->kv->v + (size_t)bt[p0 / bs] * bs * kv_stride + (size_t)kvh * hd;
+            int n = len - p0 < bs ? len - p0 : bs;
+            for (int i = 0; i < n; i++, v += kv_stride)
+                axpy(acc, scores[p0 + i], v, hd);
         }
+        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         float inv = 1.0f / sum;
         for (int i = 0; i < hd; i++)
-            o[i] *= inv;
+            o[i] = acc[i] * inv;
     }
 }
 

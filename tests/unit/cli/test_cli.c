@@ -131,6 +131,69 @@ static void test_default_model(void **state)
     assert_non_null(strstr(err, "--tool-parser"));
 }
 
+// Speculative decoding's flags: on by default, the same text in every
+// configuration, drafted/accepted counts on the stats line, bad values refused.
+static void test_spec_flags(void **state)
+{
+    static char base[65536];
+    const char *prompt = "-p 'Rename `total` to `acc` in this file and return the whole file.\n\n```python\n"
+                         "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+                         "    return total / len(values)\n```' -n 60";
+    char draft[4096], args[8192], cfg[4096];
+    snprintf(draft, sizeof(draft), "%s", rp_test_source("models/rapid-tiny-draft"));
+    snprintf(args, sizeof(args), "run %s --no-spec-decode", prompt);
+    assert_int_equal(run_rapid(args, base, sizeof(base), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "spec: off"));
+    const char *configs[] = {
+        "",
+        "--speculative-config '{\"method\": \"ngram\", \"adaptive\": false, \"num_speculative_tokens\": 5}'",
+        "--speculative-config '{\"method\": \"mtp\", \"adaptive\": false}'",
+        "--draft-model '%s' --speculative-config '{\"method\": \"draft\", \"adaptive\": false, "
+        "\"prompt_lookup_min\": 3, \"prompt_lookup_max\": 5}'",
+    };
+    const char *counts[] = {"spec accepted/drafted: ngram ", "ngram ", "mtp ", "draft "};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cfg, sizeof(cfg), configs[i], draft);
+        snprintf(args, sizeof(args), "run %s %s", prompt, cfg);
+        assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
+        if (strcmp(out, base) != 0)
+            fail_msg("with [%s] rapid run printed [%s], without speculation [%s]", cfg, out, base);
+        if (!strstr(err, counts[i]))
+            fail_msg("with [%s] the stats line lacks [%s]: %s", cfg, counts[i], err);
+    }
+    // Refused: not JSON, not an object, unknown keys, bad values (status 2, the key named).
+    const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{", "not valid JSON"},
+        {"[1]", "must be a JSON object"},
+        {"{\"method\": \"beam\"}", "\"method\""},
+        {"{\"num_speculative_tokens\": 0}", "num_speculative_tokens"},
+        {"{\"num_speculative_tokens\": \"4\"}", "num_speculative_tokens"},
+        {"{\"adaptive\": 1}", "adaptive"},
+        {"{\"prompt_lookup_max\": 99}", "prompt_lookup_max"},
+        {"{\"model\": \"x\"}", "unknown key \"model\""},
+        {"{\"method\": \"ngram\", \"method\": \"mtp\"}", "not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(args, sizeof(args), "run -p hi --speculative-config '%s'", bad[i].json);
+        assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 2);
+        if (!strstr(err, bad[i].msg))
+            fail_msg("--speculative-config '%s': [%s] lacks [%s]", bad[i].json, err, bad[i].msg);
+    }
+    // The engine's refusals: status 1 with the reason.
+    snprintf(args, sizeof(args), "run '%s' -p hi --speculative-config '{\"method\": \"mtp\"}'", draft);
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "no MTP layer"));
+    assert_int_equal(run_rapid("run -p hi --speculative-config '{\"method\": \"draft\"}'", out, sizeof(out), err,
+                               sizeof(err)),
+                     1);
+    assert_non_null(strstr(err, "--draft-model"));
+    snprintf(args, sizeof(args), "run -p hi --draft-model '%s'", rp_test_source("tests/data/models/qwen3"));
+    assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "tokenizer differs"));
+}
+
 // Tools offered through the chat template; the reply's call comes out parsed, as a JSON line.
 static void test_tool_call(void **state)
 {
@@ -165,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_run_matches_library),
         cmocka_unit_test(test_default_model),
         cmocka_unit_test(test_tool_call),
+        cmocka_unit_test(test_spec_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

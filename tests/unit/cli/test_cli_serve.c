@@ -3,7 +3,8 @@
  * a model that cannot load or an address that cannot be bound (status 1, one
  * message), and a real start on a free port with the bundled model: exactly
  * one "rapid: listening on http://HOST:PORT" line, /health answers on that
- * port, SIGTERM ends it with status 0.
+ * port, speculative decoding is on (start line, /metrics), SIGTERM ends it
+ * with status 0.
  */
 #include "test_util.h"
 
@@ -75,6 +76,33 @@ static void test_usage(void **state)
     const char *badhost[] = {"--host", "256.1.2.3", "--port", "0", NULL};
     assert_int_equal(run_serve(err, sizeof(err), badhost), 1);
     assert_non_null(strstr(err, "256.1.2.3"));
+    // Speculative decoding's flags: a bad config is bad usage; a draft model that is not there fails.
+    const char *badspec[] = {"--speculative-config", "{\"k\": 1}", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), badspec), 2);
+    assert_non_null(strstr(err, "unknown key \"k\""));
+    const char *nodraft[] = {"--draft-model", "/nonexistent/draft", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), nodraft), 1);
+    assert_non_null(strstr(err, "/nonexistent/draft"));
+}
+
+// A GET on the local port; the whole response into resp.
+static void http_get(int port, const char *path, char *resp, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t rn = 0;
+    ssize_t k;
+    while (rn < cap - 1 && (k = read(fd, resp + rn, cap - 1 - rn)) > 0)
+        rn += (size_t)k;
+    resp[rn] = 0;
+    close(fd);
 }
 
 static void test_listen_and_stop(void **state)
@@ -111,23 +139,18 @@ static void test_listen_and_stop(void **state)
     int port = atoi(line + strlen("rapid: listening on http://127.0.0.1:"));
     assert_true(port > 0 && port < 65536);
 
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    const char *req = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-    char resp[4096];
-    size_t rn = 0;
-    ssize_t k;
-    while ((k = read(fd, resp + rn, sizeof(resp) - 1 - rn)) > 0)
-        rn += (size_t)k;
-    resp[rn] = 0;
-    close(fd);
+    static char resp[262144];
+    http_get(port, "/health", resp, sizeof(resp));
     assert_non_null(strstr(resp, "200 OK"));
     assert_non_null(strstr(resp, "{\"status\":\"ok\"}"));
+    // Speculative decoding is on by default: the start line says which methods, /metrics has them.
+    assert_non_null(strstr(err, "rapid: speculative decoding on: ngram, mtp"));
+    http_get(port, "/metrics", resp, sizeof(resp));
+    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"mtp\"} 1"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"draft\"} 0"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_draft_tokens_total{method=\"ngram\"} 0"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_accepted_tokens_by_position_total{method=\"mtp\",position=\"16\"} 0"));
+    ssize_t k;
 
     kill(pid, SIGTERM);
     while ((k = read(pfd[0], err + n, sizeof(err) - 1 - n)) > 0)

@@ -5,8 +5,8 @@
  * on real tokenizers: random and greedy walks that must end in a JSON object,
  * the mask equal to a brute-force simulation of every token, special tokens
  * never allowed, end-of-generation allowed exactly when the object is done,
- * never an all-masked row, and bad ids, pathological vocabularies and failed
- * allocations.
+ * never an all-masked row, a copied matcher running ahead (speculative drafts),
+ * and bad ids, pathological vocabularies and failed allocations.
  */
 #include "test_util.h"
 
@@ -839,6 +839,50 @@ static void test_small_vocab(void **state)
     rp_json_vocab_destroy(v);
 }
 
+// rp_json_match_copy: a copy runs ahead over tokens (speculative drafts) and
+// masks as the original would after them; the original does not move.
+static void test_copy(void **state)
+{
+    const char *p[] = {"{", "\"", "a", "}", "<s>", "\"a\":", " ", "1"};
+    const uint8_t k[] = {JT_CAND, JT_CAND, JT_CAND, JT_CAND, JT_EOG, JT_CAND, JT_CAND, JT_CAND};
+    rp_json_vocab *v = build(p, k, 8);
+    rp_json_match *m = NULL, *ahead = NULL, *ref = NULL;
+    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, &ahead), RP_OK);
+    assert_int_equal(rp_json_match_create(v, &ref), RP_OK);
+    const int32_t seq[] = {0, 5, 7, 3, 4};
+    for (int at = 0; at < 5; at++) {
+        // ahead: m's state, then the tokens from `at` on, each row masked as ref's after the same tokens.
+        rp_json_match_copy(ahead, m);
+        rp_json_match_copy(ref, m);
+        for (int j = at; j < 5; j++) {
+            float la[8], lr[8];
+            for (int i = 0; i < 8; i++)
+                la[i] = lr[i] = (float)i;
+            rp_json_match_mask(ahead, la, 8);
+            rp_json_match_mask(ref, lr, 8);
+            assert_memory_equal(la, lr, sizeof(la));
+            assert_false(isinf(la[seq[j]]));
+            assert_int_equal(rp_json_match_accept(ahead, seq[j]), RP_OK);
+            assert_int_equal(rp_json_match_accept(ref, seq[j]), RP_OK);
+        }
+        assert_true(rp_json_match_done(ahead));
+        // m itself is where it was: the next token of the sequence is allowed, the one after it is not.
+        float l[8];
+        for (int i = 0; i < 8; i++)
+            l[i] = 0.0f;
+        rp_json_match_mask(m, l, 8);
+        assert_false(isinf(l[seq[at]]));
+        if (at < 3)
+            assert_true(isinf(l[seq[at + 1]]));
+        assert_int_equal(rp_json_match_accept(m, seq[at]), RP_OK);
+    }
+    rp_json_match_destroy(m);
+    rp_json_match_destroy(ahead);
+    rp_json_match_destroy(ref);
+    rp_json_vocab_destroy(v);
+}
+
 // Shared prefixes, duplicates and strings: the trie walk equals brute force on
 // many random small vocabularies at random reachable states.
 static void test_trie_random(void **state)
@@ -915,6 +959,7 @@ int main(void)
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_generated_documents),
         cmocka_unit_test(test_small_vocab),
+        cmocka_unit_test(test_copy),
         cmocka_unit_test(test_trie_random),
         cmocka_unit_test(test_walks_bundled),
         cmocka_unit_test(test_walks_spm),

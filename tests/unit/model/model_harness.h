@@ -31,7 +31,7 @@ static inline void harness_prefill_all(rp_model *m, const int32_t *ids, int n, i
             want[i] = true;
         }
         assert_int_equal(rp_kv_seq_reserve(kv, &seq, at + c), RP_OK);
-        rp_batch b = {c, ids + at, pos, sq, want, seqs, 1};
+        rp_batch b = {c, ids + at, pos, sq, want, seqs, 1, NULL};
         rp_status st = rp_model_forward(m, kv, &b, out + (size_t)at * V);
         if (st)
             fail_msg("forward: %s", rp_error_message());
@@ -72,7 +72,7 @@ static inline void harness_greedy(rp_model *m, const int32_t *prompt, int n_prom
         want[i] = i == n_prompt - 1;
     }
     assert_int_equal(rp_kv_seq_reserve(kv, &seq, n_prompt), RP_OK);
-    rp_batch b = {n_prompt, prompt, pos, sq, want, seqs, 1};
+    rp_batch b = {n_prompt, prompt, pos, sq, want, seqs, 1, NULL};
     if (rp_model_forward(m, kv, &b, logits))
         fail_msg("forward: %s", rp_error_message());
     if (first_logits)
@@ -85,7 +85,7 @@ static inline void harness_greedy(rp_model *m, const int32_t *prompt, int n_prom
             break;
         int32_t p = n_prompt + g;
         assert_int_equal(rp_kv_seq_reserve(kv, &seq, p + 1), RP_OK);
-        rp_batch d = {1, &out[g], &p, sq, want + n_prompt - 1, seqs, 1};
+        rp_batch d = {1, &out[g], &p, sq, want + n_prompt - 1, seqs, 1, NULL};
         if (rp_model_forward(m, kv, &d, logits))
             fail_msg("forward: %s", rp_error_message());
     }

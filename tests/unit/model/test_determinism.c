@@ -35,7 +35,7 @@ static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int t
             want[k] = true;
         }
     float *all = malloc((size_t)n * V * sizeof(float));
-    rp_batch b = {n, tok, pos, sq, want, sp, N_SEQS};
+    rp_batch b = {n, tok, pos, sq, want, sp, N_SEQS, NULL};
     if (rp_model_forward(m, kv, &b, all))
         fail_msg("forward: %s", rp_error_message());
     for (int p = 0; p < N_PROMPT; p++)

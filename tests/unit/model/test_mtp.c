@@ -83,7 +83,7 @@ static void main_step(rp_model *m, rp_kv_pool *kv, run *r, const int32_t *ids, i
         r->want[i] = true;
     }
     rp_kv_seq *seqs[1] = {&r->seq};
-    rp_batch b = {n, ids, r->pos, r->sq, r->want, seqs, 1};
+    rp_batch b = {n, ids, r->pos, r->sq, r->want, seqs, 1, NULL};
     if (rp_model_forward_ex(m, kv, &b, logits, hidden))
         fail_msg("forward: %s", rp_error_message());
 }
@@ -97,7 +97,7 @@ static void mtp_step(rp_model *m, rp_kv_pool *kv, run *r, const int32_t *next, i
         r->want[i] = true;
     }
     rp_kv_seq *seqs[1] = {&r->seq};
-    rp_batch b = {n, next, r->pos, r->sq, r->want, seqs, 1};
+    rp_batch b = {n, next, r->pos, r->sq, r->want, seqs, 1, NULL};
     if (rp_model_forward_mtp(m, kv, &b, hidden, logits, hidden_out))
         fail_msg("mtp forward: %s", rp_error_message());
 }
@@ -184,7 +184,7 @@ static void test_matches_reference(void **state)
 }
 
 // rp_model_forward_ex gives rp_model_forward's logits bit for bit, and hidden rows
-// only for the tokens that want logits.
+// only for the tokens that want logits, or (want_hidden) a hidden row alone.
 static void test_forward_ex_same_logits(void **state)
 {
     (void)state;
@@ -210,7 +210,7 @@ static void test_forward_ex_same_logits(void **state)
     for (int i = 0; i < 5 * D; i++)
         h[i] = 12345.0f; // the fifth row must stay untouched
     rp_kv_seq *seqs1[1] = {&s1}, *seqs2[1] = {&s2};
-    rp_batch b1 = {T, ids, pos, sq, want, seqs1, 1}, b2 = {T, ids, pos, sq, want, seqs2, 1};
+    rp_batch b1 = {T, ids, pos, sq, want, seqs1, 1, NULL}, b2 = {T, ids, pos, sq, want, seqs2, 1, NULL};
     assert_int_equal(rp_model_forward(tiny, kv, &b1, a), RP_OK);
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b2, b, h), RP_OK);
     assert_memory_equal(a, b, 4 * (size_t)V * sizeof(float));
@@ -229,6 +229,33 @@ static void test_forward_ex_same_logits(void **state)
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b2, NULL, h2), RP_OK);
     assert_memory_equal(h, h2, 4 * (size_t)D * sizeof(float));
     free(h2);
+    // want_hidden: every token's hidden row (as when all want logits), logits only
+    // for those that want them (the same as above), in batch order.
+    bool all[T], only_hidden[T];
+    for (int i = 0; i < T; i++) {
+        all[i] = true;
+        only_hidden[i] = !want[i] && i != 4; // row 4 wants neither
+    }
+    float *ha = malloc(T * (size_t)D * sizeof(float)), *la = malloc(T * (size_t)V * sizeof(float));
+    float *hw = malloc(T * (size_t)D * sizeof(float)), *lw = malloc(4 * (size_t)V * sizeof(float));
+    rp_batch ba = {T, ids, pos, sq, all, seqs2, 1, NULL}, bw = {T, ids, pos, sq, want, seqs2, 1, only_hidden};
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &ba, la, ha), RP_OK);
+    for (int i = 0; i < T * D; i++)
+        hw[i] = 777.0f;
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &bw, lw, hw), RP_OK);
+    assert_memory_equal(lw, a, 4 * (size_t)V * sizeof(float));
+    for (int i = 0, r = 0; i < T; i++)
+        if (i != 4)
+            assert_memory_equal(hw + (size_t)r++ * D, ha + (size_t)i * D, (size_t)D * sizeof(float));
+    for (int i = (T - 1) * D; i < T * D; i++)
+        assert_true(hw[i] == 777.0f); // 7 rows written, not 8
+    // Without hidden, want_hidden is ignored: rp_model_forward's logits.
+    assert_int_equal(rp_model_forward_ex(tiny, kv, &bw, lw, NULL), RP_OK);
+    assert_memory_equal(lw, a, 4 * (size_t)V * sizeof(float));
+    free(ha);
+    free(la);
+    free(hw);
+    free(lw);
     free(a);
     free(b);
     free(h);
@@ -283,7 +310,7 @@ static void test_batch_equals_alone(void **state)
                 n++;
             }
     float *logits = malloc((size_t)total * V * sizeof(float)), *hidden = malloc((size_t)total * D * sizeof(float));
-    rp_batch b = {total, tok, pos, sq, want, seqs, S};
+    rp_batch b = {total, tok, pos, sq, want, seqs, S, NULL};
     assert_int_equal(rp_model_forward_ex(tiny, kv, &b, logits, hidden), RP_OK);
     // MTP batch: each token but the last of each sequence, with its row's hidden state.
     int32_t *mtok = calloc((size_t)total, sizeof(int32_t));
@@ -300,7 +327,7 @@ static void test_batch_equals_alone(void **state)
         memcpy(mh + (size_t)m * D, hidden + (size_t)i * D, (size_t)D * sizeof(float));
         m++;
     }
-    rp_batch mb = {m, mtok, mpos, msq, want, seqs, S};
+    rp_batch mb = {m, mtok, mpos, msq, want, seqs, S, NULL};
     assert_int_equal(rp_model_forward_mtp(tiny, kv, &mb, mh, mlog, NULL), RP_OK);
     for (int i = 0; i < m; i++)
         if (memcmp(mlog + (size_t)i * V, alone[msq[i]] + (size_t)mpos[i] * V, (size_t)V * sizeof(float)) != 0)
@@ -601,7 +628,7 @@ static void test_without_mtp(void **state)
         int32_t tok = 1, pos = 0, sq = 0;
         bool want = true;
         float *h = calloc((size_t)c->dim, sizeof(float)), *l = malloc((size_t)c->n_vocab * sizeof(float));
-        rp_batch b = {1, &tok, &pos, &sq, &want, seqs, 1};
+        rp_batch b = {1, &tok, &pos, &sq, &want, seqs, 1, NULL};
         assert_int_equal(rp_model_forward_mtp(m, kv, &b, h, l, NULL), RP_ERR_UNSUPPORTED);
         free(h);
         free(l);
@@ -626,7 +653,7 @@ static void test_bad_batches(void **state)
     int32_t tok[2] = {1, 2}, pos[2] = {0, 1}, sq[2] = {0, 0};
     bool want[2] = {true, true};
     float *h = calloc(2 * (size_t)c->dim, sizeof(float)), *l = malloc(2 * (size_t)c->n_vocab * sizeof(float));
-    rp_batch b = {2, tok, pos, sq, want, seqs, 1};
+    rp_batch b = {2, tok, pos, sq, want, seqs, 1, NULL};
     assert_int_equal(rp_model_forward_mtp(tiny, small, &b, h, l, NULL), RP_ERR_INVALID);
     assert_int_equal(rp_model_forward(tiny, small, &b, l), RP_OK); // the main model is fine with it
     rp_kv_seq_deinit(small, &s);

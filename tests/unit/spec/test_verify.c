@@ -13,7 +13,9 @@
  * are fixed, so every statistic is the same number on every run.
  *
  * Also: greedy verification (argmax rule, no RNG use), penalties seeing the
- * accepted drafts, reproducibility, and bad arguments.
+ * accepted drafts, reproducibility, deterministic drafts emitting exactly
+ * plain sampling's tokens for the same seed, the per-row callback (logprobs
+ * with each position's history), and bad arguments.
  */
 #include "test_util.h"
 
@@ -105,7 +107,8 @@ static int trial(rp_sampler *s, mode md, rp_spec_rule rule, stats *st)
             int na;
             int32_t next;
             assert_int_equal(
-                rp_spec_verify_rule(s, logits, draft, md == SPEC_SAMPLED ? q : NULL, K, work, &na, &next, rule), RP_OK);
+                rp_spec_verify_rule(s, logits, draft, md == SPEC_SAMPLED ? q : NULL, K, work, &na, &next, rule, NULL, NULL),
+                RP_OK);
             assert_true(na >= 0 && na <= K && next >= 0 && next < V);
             st->drafted += K;
             st->accepted += na;
@@ -338,6 +341,105 @@ static void test_reproducible(void **state)
     assert_true(differ);
 }
 
+// Deterministic drafts (q NULL): the emitted tokens are plain sampling's with
+// the same seed, token for token, whatever was drafted, with penalties too.
+static void test_fixed_drafts_emit_plain_tokens(void **state)
+{
+    (void)state;
+    enum { N = 2000, LEN = 12 };
+    long drafted = 0, accepted = 0;
+    for (int i = 0; i < N; i++) {
+        rp_sampler *plain = make_sampler(0.8f, 4, i % 2 ? 1.3f : 1.0f), *s = make_sampler(0.8f, 4, i % 2 ? 1.3f : 1.0f);
+        rp_sampler_reset(plain, 500 + (uint64_t)i);
+        rp_sampler_reset(s, 500 + (uint64_t)i);
+        int want[LEN], got[LEN + K + 1], n = 0, prev = 0;
+        for (int t = 0; t < LEN; t++) {
+            prev = want[t] = rp_sampler_sample(plain, TARGET[prev]);
+            rp_sampler_accept(plain, prev, false);
+        }
+        prev = 0;
+        rs = 9 + (uint64_t)i;
+        while (n < LEN) {
+            float logits[(K + 1) * V], work[V];
+            int32_t draft[K];
+            int ctx = prev, k = 1 + (int)(urand() * K); // 1..K drafts, some right, some wrong
+            for (int j = 0; j < k; j++) {
+                memcpy(logits + j * V, TARGET[ctx], sizeof(TARGET[ctx]));
+                ctx = draft[j] = urand() < 0.6 ? argmax(TARGET[ctx]) : (int)(urand() * V);
+            }
+            memcpy(logits + k * V, TARGET[ctx], sizeof(TARGET[ctx]));
+            int na;
+            int32_t next;
+            assert_int_equal(rp_spec_verify(s, logits, draft, NULL, k, work, &na, &next), RP_OK);
+            drafted += k;
+            accepted += na;
+            for (int j = 0; j < na; j++)
+                got[n++] = draft[j];
+            got[n++] = next;
+            rp_sampler_accept(s, next, false);
+            prev = next;
+        }
+        for (int t = 0; t < LEN; t++)
+            if (got[t] != want[t])
+                fail_msg("seed %d: token %d is %d with speculation, %d without", 500 + i, t, got[t], want[t]);
+        rp_sampler_destroy(plain);
+        rp_sampler_destroy(s);
+    }
+    print_message("  %ld of %ld drafts accepted\n", accepted, drafted);
+    assert_true(accepted > drafted / 10 && accepted < drafted * 9 / 10);
+}
+
+// The row callback sees rows 0..n in order, each with the history of its
+// position: logprobs taken there are plain decoding's.
+typedef struct cb_log {
+    rp_sampler *s;
+    int n_calls, rows[K + 1];
+    float lp[K + 1][V];
+} cb_log;
+
+static void on_row(void *ctx, int i, const float *row)
+{
+    cb_log *c = ctx;
+    c->rows[c->n_calls++] = i;
+    rp_sampler_logprobs(c->s, row, c->lp[i]);
+}
+
+static void test_row_callback(void **state)
+{
+    (void)state;
+    rp_sampler *s = make_sampler(0.0f, 0, 2.0f), *plain = make_sampler(0.0f, 0, 2.0f);
+    float logits[3 * V] = {3, 2.9f, 0, 0, 0, 3, 2, 0, 0, 0, 1, 1, 4, 0, 0}, work[V];
+    const int32_t d[2] = {0, 0}; // row 0 accepts 0; row 1 then prefers 1 (0 is penalized): rejected
+    cb_log c = {.s = s};
+    int na;
+    int32_t next;
+    assert_int_equal(rp_spec_verify_ex(s, logits, d, NULL, 2, work, &na, &next, on_row, &c), RP_OK);
+    assert_int_equal(na, 1);
+    assert_int_equal(next, 1);
+    assert_int_equal(c.n_calls, 2);
+    assert_int_equal(c.rows[0], 0);
+    assert_int_equal(c.rows[1], 1);
+    float lp[V];
+    rp_sampler_logprobs(plain, logits, lp);
+    assert_memory_equal(lp, c.lp[0], sizeof(lp));
+    rp_sampler_accept(plain, 0, false);
+    rp_sampler_logprobs(plain, logits + V, lp);
+    assert_memory_equal(lp, c.lp[1], sizeof(lp));
+    // The sampled path (q given) calls it the same way.
+    float q[2 * V];
+    for (int i = 0; i < 2 * V; i++)
+        q[i] = 0.2f;
+    rp_sampler *t = make_sampler(1.0f, 0, 1.0f);
+    cb_log c2 = {.s = t};
+    assert_int_equal(rp_spec_verify_ex(t, logits, d, q, 2, work, &na, &next, on_row, &c2), RP_OK);
+    assert_int_equal(c2.n_calls, na + 1);
+    for (int i = 0; i < c2.n_calls; i++)
+        assert_int_equal(c2.rows[i], i);
+    rp_sampler_destroy(s);
+    rp_sampler_destroy(plain);
+    rp_sampler_destroy(t);
+}
+
 static void test_bad_args(void **state)
 {
     (void)state;
@@ -357,7 +459,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_distribution), cmocka_unit_test(test_distribution_negative_control),
         cmocka_unit_test(test_greedy),       cmocka_unit_test(test_penalties_follow_drafts),
-        cmocka_unit_test(test_reproducible), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_reproducible), cmocka_unit_test(test_fixed_drafts_emit_plain_tokens),
+        cmocka_unit_test(test_row_callback), cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
