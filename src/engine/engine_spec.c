@@ -585,8 +585,14 @@ void spec_after_step(rp_engine *e)
     spec_engine *se = &e->spec;
     if (!se->on)
         return;
-    if (e->n_b == e->n_b_rows && e->n_b > 0) // decode and drafts only: what verification costs
-        fit_add(&se->fit, e->n_b, se->t_fwd);
+    if (e->n_b == e->n_b_rows && e->n_b > 0) { // decode and drafts only: what verification costs
+        // A step the OS stalled (a shared machine) counts as at most twice the
+        // prediction: one outlier must not make drafting look free or ruinous.
+        double a, b, t = se->t_fwd;
+        if (fit_get(&se->fit, &a, &b) && t > 2.0 * (a + b * e->n_b))
+            t = 2.0 * (a + b * e->n_b);
+        fit_add(&se->fit, e->n_b, t);
+    }
     for (int s = 0; s < e->n_b_seqs; s++) {
         rp_gen *g = e->b_gens[s];
         spec_gen *sg = &g->spec;

@@ -148,8 +148,8 @@ static void test_spec_flags(void **state)
         "",
         "--speculative-config '{\"method\": \"ngram\", \"adaptive\": false, \"num_speculative_tokens\": 5}'",
         "--speculative-config '{\"method\": \"mtp\", \"adaptive\": false}'",
-        "--draft-model '%s' --speculative-config '{\"method\": \"draft\", \"adaptive\": false, "
-        "\"prompt_lookup_min\": 3, \"prompt_lookup_max\": 5}'",
+        ("--draft-model '%s' --speculative-config '{\"method\": \"draft\", \"adaptive\": false, "
+         "\"prompt_lookup_min\": 3, \"prompt_lookup_max\": 5}'"),
     };
     const char *counts[] = {"spec accepted/drafted: ngram ", "ngram ", "mtp ", "draft "};
     for (int i = 0; i < 4; i++) {
