@@ -50,11 +50,11 @@
 
 #include <stdio.h>
 
-#define MTP_IDLE 32        // decode steps without an MTP draft before a request stops keeping MTP
-#define FIT_DECAY 0.97     // weight a step's time keeps per later step in the cost fit
-#define FIT_PRIOR 0.5      // pseudo-variance of the fit's prior slope (in tokens^2)
-#define DRAFT_DECAY 0.9    // the same for the time per drafted token
-#define BUDGET_MIN 16      // drafts one step may carry, all requests together: max(2 k_cap, this) ...
+#define MTP_IDLE 32     // decode steps without an MTP draft before a request stops keeping MTP
+#define FIT_DECAY 0.97  // weight a step's time keeps per later step in the cost fit
+#define FIT_PRIOR 0.5   // pseudo-variance of the fit's prior slope (in tokens^2)
+#define DRAFT_DECAY 0.9 // the same for the time per drafted token
+#define BUDGET_MIN 16   // drafts one step may carry, all requests together: max(2 k_cap, this) ...
 #define DEFAULT_NGRAM_MIN 2
 #define DEFAULT_NGRAM_MAX 8
 
@@ -217,7 +217,8 @@ static void gen_start(rp_engine *e, rp_gen *g)
         rp_spec_lookup_destroy(sg->lk); // no memory: this request drafts without prompt lookup
         sg->lk = NULL;
     }
-    sg->mtp = se->use[RP_SPEC_MTP] && (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running + 1));
+    // (admit() calls this with g already counted among the running requests)
+    sg->mtp = se->use[RP_SPEC_MTP] && (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running));
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
@@ -454,7 +455,7 @@ static void draft_model_run(rp_engine *e)
                 spec_gen *sg = &g->spec;
                 if (sg->method != RP_SPEC_DRAFT || sg->n_draft != j || sg->n_draft >= sg->k)
                     continue;
-                int t = g->n_comp; // x's position
+                int t = g->n_comp;                                               // x's position
                 int from = j == 0 ? sg->d_comp : t + j, to = j == 0 ? t : t + j; // positions fed
                 int take = imin(to - from + 1, se->d_max_batch - n);
                 if (take <= 0) { // the pass is full: next time
@@ -707,7 +708,8 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
         return RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers");
     se->k_cap = sp->k_max ? sp->k_max : RP_ENGINE_SPEC_K_DEFAULT;
     se->ngram_min = sp->ngram_min ? sp->ngram_min : DEFAULT_NGRAM_MIN;
-    se->ngram_max = sp->ngram_max ? sp->ngram_max : (se->ngram_min > DEFAULT_NGRAM_MAX ? se->ngram_min : DEFAULT_NGRAM_MAX);
+    se->ngram_max =
+        sp->ngram_max ? sp->ngram_max : (se->ngram_min > DEFAULT_NGRAM_MAX ? se->ngram_min : DEFAULT_NGRAM_MAX);
     rp_spec_ctl_params_default(&se->ctl);
     se->ctl.k_max = se->k_cap;
     se->ctl.adaptive = sp->adaptive;
@@ -737,8 +739,7 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     se->m_want = rp_malloc(MB * sizeof(bool));
     se->m_seqs = rp_malloc(R * sizeof(rp_kv_seq *));
     se->m_gens = rp_malloc(R * sizeof(rp_gen *));
-    bool ok = se->work && se->m_tok && se->m_pos && se->m_seq && se->m_want && se->m_seqs &&
-              se->m_gens;
+    bool ok = se->work && se->m_tok && se->m_pos && se->m_seq && se->m_want && se->m_seqs && se->m_gens;
     if (ok && se->use[RP_SPEC_MTP]) {
         se->hidden = rp_malloc_aligned(B * D * sizeof(float));
         se->m_in = rp_malloc_aligned(B * D * sizeof(float));

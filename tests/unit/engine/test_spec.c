@@ -50,7 +50,8 @@ static int setup(void **state)
     if (sh_setup())
         return -1;
     char buf[2048];
-    snprintf(buf, sizeof(buf), "Rename `total` to `acc` everywhere in this file and return the whole file.\n\n%s", CODE);
+    snprintf(buf, sizeof(buf), "Rename `total` to `acc` everywhere in this file and return the whole file.\n\n%s",
+             CODE);
     P[0] = sh_chat(buf);
     snprintf(buf, sizeof(buf), "Change the value 0 to 0.0 in this file and return the whole file.\n\n%s", CODE);
     P[1] = sh_chat(buf);
@@ -123,7 +124,7 @@ static void test_greedy(void **state)
     int stops = 0;
     for (int i = 0; i < N_P; i++)
         stops += REF[i].finish == RP_GEN_STOP;
-    assert_true(stops > 0); // some end with an end-of-generation token: drafts ran into it
+    assert_true(stops > 0);                       // some end with an end-of-generation token: drafts ran into it
     for (int c = SH_NGRAM; c < SH_N_CONFIGS; c++) // one at a time: auto only (the rest: the long test)
         compare(&SH_CONFIGS[c], cap(c), c == SH_AUTO);
 }

@@ -47,7 +47,8 @@ static const char *const TEXTS[N_P] = {
     "Rename the key `name` to `title` in every object.\n\n```json\n[{\"id\": 1, \"name\": \"a\"}, {\"id\": 2, "
     "\"name\": \"b\"}, {\"id\": 3, \"name\": \"c\"}, {\"id\": 4, \"name\": \"d\"}]\n```",
     "Extract the name and the age as a JSON object: \"Maria Lopez is 34 and lives in Porto.\"",
-    "Add the field `\"active\": true` to every object and return the JSON.\n\n```json\n[{\"user\": \"ann\", \"id\": 7}, "
+    "Add the field `\"active\": true` to every object and return the JSON.\n\n```json\n[{\"user\": \"ann\", \"id\": "
+    "7}, "
     "{\"user\": \"bob\", \"id\": 8}, {\"user\": \"cy\", \"id\": 9}]\n```",
     "Convert this list to a JSON object mapping each name to its score: ann 3, bob 5, cy 8, dee 1.",
     "Return the JSON object {\"ok\": true, \"items\": [1, 2, 3]} with every number doubled.",
