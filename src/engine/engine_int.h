@@ -89,6 +89,10 @@ typedef struct spec_engine {
     // Costs, in seconds.
     spec_fit fit;                      // main forward time
     double t_draft[RP_SPEC_N_METHODS]; // decayed mean time to draft one token, per method (0: not measured)
+    double t_upkeep;                   // the same for the MTP catch-up, per position caught up
+    rp_spec_ctl mtp_seen;              // every request's MTP verifications: what MTP drafting is worth
+                                       // here, for deciding at admission whether to keep MTP
+    int admissions;                    // first admissions (every MTP_TRIAL-th keeps MTP to try it again)
     double t_fwd;                      // the last forward's time
 } spec_engine;
 

@@ -35,15 +35,20 @@
  * row of p, which exists only in the step that computed p, so a request that
  * may draft with MTP runs the MTP layer over every position it computes (one
  * batched pass per step, about one decoder layer per token). It is kept from
- * admission when drafting can pay at the concurrency then (or adaptive is
- * off), and dropped for good after MTP_IDLE decode steps without an MTP draft.
+ * admission when MTP drafting pays at the concurrency then, judged by what MTP
+ * drafts have been worth in this engine so far (every request's verifications,
+ * a prior before any) against what they cost, upkeep included; every
+ * MTP_TRIAL-th admission keeps it anyway, so a changed workload is noticed (and
+ * with adaptive off, always). It is dropped for good after MTP_IDLE decode
+ * steps without an MTP draft.
  * The draft model costs nothing while unused: its KV catches up when picked.
  *
  * Costs: forward time T(n) = a + b n over the batch's tokens, fitted on steps
  * where every token wants logits (decode and drafts). For a request, the
  * plain step has the n0 tokens of everybody else's work: verify_per_token =
- * b / T(n0), draft_per_token[m] = measured time per drafted token / T(n0),
- * batch_tokens = the other decoding requests. A busy batch makes b / T(n0)
+ * b / T(n0), draft_per_token[m] = measured time per drafted token / T(n0)
+ * (for MTP plus the upkeep of one position), batch_tokens = the other
+ * decoding requests. A busy batch makes b / T(n0)
  * small against the others' tokens, and the controller stops drafting.
  */
 #include "engine_int.h"
@@ -51,6 +56,7 @@
 #include <stdio.h>
 
 #define MTP_IDLE 32     // decode steps without an MTP draft before a request stops keeping MTP
+#define MTP_TRIAL 16    // every this many first admissions, one keeps MTP whatever MTP's record says
 #define FIT_DECAY 0.97  // weight a step's time keeps per later step in the cost fit
 #define FIT_PRIOR 0.5   // pseudo-variance of the fit's prior slope (in tokens^2)
 #define DRAFT_DECAY 0.9 // the same for the time per drafted token
@@ -108,26 +114,35 @@ static void step_cost(const spec_engine *se, int n0, int others, rp_spec_cost *c
     c->verify_per_token = b / t0;
     for (int m = 0; m < RP_SPEC_N_METHODS; m++)
         c->draft_per_token[m] = se->t_draft[m] / t0;
+    // MTP drafts also carry the upkeep of the positions they make (about one catch-up row each).
+    c->draft_per_token[RP_SPEC_MTP] += se->t_upkeep / t0;
 }
 
-static void draft_time(spec_engine *se, rp_spec_method m, double seconds, int tokens)
+static void decayed_mean(double *mean, double seconds, int tokens)
 {
     if (tokens <= 0)
         return;
     double per = seconds / tokens;
-    se->t_draft[m] = se->t_draft[m] > 0.0 ? se->t_draft[m] * DRAFT_DECAY + per * (1.0 - DRAFT_DECAY) : per;
+    *mean = *mean > 0.0 ? *mean * DRAFT_DECAY + per * (1.0 - DRAFT_DECAY) : per;
 }
 
-// Whether drafting could beat plain decoding at all with n_running requests in
-// the batch, if every draft were accepted (MTP upkeep is not worth it otherwise).
-static bool could_pay(const spec_engine *se, rp_spec_method m, int n_running)
+static void draft_time(spec_engine *se, rp_spec_method m, double seconds, int tokens)
+{
+    decayed_mean(&se->t_draft[m], seconds, tokens);
+}
+
+// Whether MTP drafting pays with n_running requests in the batch, by what MTP
+// drafts have been worth in this engine so far (acceptance by position over
+// every request's verifications; the prior before any) against what they cost,
+// upkeep included.
+static bool mtp_pays(const spec_engine *se, int n_running)
 {
     rp_spec_cost c;
     step_cost(se, n_running, n_running - 1, &c);
-    double per = c.verify_per_token + c.draft_per_token[m];
+    double per = c.verify_per_token + c.draft_per_token[RP_SPEC_MTP];
     double bar = n_running * se->ctl.min_gain;
     for (int k = 1; k <= se->k_cap; k++)
-        if ((n_running + k) / (1.0 + k * per) > bar)
+        if ((n_running - 1 + rp_spec_ctl_expected(&se->mtp_seen, RP_SPEC_MTP, k)) / (1.0 + k * per) > bar)
             return true;
     return false;
 }
@@ -218,7 +233,8 @@ static void gen_start(rp_engine *e, rp_gen *g)
         sg->lk = NULL;
     }
     // (admit() calls this with g already counted among the running requests)
-    sg->mtp = se->use[RP_SPEC_MTP] && (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running));
+    sg->mtp = se->use[RP_SPEC_MTP] &&
+              (!se->ctl.adaptive || se->admissions++ % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
@@ -399,7 +415,11 @@ static void mtp_run(rp_engine *e)
         sg->m_row = first ? nrow++ : -1;
         sg->mtp_done = end;
     }
-    if (n > 0 && mtp_pass(e, n, ns))
+    double t0 = rp_time_s();
+    bool ok = n > 0 && mtp_pass(e, n, ns);
+    if (ok)
+        decayed_mean(&se->t_upkeep, rp_time_s() - t0, n);
+    if (ok)
         for (int s = 0; s < ns; s++) {
             rp_gen *g = se->m_gens[s];
             if (g->spec.m_row >= 0 && mtp_drafting(g))
@@ -423,7 +443,7 @@ static void mtp_run(rp_engine *e)
         }
         if (n == 0)
             break;
-        double t0 = rp_time_s();
+        t0 = rp_time_s();
         if (!mtp_pass(e, n, n))
             break;
         draft_time(se, RP_SPEC_MTP, rp_time_s() - t0, n);
@@ -604,8 +624,11 @@ void spec_after_step(rp_engine *e)
             rp_spec_lookup_destroy(sg->lk); // no memory: this request goes on without prompt lookup
             sg->lk = NULL;
         }
-        if (sg->n_acc >= 0 && sg->n_draft > 0)
+        if (sg->n_acc >= 0 && sg->n_draft > 0) {
             rp_spec_ctl_observe(&sg->ctl, sg->method, sg->n_draft, sg->n_acc);
+            if (sg->method == RP_SPEC_MTP)
+                rp_spec_ctl_observe(&se->mtp_seen, RP_SPEC_MTP, sg->n_draft, sg->n_acc);
+        }
         if (sg->n_shadow > 0 && g->n_step > 0) { // what prompt lookup would have had accepted
             int j = 0, m = g->n_step;
             while (j < sg->n_shadow && j < m && sg->shadow[j] == g->step[j].id)
@@ -713,6 +736,7 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     rp_spec_ctl_params_default(&se->ctl);
     se->ctl.k_max = se->k_cap;
     se->ctl.adaptive = sp->adaptive;
+    rp_spec_ctl_init(&se->mtp_seen, &se->ctl); // (the parameters are valid: k_cap was checked)
     rp_engine_spec_method mth = sp->method;
     if (mth == RP_ENGINE_SPEC_OFF)
         return RP_OK;
