@@ -107,7 +107,9 @@ static void step_cost(const spec_engine *se, int n0, int others, rp_spec_cost *c
     memset(c, 0, sizeof(*c));
     c->batch_tokens = others > 0 ? others : 0;
     if (!fit_get(&se->fit, &a, &b) || !(a + b * n0 > 0.0)) {
-        c->verify_per_token = 0.5; // nothing measured yet: a guess the first steps correct
+        // Nothing measured yet: a cautious guess (a verified token costs most of a
+        // plain step, as on a CPU); the first steps replace it.
+        c->verify_per_token = 0.8;
         return;
     }
     double t0 = a + b * n0;
@@ -234,7 +236,7 @@ static void gen_start(rp_engine *e, rp_gen *g)
     }
     // (admit() calls this with g already counted among the running requests)
     sg->mtp = se->use[RP_SPEC_MTP] &&
-              (!se->ctl.adaptive || se->admissions++ % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
+              (!se->ctl.adaptive || ++se->admissions % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
