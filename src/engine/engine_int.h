@@ -39,7 +39,8 @@ typedef struct spec_gen {
     // forward's hidden rows of this request start at row h_row, position h_pos.
     bool mtp; // kept up to date (catch-up every step); once off, off for good
     int mtp_done, h_row, h_pos;
-    int mtp_idle; // decode steps since MTP last drafted for it
+    int mtp_steps;      // decode steps it has kept MTP
+    double mtp_use;     // decayed share of those steps that drafted with MTP (probes included)
     int m_row;    // its row in the current MTP pass's outputs
 
     // Draft model: its KV (own pool) holds toks[0, d_comp) (while drafting, the

@@ -39,8 +39,9 @@
  * drafts have been worth in this engine so far (every request's verifications,
  * a prior before any) against what they cost, upkeep included; every
  * MTP_TRIAL-th admission keeps it anyway, so a changed workload is noticed (and
- * with adaptive off, always). It is dropped for good after MTP_IDLE decode
- * steps without an MTP draft.
+ * with adaptive off, always). It is dropped for good once, after
+ * MTP_STEPS_MIN steps, fewer than MTP_USE_MIN of its steps (a decayed share)
+ * draft with MTP.
  * The draft model costs nothing while unused: its KV catches up when picked.
  *
  * Costs: forward time T(n) = a + b n over the batch's tokens, fitted on steps
@@ -55,7 +56,9 @@
 
 #include <stdio.h>
 
-#define MTP_IDLE 32     // decode steps without an MTP draft before a request stops keeping MTP
+#define MTP_USE_MIN 0.1    // a request stops keeping MTP when fewer of its steps than this draft with it,
+#define MTP_USE_DECAY 0.95 // as a decayed share (a controller's probe every 16 steps is not use),
+#define MTP_STEPS_MIN 32   // judged after this many steps
 #define MTP_TRIAL 16    // every this many first admissions, one keeps MTP whatever MTP's record says
 #define FIT_DECAY 0.97  // weight a step's time keeps per later step in the cost fit
 #define FIT_PRIOR 0.5   // pseudo-variance of the fit's prior slope (in tokens^2)
@@ -235,8 +238,11 @@ static void gen_start(rp_engine *e, rp_gen *g)
         sg->lk = NULL;
     }
     // (admit() calls this with g already counted among the running requests)
+    // Asked for MTP alone (method mtp): kept, the controller still decides each step.
+    bool only = !se->use[RP_SPEC_NGRAM] && !se->use[RP_SPEC_DRAFT];
     sg->mtp = se->use[RP_SPEC_MTP] &&
-              (!se->ctl.adaptive || ++se->admissions % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
+              (!se->ctl.adaptive || only || ++se->admissions % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
+    sg->mtp_use = 1.0; // the benefit of the doubt until MTP_STEPS_MIN steps have been seen
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
@@ -297,10 +303,15 @@ static int reserve_drafts(rp_engine *e, rp_gen *g, int k)
     return k;
 }
 
-static void mtp_idle(rp_engine *e, rp_gen *g)
+// One decode step of a request keeping MTP; `used`: it drafts with MTP this step.
+static void mtp_step(rp_engine *e, rp_gen *g, bool used)
 {
-    if (g->spec.mtp && ++g->spec.mtp_idle > MTP_IDLE && e->spec.ctl.adaptive)
-        g->spec.mtp = false;
+    spec_gen *sg = &g->spec;
+    if (!sg->mtp)
+        return;
+    sg->mtp_use = sg->mtp_use * MTP_USE_DECAY + (used ? 1.0 - MTP_USE_DECAY : 0.0);
+    if (++sg->mtp_steps >= MTP_STEPS_MIN && sg->mtp_use < MTP_USE_MIN && e->spec.ctl.adaptive)
+        sg->mtp = false;
 }
 
 void spec_plan(rp_engine *e)
@@ -327,7 +338,7 @@ void spec_plan(rp_engine *e)
             continue;
         int lim = imin(imin(se->k_cap, g->max_tokens - g->n_gen - 1), budget);
         if (lim <= 0 || (g->jm && !json_scratch(e))) {
-            mtp_idle(e, g);
+            mtp_step(e, g, false);
             continue;
         }
         int avail[RP_SPEC_N_METHODS] = {0};
@@ -355,10 +366,7 @@ void spec_plan(rp_engine *e)
             sg->n_draft = k; // already in draft[]
         budget -= k;
         n0 += k;
-        if (m == RP_SPEC_MTP && k > 0)
-            sg->mtp_idle = 0;
-        else
-            mtp_idle(e, g);
+        mtp_step(e, g, m == RP_SPEC_MTP && k > 0);
     }
 }
 
@@ -419,7 +427,7 @@ static void mtp_run(rp_engine *e)
     }
     double t0 = rp_time_s();
     bool ok = n > 0 && mtp_pass(e, n, ns);
-    if (ok)
+    if (ok && n <= 2 * ns) // the steady state's cost per position (a prompt's catch-up is a one-off)
         decayed_mean(&se->t_upkeep, rp_time_s() - t0, n);
     if (ok)
         for (int s = 0; s < ns; s++) {
@@ -460,8 +468,6 @@ static void draft_model_run(rp_engine *e)
 {
     spec_engine *se = &e->spec;
     const int V = se->d_vocab < e->n_vocab ? se->d_vocab : e->n_vocab;
-    double t0 = rp_time_s();
-    int made = 0;
     for (rp_gen *g = e->r_head; g; g = g->next) {
         spec_gen *sg = &g->spec;
         if (sg->method == RP_SPEC_DRAFT && sg->k > 0 && // slots for x and k - 1 fed drafts
@@ -502,6 +508,7 @@ static void draft_model_run(rp_engine *e)
             if (n == 0)
                 break;
             rp_batch b = {n, se->m_tok, se->m_pos, se->m_seq, se->m_want, se->m_seqs, ns, NULL};
+            double t0 = rp_time_s();
             if (rp_model_forward(se->dm, se->dkv, &b, se->d_logits)) {
                 RP_LOGW("speculative decoding: the draft model failed (%s); it stops drafting for %d requests",
                         rp_error_message(), ns);
@@ -514,16 +521,18 @@ static void draft_model_run(rp_engine *e)
                 }
                 break;
             }
+            // What a draft costs in the steady state (a catch-up of one or two tokens per
+            // request, or a chain pass); the backlog of a request that has not drafted
+            // for a while is a one-off and does not count.
+            if (n <= 2 * ns)
+                draft_time(se, RP_SPEC_DRAFT, rp_time_s() - t0, nrow);
             for (int s = 0; s < ns; s++) {
                 rp_gen *g = se->m_gens[s];
-                if (g->spec.m_row < 0)
-                    continue;
-                add_draft(e, g, se->d_logits + (size_t)g->spec.m_row * se->d_vocab, V);
-                made++;
+                if (g->spec.m_row >= 0)
+                    add_draft(e, g, se->d_logits + (size_t)g->spec.m_row * se->d_vocab, V);
             }
         } while (again);
     }
-    draft_time(se, RP_SPEC_DRAFT, rp_time_s() - t0, made);
 }
 
 void spec_draft(rp_engine *e)
@@ -707,7 +716,11 @@ static rp_status draft_init(rp_engine *e, const rp_engine_spec_params *p)
     } else {
         rp_model_params mp;
         rp_model_params_default(&mp);
-        mp.n_threads = rp_backend_cpu_threads(rp_model_backend(e->m));
+        // A quarter of the model's threads: the draft model runs between the model's
+        // steps, and its pool's workers, spinning after each run, would take cores
+        // the model's pool is about to need.
+        int threads = rp_backend_cpu_threads(rp_model_backend(e->m)) / 4;
+        mp.n_threads = threads > 1 ? threads : 1;
         mp.quiet = true;
         if ((st = rp_model_load(p->draft_path, &mp, &se->dm_owned)) ||
             (st = rp_tok_load_file(p->draft_path, &se->dtok_owned)))
