@@ -10,9 +10,10 @@
  * output head's share). Prints the median time of --reps runs per n and its ratio
  * to n = 1: with speculation, a step of 1 + k tokens yielding a + 1 tokens beats
  * plain decoding by (a + 1) / ratio. --cpu times process CPU time instead of
- * wall time: with one thread, what a step costs whatever the neighbours do. Not a test: numbers go to bench/RESULTS.md.
+ * wall time: with one thread, what a step costs whatever the neighbours do. --simd
+ * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
  *
- * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu]
+ * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu] [--simd LEVEL]
  */
 #include "model/model.h"
 
@@ -54,20 +55,25 @@ int main(int argc, char **argv)
             max_n = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cpu"))
             cpu_clock = true;
-        else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
+        else if (!strcmp(argv[i], "--simd") && i + 1 < argc) {
+            if (!rp_cpu_force_simd(argv[++i])) {
+                fprintf(stderr, "verify-bench: no SIMD level %s on this CPU\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
             i++;
             quant = !strcmp(argv[i], "q8") ? RP_DTYPE_Q8_0 : !strcmp(argv[i], "q4") ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
         } else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr,
-                    "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu]\n");
+            fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
+                            "[--cpu] [--simd LEVEL]\n");
             return 2;
         }
     }
     if (!path || ctx < 1 || reps < 1 || max_n < 1 || max_n > 512) {
-        fprintf(stderr,
-                "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu]\n");
+        fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
+                        "[--cpu] [--simd LEVEL]\n");
         return 2;
     }
     rp_model_params mp;

@@ -102,12 +102,9 @@ RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// Softmax of one row's scores over its n keys (lanes [n, npad) become -inf, e = 0),
-// then o = Σ e[p] · V[p] in order, per 64-float slice of head_dim in eight accumulators.
-RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int n, float *s, float *m_out, float *l_out,
-                          float *out)
+float rp_cpu_attn_softmax_avx2(float *s, int n, float *l)
 {
-    int hd = a->hd, npad = (n + 7) & ~7;
+    int npad = (n + 7) & ~7;
     for (int p = n; p < npad; p++)
         s[p] = -INFINITY;
     __m256 mx = _mm256_set1_ps(-INFINITY);
@@ -120,8 +117,17 @@ RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int 
         _mm256_storeu_ps(s + p, e);
         sum = _mm256_add_ps(sum, e);
     }
-    *m_out = m;
-    *l_out = hsum8(sum);
+    *l = hsum8(sum);
+    return m;
+}
+
+// Softmax of one row's scores over its n keys, then o = Σ e[p] · V[p] in order, per
+// 64-float slice of head_dim in eight accumulators.
+RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int n, float *s, float *m_out, float *l_out,
+                          float *out)
+{
+    int hd = a->hd;
+    *m_out = rp_cpu_attn_softmax_avx2(s, n, l_out);
     for (int o = 0; o < hd; o += 64) {
         __m256 acc[8]; // (unrolled: the accumulators stay in registers)
 #pragma GCC unroll 8

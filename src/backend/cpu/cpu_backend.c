@@ -7,10 +7,11 @@
  * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
  * bias and residual adds folded in); the other ops live here. Attention runs
  * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
- * 64, fixed-position key chunks through attn_avx2.c merged in chunk order (a
- * sequence's consecutive tokens through each chunk together). Every op splits
- * its outputs over the thread pool and reduces each output in a fixed order, so
- * results do not depend on the batch or the thread count (see backend.h).
+ * 64, fixed-position key chunks through attn_avx2.c (attn_avx512.c with
+ * AVX-512: the same bits) merged in chunk order (a sequence's consecutive
+ * tokens through each chunk together). Every op splits its outputs over the
+ * thread pool and reduces each output in a fixed order, so results do not
+ * depend on the batch or the thread count (see backend.h).
  *
  * Scratch memory (quantized activations, attention scores) grows by doubling
  * when a larger batch or context first appears, and is never freed per step.
@@ -258,6 +259,7 @@ typedef struct attn_job {
     int64_t *item_base; // split: (n_spans + 1) first item of each span
     size_t *part_base;  // split: (n_spans + 1) first float of each span's partials in part
     float *part;        // split: per item, a chunk's m, l, o (attn_part_floats)
+    void (*chunk)(const rp_attn_chunk *a); // the kernel: AVX2, or AVX-512 (the same bits)
 } attn_job;
 
 // q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
@@ -463,7 +465,7 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
         int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
         for (int c = 0; c < n_chunks; c++) {
             int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
-            rp_cpu_attn_chunk_avx2(&a);
+            j->chunk(&a);
             if (c > 0)
                 attn_merge(rows, r0, hd, run, part);
         }
@@ -492,7 +494,7 @@ static void attn_split_worker(void *ctx, int ith, int nth)
         int64_t r = w - j->item_base[s];
         float *part = j->part + j->part_base[s] + (size_t)r * attn_part_floats((t1 - t0) * group, hd);
         attn_chunk_init(j, &a, t0, t1, (int)(r / n_chunks), (int)(r % n_chunks), end, scores, part);
-        rp_cpu_attn_chunk_avx2(&a);
+        j->chunk(&a);
     }
 }
 
@@ -522,6 +524,7 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
             span[n_spans++] = t;
     span[n_spans] = n_tokens;
     j->span = span;
+    j->chunk = rp_cpu_simd_level() >= 2 ? rp_cpu_attn_chunk_avx512 : rp_cpu_attn_chunk_avx2;
     atomic_init(&j->next, 0);
     bool split =
         (int64_t)n_spans * j->n_kv_head < 4 * nth && n_spans <= ATTN_SPLIT_MAX_SPANS && max_len > RP_ATTN_CHUNK;

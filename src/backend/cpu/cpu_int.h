@@ -75,6 +75,13 @@ typedef struct rp_attn_chunk {
 // its key range and the K/V there (not on the other rows, on where the chunk sits or
 // on the thread). Thread-safe for distinct outputs.
 void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
+// The same bits with AVX-512 (attn_avx512.c): 16-lane dot products and value sums
+// whose lanes follow the AVX2 kernel's operations one for one.
+void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
+// The chunk kernels' softmax of one row (attn_avx2.c): scores s[0, n) of the row
+// (n <= RP_ATTN_CHUNK) become e = exp(s - m), s[n, n rounded up to 8) zeros (-inf
+// first); returns m, the max, and writes l = Σ e (eight lanes, then a fixed sum).
+float rp_cpu_attn_softmax_avx2(float *s, int n, float *l);
 // y[i] = e^x[i] for x[i] <= 0, n a multiple of 8 (attn_avx2.c's exp; for tests).
 void rp_cpu_attn_exp_avx2(const float *x, float *y, int n);
 

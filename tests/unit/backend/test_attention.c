@@ -7,6 +7,7 @@
  * and on 1..3 threads (split or not split over key chunks) is the same, and so is
  * its output inside a span (tokens of its sequence at consecutive positions, which
  * go through each key chunk together: a prefill chunk, a decode token and drafts).
+ * The AVX-512 kernel gives the AVX2 kernel's bits.
  */
 #include "test_util.h"
 
@@ -258,6 +259,12 @@ static void test_simd_vs_scalar(void **state)
                 double *ref = malloc(sizeof(double) * qw);
                 assert_true(rp_cpu_force_simd("avx2"));
                 run_attn(be, &c, &b, o_simd);
+                if (rp_cpu_force_simd("avx512")) { // the same bits as AVX2
+                    float *o512 = malloc(sizeof(float) * qw * n);
+                    run_attn(be, &c, &b, o512);
+                    assert_memory_equal(o512, o_simd, sizeof(float) * qw * n);
+                    free(o512);
+                }
                 rp_cpu_force_scalar(true);
                 run_attn(be, &c, &b, o_scalar);
                 rp_cpu_force_scalar(false);
@@ -439,6 +446,17 @@ static void test_spans(void **state)
                     ref_attn(&c, &all, t, ref);
                     assert_true(nerr(o + t * qw, ref, qw) < 1e-6);
                 }
+            }
+            // the AVX-512 kernel gives the AVX2 kernel's bits
+            if (rp_cpu_force_simd("avx512")) {
+                float *o2 = malloc(sizeof(float) * qw * n);
+                assert_true(rp_cpu_force_simd("avx2"));
+                run_attn(be, &c, &all, o2);
+                rp_cpu_force_scalar(false);
+                assert_memory_equal(o2, o, sizeof(float) * qw * n);
+                free(o2);
+            } else if (nth == 1 && ig == 0) {
+                print_message("no AVX-512: its kernel not compared\n");
             }
             // the verification span alone (one span: split over its key chunks)
             batch ver;
