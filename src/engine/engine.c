@@ -502,6 +502,30 @@ static bool outbox_push(rp_gen *g, const rp_gen_token *t)
     return true;
 }
 
+int rp_engine_batch_bucket(int n_tokens)
+{
+    int b = 0;
+    while (b < RP_ENGINE_BATCH_BUCKETS - 1 && (1 << b) < n_tokens)
+        b++;
+    return b;
+}
+
+// The step's times into the stats: t_step from the turn's start to now.
+static void count_step(rp_engine *e, double t_step)
+{
+    rp_engine_stats *s = &e->stats;
+    double f = e->spec.t_fwd;
+    s->step_s += t_step;
+    s->step_max_s = t_step > s->step_max_s ? t_step : s->step_max_s;
+    s->forward_s += f;
+    int b = rp_engine_batch_bucket(e->n_b > 0 ? e->n_b : 1);
+    if (s->forward_steps[b] == 0 || f < s->forward_min_s[b])
+        s->forward_min_s[b] = f;
+    s->forward_steps[b]++;
+    s->forward_tokens[b] += (uint64_t)e->n_b;
+    s->forward_bucket_s[b] += f;
+}
+
 // Hands the step's tokens to the readers and retires the requests that ended.
 // A request cancelled meanwhile gets nothing more.
 static void publish(rp_engine *e)
@@ -541,6 +565,7 @@ static void *engine_main(void *arg)
     rp_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        double t_turn = rp_time_s();
         sweep(e);
         if (e->stop)
             break;
@@ -558,6 +583,7 @@ static void *engine_main(void *arg)
         run_step(e);
         pthread_mutex_lock(&e->mu);
         publish(e);
+        count_step(e, rp_time_s() - t_turn);
     }
     while (e->r_head)
         finish(e, e->r_head, RP_GEN_CANCELLED, NULL);
@@ -655,7 +681,7 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < cfg->max_ctx ? p->n_ctx : cfg->max_ctx;
     e->block = p->kv_block ? p->kv_block : DEFAULT_BLOCK;
     e->has_mtp = rp_model_has_mtp(m);
-    e->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : e->max_batch;
+    e->prefill_chunk = p->prefill_chunk && p->prefill_chunk < e->max_batch ? p->prefill_chunk : e->max_batch;
     if ((st = plan_kv(m, p, e->n_ctx, e->block, &e->n_blocks))) {
         rp_free(e);
         return st;
@@ -758,6 +784,8 @@ void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
     out->kv_block_tokens = e->block;
     out->kv_bytes = e->kv ? (uint64_t)e->n_blocks * rp_kv_pool_block_bytes(e->kv) : 0;
     out->n_ctx = e->n_ctx;
+    out->prefill_chunk = e->prefill_chunk;
+    out->max_batch = e->max_batch;
     out->prefix_cache = e->cache != NULL;
     memset(&out->cache, 0, sizeof(out->cache));
     if (e->cache)

@@ -237,6 +237,11 @@ typedef struct rp_gen_stats {
 
 void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out);
 
+#define RP_ENGINE_BATCH_BUCKETS 12 // forward-time buckets by batch tokens: 1, 2, 3-4, 5-8, ..., 513-1024, more
+
+// The bucket of a forward pass of n tokens (n >= 1): 0 for 1, i for 2^(i-1) < n <= 2^i.
+int rp_engine_batch_bucket(int n_tokens);
+
 typedef struct rp_engine_stats {
     int queued, running;        // requests waiting / generating now
     int kv_blocks, kv_blocks_used; // used: held by requests (cached blocks nobody holds count as free)
@@ -249,6 +254,21 @@ typedef struct rp_engine_stats {
     uint64_t requests_done;     // retired, any reason
     uint64_t requests_cancelled;
     uint64_t preemptions;       // requests sent back to the queue for want of KV blocks
+    int prefill_chunk;          // most prompt tokens run per step (the effective value)
+    int max_batch;              // most tokens in one forward pass
+    // Time, in seconds, measured on the engine thread. A step is one turn of the
+    // loop that ran a forward: scheduling, drafting, the forward, sampling and
+    // publishing; its forward pass alone is counted apart, by the batch's tokens
+    // (bucket 0: 1 token, bucket i >= 1: 2^(i-1) + 1 .. 2^i tokens, the last
+    // bucket everything above), so per-step overheads and how a step's cost
+    // grows with its batch can be read off.
+    double step_s;              // all steps
+    double step_max_s;          // the longest step
+    double forward_s;           // of the steps, in forward passes
+    uint64_t forward_steps[RP_ENGINE_BATCH_BUCKETS];   // forward passes per bucket
+    uint64_t forward_tokens[RP_ENGINE_BATCH_BUCKETS];  // tokens they ran
+    double forward_bucket_s[RP_ENGINE_BATCH_BUCKETS];  // their time
+    double forward_min_s[RP_ENGINE_BATCH_BUCKETS];     // the fastest (0 when none)
     bool prefix_cache;          // the prefix cache is on
     uint64_t cache_hit_tokens;  // tokens not run at admissions thanks to the cache (readmissions too)
     uint64_t cache_miss_tokens; // tokens left to run at admissions
