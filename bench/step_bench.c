@@ -93,8 +93,7 @@ int main(int argc, char **argv)
     bool *want = malloc(sizeof(bool) * (size_t)mb);
     float *logits = malloc(sizeof(float) * (size_t)mb * (size_t)cfg->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)nb * (size_t)steps);
-    if (!tok || !pos || !seq || !want || !logits || !t ||
-        rp_model_kv_create(m, block, per_seq * max_b, &kv) != RP_OK) {
+    if (!tok || !pos || !seq || !want || !logits || !t || rp_model_kv_create(m, block, per_seq * max_b, &kv) != RP_OK) {
         fprintf(stderr, "step-bench: out of memory\n");
         return 1;
     }

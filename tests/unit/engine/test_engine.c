@@ -329,8 +329,32 @@ static void test_concurrent_requests(void **state)
         assert_int_equal(es.requests_done, N);
         assert_int_equal(es.kv_blocks_used, 0);
         assert_int_equal(es.preemptions, 0);
+        // Every step's forward pass is counted in the bucket of its batch size.
+        uint64_t steps = 0, tokens = 0;
+        for (int b = 0; b < RP_ENGINE_BATCH_BUCKETS; b++) {
+            steps += es.forward_steps[b];
+            tokens += es.forward_tokens[b];
+            if (es.forward_steps[b]) {
+                assert_true(es.forward_min_s[b] > 0 && es.forward_min_s[b] <= es.forward_bucket_s[b]);
+                assert_true(es.forward_tokens[b] >= es.forward_steps[b] * (b == 0 ? 1u : (1u << (b - 1)) + 1));
+                assert_true(es.forward_tokens[b] <= es.forward_steps[b] * (1u << b));
+            }
+        }
+        assert_int_equal(steps, es.steps);
+        assert_true(tokens >= es.tokens_prefilled + es.tokens_generated - N); // a request's last token is not fed
+        assert_true(es.step_s >= es.forward_s && es.forward_s > 0 && es.step_max_s > 0);
+        assert_true(es.prefill_chunk > 0 && es.prefill_chunk <= es.max_batch);
         rp_engine_destroy(e);
     }
+}
+
+static void test_batch_bucket(void **state)
+{
+    (void)state;
+    const int n[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 512, 513, 1024, 1025, 1 << 20};
+    const int b[] = {0, 1, 2, 2, 3, 3, 4, 4, 5, 9, 10, 10, 11, 11};
+    for (size_t i = 0; i < sizeof(n) / sizeof(*n); i++)
+        assert_int_equal(rp_engine_batch_bucket(n[i]), b[i]);
 }
 
 /* ---- KV pressure: preemption and recompute -------------------------------- */
@@ -1096,6 +1120,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_reference),
         cmocka_unit_test(test_concurrent_requests),
+        cmocka_unit_test(test_batch_bucket),
         cmocka_unit_test(test_preemption_keeps_outputs),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_read_timeouts),
