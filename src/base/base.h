@@ -193,7 +193,11 @@ typedef void (*rp_pool_fn)(void *ctx, int ith, int nth);
 rp_status rp_pool_create(int n_threads, rp_pool **out);
 void rp_pool_destroy(rp_pool *pool);
 int rp_pool_size(const rp_pool *pool);
-// Runs fn(ctx, i, n) on every worker i in [0, n). pool may be NULL (runs fn(ctx, 0, 1)).
+// Runs fn(ctx, i, n) once for every part i in [0, n) and returns when all are
+// done: part 0 on the calling thread, part i on worker i, or on the calling
+// thread when worker i has not started it by the time part 0 is done (so fn
+// must depend on i, never on the thread that runs it). pool may be NULL (runs
+// fn(ctx, 0, 1)).
 void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx);
 // The number of CPU cores available to this process.
 int rp_cpu_count(void);
