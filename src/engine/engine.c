@@ -333,16 +333,29 @@ static void reserve_decodes(rp_engine *e)
 
 /* ---- the step (engine thread, e->mu not held) ----------------------------- */
 
+// The work of prefilling positions [p0, p0 + n) (see rp_engine.attn_eq).
+static double prefill_work(const rp_engine *e, int p0, int n)
+{
+    return n + ((double)n * p0 + (double)n * (n - 1) / 2) / e->attn_eq;
+}
+
 // Fills the batch: one decode token per decoding request, each followed by its
 // drafts (spec_draft), then prefill chunks in admission order, up to max_batch
-// tokens. Requests keeping MTP want the hidden row of every token they feed.
+// tokens and prefill_chunk prompt tokens. While requests decode, the chunks
+// also keep within chunk_work, so a chunk deep into a long prompt (whose
+// attention reads thousands of positions per token) holds the decoding
+// streams up no longer than the first chunk of a prompt does. Requests keeping
+// MTP want the hidden row of every token they feed.
 static void build_batch(rp_engine *e)
 {
     e->n_b = e->n_b_seqs = e->n_b_rows = e->n_b_prefill = 0;
     e->spec.need_hidden = false;
     int n_out = 0;                     // rows of the forward's output (logits or hidden)
     int chunk_left = e->prefill_chunk; // prefill tokens this step may still take
-    for (int pass = 0; pass < 2; pass++)
+    double work_left = e->chunk_work;  // and their work, when others decode
+    bool decoding = false;             // the batch has decode tokens (pass 0 put them in)
+    for (int pass = 0; pass < 2; pass++) {
+        decoding = pass == 1 && e->n_b > 0;
         for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch && (pass == 0 || chunk_left > 0); g = g->next) {
             int left = g->n_tok - g->n_comp;
             if ((pass == 0) != (left == 1))
@@ -351,6 +364,20 @@ static void build_batch(rp_engine *e)
             if (pass == 1 && room > chunk_left)
                 room = chunk_left;
             int take = left < room ? left : room;
+            if (pass == 1 && decoding) { // decode tokens ride in this step: bound the work
+                if (work_left <= 0)
+                    break;
+                int lo = 1, hi = take; // the most tokens within the work left (at least one)
+                while (lo < hi) {
+                    int mid = lo + (hi - lo + 1) / 2;
+                    if (prefill_work(e, g->n_comp, mid) <= work_left)
+                        lo = mid;
+                    else
+                        hi = mid - 1;
+                }
+                take = lo;
+                work_left -= prefill_work(e, g->n_comp, take);
+            }
             if (pass == 1)
                 chunk_left -= take;
             int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
@@ -382,6 +409,7 @@ static void build_batch(rp_engine *e)
                 e->n_b++;
             }
         }
+    }
 }
 
 void engine_logprobs(rp_engine *e, rp_gen *g, const float *row, rp_gen_token *t)
@@ -682,6 +710,14 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->block = p->kv_block ? p->kv_block : DEFAULT_BLOCK;
     e->has_mtp = rp_model_has_mtp(m);
     e->prefill_chunk = p->prefill_chunk && p->prefill_chunk < e->max_batch ? p->prefill_chunk : e->max_batch;
+    // Multiply-adds per prompt token: the layers' weights (no logits: prompt tokens
+    // want none), against attention's per position of context (q·k and p·v per head).
+    double w_mac =
+        (double)cfg->n_layer * ((double)cfg->dim * (cfg->n_head + 2.0 * cfg->n_kv_head) * cfg->head_dim +
+                                (double)cfg->n_head * cfg->head_dim * cfg->dim + 3.0 * cfg->dim * cfg->ffn_dim);
+    double a_mac = 2.0 * cfg->n_layer * cfg->n_head * cfg->head_dim;
+    e->attn_eq = a_mac > 0 && w_mac > 0 ? w_mac / a_mac : 1e30;
+    e->chunk_work = prefill_work(e, 0, e->prefill_chunk);
     if ((st = plan_kv(m, p, e->n_ctx, e->block, &e->n_blocks))) {
         rp_free(e);
         return st;

@@ -8,8 +8,10 @@
  *   1. admits queued requests while the running set has room and the KV pool
  *      has blocks for their prompt (first come, first served),
  *   2. builds one flattened batch: one decode token of each running request,
- *      then prefill chunks of the admitted prompts in admission order, the
- *      whole batch at most the model's max_batch tokens (rp_model_max_batch),
+ *      then prefill chunks of the admitted prompts in admission order (at most
+ *      prefill_chunk prompt tokens, and while requests decode at most the work
+ *      of prefill_chunk tokens at the start of a prompt), the whole batch at
+ *      most the model's max_batch tokens (rp_model_max_batch),
  *   3. runs rp_model_forward, samples each request's next token with its own
  *      sampler (and, for JSON mode, its grammar mask),
  *   4. appends the tokens to the requests' outboxes and wakes their readers,
@@ -116,7 +118,9 @@ typedef struct rp_engine_params {
     int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
     uint64_t kv_memory;      // KV pool size in bytes, when kv_tokens is 0 (rounded down to whole blocks)
     int prefill_chunk;       // most prompt tokens run per step over all requests (decode tokens come on top,
-                             // within max_batch); 0 = the model's max_batch
+                             // within max_batch); 0 = the model's max_batch. While requests decode, a
+                             // step's prompt tokens also cost at most what prefill_chunk tokens from
+                             // position 0 do (a token's attention grows with its position)
     bool no_prefix_cache;    // no prefix cache at all (then no disk tier either)
     const char *cache_dir;   // the prefix cache's disk tier: blocks go to cache_dir/<fingerprint>/ (made if
                              // missing); NULL or "": memory only. Copied at create.
