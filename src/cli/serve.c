@@ -59,8 +59,7 @@ static void serve_usage(FILE *f)
                "      --no-spec-decode       no speculative decoding (on by default: prompt lookup, the model's\n"
                "                             MTP layer when it has one, the draft model when given)\n"
                "      --speculative-config JSON  {\"method\": \"auto|ngram|mtp|draft\", \"num_speculative_tokens\":\n"
-               "                             K, \"adaptive\": true|false, \"prompt_lookup_min\": N, "
-               "\"prompt_lookup_max\": N}\n"
+               "                             K, \"adaptive\": true|false, \"prompt_lookup_min\": N, \"prompt_lookup_max\": N}\n"
                "      --draft-model PATH     a smaller model with the same tokenizer that drafts tokens\n"
                "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
                "  -t, --threads N            CPU threads (default: all cores)\n"
@@ -162,65 +161,29 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             snprintf(optname, sizeof(optname), "-%c", c);
         li = -1;
         switch (c) {
-        case O_HOST:
-            o->sp.host = optarg;
-            break;
-        case O_PORT:
-            ok = parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v;
-            break;
-        case O_KEY:
-            o->sp.api_key = optarg;
-            break;
-        case O_NAME:
-            o->sp.served_model_name = optarg;
-            ok = *optarg != 0;
-            break;
-        case O_STRICT:
-            o->sp.strict_model_name = true;
-            break;
-        case O_CTX:
-            ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v;
-            break;
-        case O_KV:
-            ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v;
-            break;
-        case O_PAR:
-            ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v;
-            break;
-        case O_QUEUE:
-            ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v;
-            break;
-        case O_KVMEM:
-            ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0;
-            break;
-        case O_CHUNK:
-            ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v;
-            break;
-        case O_CDIR:
-            o->ep.cache_dir = optarg;
-            ok = *optarg != 0;
-            break;
-        case O_CBUDGET:
-            ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0;
-            break;
-        case O_NODISK:
-            o->no_disk_cache = true;
-            break;
-        case O_NOPREFIX:
-            o->ep.no_prefix_cache = true;
-            break;
-        case O_NO_SPEC:
-            no_spec = true;
-            break;
+        case O_HOST: o->sp.host = optarg; break;
+        case O_PORT: ok = parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
+        case O_KEY: o->sp.api_key = optarg; break;
+        case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
+        case O_STRICT: o->sp.strict_model_name = true; break;
+        case O_CTX: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
+        case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
+        case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
+        case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
+        case O_KVMEM: ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0; break;
+        case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
+        case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
+        case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
+        case O_NODISK: o->no_disk_cache = true; break;
+        case O_NOPREFIX: o->ep.no_prefix_cache = true; break;
+        case O_NO_SPEC: no_spec = true; break;
         case O_SPEC_CONFIG:
             if (rp_cli_spec_config(optarg, &o->ep.spec)) {
                 fprintf(stderr, "rapid serve: %s\n", rp_error_message());
                 return 2;
             }
             break;
-        case O_DRAFT:
-            o->ep.spec.draft_path = optarg;
-            break;
+        case O_DRAFT: o->ep.spec.draft_path = optarg; break;
         case O_MAXREQ:
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
@@ -245,15 +208,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             else
                 ok = false;
             break;
-        case 't':
-            ok = parse_long(optarg, 1, 1024, &v), o->threads = (int)v;
-            break;
-        case 'q':
-            o->sp.quiet = true;
-            break;
-        case 'h':
-            serve_usage(stdout);
-            return -1;
+        case 't': ok = parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
+        case 'q': o->sp.quiet = true; break;
+        case 'h': serve_usage(stdout); return -1;
         case ':':
             fprintf(stderr, "rapid serve: option '%s' needs a value\n\n", argv[optind - 1]);
             serve_usage(stderr);
