@@ -419,14 +419,24 @@ static rp_status scenario_concurrency(runner *r)
     const json_t *levels = json_object_get(conc, "levels");
     size_t n_levels = r->p->levels ? r->p->n_levels : json_array_size(levels);
     const char *source = json_string_value(json_object_get(task, "id"));
-    for (int run = 0; run < r->p->runs; run++) {
+    // The section may set the streams' length (and ignore end of generation, so
+    // that every stream does the same work whatever the text).
+    json_t *spec = json_deep_copy(task);
+    const json_t *mt = json_object_get(conc, "max_tokens");
+    if (!spec || (mt && json_object_set(spec, "max_tokens", (json_t *)mt)) ||
+        (json_is_true(json_object_get(conc, "ignore_eos")) && json_object_set_new(spec, "ignore_eos", json_true()))) {
+        json_decref(spec);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    rp_status st = RP_OK;
+    for (int run = 0; run < r->p->runs && st == RP_OK; run++) {
         for (size_t l = 0; l < n_levels; l++) {
             int n = r->p->levels ? r->p->levels[l] : (int)json_integer_value(json_array_get(levels, l));
             char id[64];
             snprintf(id, sizeof(id), "concurrency-n%d", n);
             json_t **recs = NULL;
             json_t *before = server_status(r);
-            rp_status st = send_spec(r, task, NULL, "concurrency", id, run, (size_t)n, &recs);
+            st = send_spec(r, spec, NULL, "concurrency", id, run, (size_t)n, &recs);
             json_t *after = st == RP_OK ? server_status(r) : NULL;
             if (st == RP_OK)
                 st = add_streams(r, recs, n, n, source);
@@ -437,10 +447,11 @@ static rp_status scenario_concurrency(runner *r)
             json_decref(before);
             json_decref(after);
             if (st != RP_OK)
-                return st;
+                break;
         }
     }
-    return RP_OK;
+    json_decref(spec);
+    return st;
 }
 
 // Runs the restart command and waits for the server; NULL when it is back, else the reason (rp_free it).

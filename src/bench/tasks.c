@@ -128,6 +128,11 @@ static rp_status check_sections(rp_bench_taskset *ts)
         const json_t *l;
         json_array_foreach(levels, i, l) if (!is_count(l, 1, 1024)) return bad(
             ts, "concurrency: a level is not an integer in [1, 1024]%s%s", NULL, NULL);
+        if ((st = check_max_tokens(ts, conc, "concurrency", false)) != RP_OK)
+            return st;
+        const json_t *ie = json_object_get(conc, "ignore_eos");
+        if (ie && !json_is_boolean(ie))
+            return bad(ts, "concurrency: \"ignore_eos\" is not true or false%s%s", NULL, NULL);
     }
     const json_t *agent = json_object_get(root, "agent");
     if (agent) {

@@ -258,7 +258,7 @@ static const char tiny_tasks[] =
     "  {\"id\":\"code\",\"kind\":\"code\",\"system\":\"S\",\"prompt\":\"Code:\\n{{source:fakemod}}\",\"max_tokens\":7,"
     "   \"thinking\":true},"
     "  {\"id\":\"missing\",\"kind\":\"code\",\"prompt\":\"{{source:nosuchmodule}}\",\"max_tokens\":7}],"
-    " \"concurrency\":{\"task\":\"say\",\"levels\":[1,3]},"
+    " \"concurrency\":{\"task\":\"say\",\"levels\":[1,3],\"max_tokens\":6,\"ignore_eos\":true},"
     " \"agent\":{\"system\":\"Session {{nonce}}.\",\"tools\":[\"get_weather\"],\"max_tokens\":4,\"turns\":["
     "  [{\"role\":\"user\",\"content\":\"first\"}],"
     "  [{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":\"second {{source:pkgmod}}\"}]]},"
@@ -393,6 +393,25 @@ static void test_run_every_scenario(void **state)
         assert_int_equal(json_integer_value(json_object_get(rec, "n_streams")), 3);
     }
     assert_true(median_of(summary_of(doc, "concurrency-n3"), "decode_tok_s") > 0);
+    // The section's token limit and ignore_eos went into every concurrency body.
+    int conc_bodies = 0;
+    for (int i = first_body; i < srv.n_bodies; i++) {
+        json_t *cb = body_at(i);
+        conc_bodies += json_is_true(json_object_get(cb, "ignore_eos")) &&
+                       json_integer_value(json_object_get(cb, "max_tokens")) == 6;
+        json_decref(cb);
+    }
+    assert_int_equal(conc_bodies, 2 * (1 + 3));
+    // The level summary: streams, aggregate, per stream, the ratio to one stream.
+    const json_t *levels = json_object_get(json_object_get(doc, "summary"), "concurrency");
+    assert_int_equal(json_array_size(levels), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(levels, 1), "streams")), 3);
+    assert_true(json_real_value(json_object_get(json_array_get(levels, 0), "vs_one_stream")) == 1.0);
+    assert_true(json_real_value(json_object_get(json_array_get(levels, 1), "stream_decode_tok_s")) > 0);
+    // Each level's server counters (the scripted server's status steps 10 per reading).
+    const json_t *srv_notes = json_object_get(doc, "server");
+    assert_true(json_array_size(srv_notes) >= 4);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(srv_notes, 0), "scenario")), "concurrency");
 
     // Agent: both phases, turns numbered, failures none.
     const json_t *t2 = find_record(doc, "agent-restart-t02", 1, 0);
@@ -629,6 +648,12 @@ static void test_run_interference(void **state)
                                              "\"nope\"}}");
     assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
     assert_contains(rp_error_message(), "interference: \"task\" must name a task");
+    p.tasks_path =
+        test_write_text("tasks-conc.json", "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"say\",\"kind\":"
+                                           "\"chat\",\"prompt\":\"hi\",\"max_tokens\":5}],\"concurrency\":{\"task\":"
+                                           "\"say\",\"levels\":[1],\"ignore_eos\":\"yes\"}}");
+    assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
+    assert_contains(rp_error_message(), "concurrency: \"ignore_eos\" is not true or false");
 }
 
 int main(void)
