@@ -134,6 +134,10 @@ rp_status rp_file_writer_write(rp_file_writer *w, const void *data, size_t n);
 rp_status rp_file_writer_zeros(rp_file_writer *w, size_t n);
 rp_status rp_file_writer_commit(rp_file_writer *w); // removes the temp file on failure
 void rp_file_writer_abort(rp_file_writer *w);
+// Commit's last step alone, for many files made durable by one sync: after the
+// caller has synced the written data itself (syncfs, or fsync of w->fd), closes
+// and renames the temp file into place. Removes the temp file on failure.
+rp_status rp_file_writer_publish(rp_file_writer *w);
 
 // Joins dir and name with one '/'; heap string (rp_free it), NULL on OOM.
 char *rp_path_join(const char *dir, const char *name);

@@ -27,8 +27,11 @@
  *     recomputed logits, and the output, are what they would have been.
  *   - Prefix cache (src/cache/): admission looks the request's tokens up and
  *     adopts the cached leading blocks (attach_prefix), retirement and
- *     preemption publish the whole computed blocks (publish_prefix). These two
- *     hooks are all the scheduler knows of it; the pool's free blocks include
+ *     preemption publish the whole computed blocks (publish_prefix). While
+ *     others run, a prefix with many blocks on disk is first read into the
+ *     memory cache DISK_READS_PER_STEP blocks per step (rp_cache_prefetch), the
+ *     request waiting at the head of the queue, so the reads never stall the
+ *     running streams for long. These hooks are all the scheduler knows of it; the pool's free blocks include
  *     cached blocks nobody holds, which the pool reuses least recent first.
  *   - JSON mode: the grammar's token table (rp_json_vocab) is built once, by
  *     the first JSON request's submit; each JSON request gets a matcher at
@@ -57,11 +60,13 @@
 #define DEFAULT_BLOCK 16
 #define DEFAULT_MAX_RUNNING 16
 #define DEFAULT_MAX_QUEUE 64
-#define DEFAULT_KV_MIN 4096 // tokens
-#define MARGIN_DIV 8        // the admission margin is at most this fraction of the pool
-#define PARAM_MAX (1 << 24) // sanity bound on every size parameter
-#define OUTBOX_MIN 16       // tokens an outbox holds at first
-#define TOKS_SLACK 64       // room for generated tokens in the token list at first
+#define DEFAULT_KV_MIN 4096    // tokens
+#define MARGIN_DIV 8           // the admission margin is at most this fraction of the pool
+#define PARAM_MAX (1 << 24)    // sanity bound on every size parameter
+#define OUTBOX_MIN 16          // tokens an outbox holds at first
+#define TOKS_SLACK 64          // room for generated tokens in the token list at first
+#define DISK_READS_PER_STEP 16 // prefix-cache blocks read from disk per step while others run
+#define DISK_STEPS_MAX 256     // then (the pool keeps evicting what was read) the rest is read at once
 
 void rp_engine_params_default(rp_engine_params *p)
 {
@@ -267,6 +272,14 @@ static void admit(rp_engine *e)
         rp_cache_match cm = {0};
         if (e->cache)
             rp_cache_lookup(e->cache, g->toks, g->n_tok / e->block, &cm);
+        if (cm.n_disk > DISK_READS_PER_STEP && e->n_running > 0 && g->disk_steps < DISK_STEPS_MAX) {
+            // Others are decoding: read this prefix from disk a few blocks per step (into
+            // the memory cache) rather than stall them for all of it; admit it once the
+            // rest fits in one step's reads. It keeps its place at the head of the queue.
+            rp_cache_prefetch(e->cache, g->toks, DISK_READS_PER_STEP);
+            g->disk_steps++;
+            break;
+        }
         bool cow = cm.n_blocks > 0 && (e->has_mtp || cm.n_blocks * e->block == g->n_tok);
         int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))

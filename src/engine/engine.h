@@ -57,7 +57,10 @@
  * Prefix cache (src/cache/cache.h; on unless no_prefix_cache): at admission
  * the request's tokens are looked up block by block and every leading whole
  * block found (in memory, or on disk with cache_dir) joins its block table;
- * only the rest is prefilled. The last token is always run (its logits are
+ * only the rest is prefilled. While other requests run, a prefix with more
+ * than a few blocks on disk is read a few blocks per step (into the memory
+ * cache) before the request is admitted, so reading it never stalls their
+ * steps for long. The last token is always run (its logits are
  * needed): when the whole list is cached, or when the model has an MTP layer
  * (whose KV at the last cached position depends on the token after it, and
  * whose input there, the main model's hidden row, is not cached), the last

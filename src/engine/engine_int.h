@@ -112,6 +112,7 @@ struct rp_gen {
     int toks_cap, n_tok, n_comp;
     int n_gen;         // tokens sampled (a final end-of-generation one included)
     int take;          // tokens fed this step (drafts included)
+    int disk_steps;    // admission steps spent reading its prefix from disk (rp_cache_prefetch)
     rp_sampler *smp;   // from the first admission to retirement
     rp_json_match *jm; // JSON mode: the same
     rp_kv_seq kv;      // KV blocks (changed under e->mu: others read the pool's count)
