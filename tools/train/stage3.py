@@ -120,8 +120,17 @@ def teacher_forced_exact(model, tok, examples, dev):
         ok += all(good)
         tok_acc += sum(good)
         n_tok += len(ti)
-        per.append(all(good))
-    return {"n": len(examples), "exact": ok, "exact_rate": ok / max(1, len(examples)), "token_acc": tok_acc / max(1, n_tok)}
+        # where it goes wrong first, and whether that token could have been copied from
+        # the prompt (its 4-token context and itself occur there) or is an edit point
+        bad = [i for i, g in enumerate(good) if not g]
+        item = {"errors": len(bad), "tokens": len(ti)}
+        if bad:
+            i = bad[0]
+            ctx4 = tuple(ti[max(0, i - 3) : i + 1])
+            grams = {tuple(pi[j : j + len(ctx4)]) for j in range(len(pi) - len(ctx4) + 1)}
+            item.update(pos=i, want=tok.decode([ti[i]]), got=tok.decode([pred[i]]), before=tok.decode(ti[max(0, i - 12) : i]), copyable=ctx4 in grams)
+        per.append(item)
+    return {"n": len(examples), "exact": ok, "exact_rate": ok / max(1, len(examples)), "token_acc": tok_acc / max(1, n_tok), "items": per}
 
 
 @torch.no_grad()
@@ -374,7 +383,11 @@ def main():
     ev["copy_16k"] = long_copy(main_m, held_t, dev, 16384)
     ev["train"] = {"steps": step, "seconds": train_s, "sft_rows": len(rows), "sft_tokens": sft_tokens, "kinds": kinds}
     ev["eval_seconds"] = time.time() - te
-    log("stage3 eval: " + json.dumps(ev))
+    log("stage3 eval: " + json.dumps({k: ({a: b for a, b in v.items() if a != "items"} if isinstance(v, dict) else v) for k, v in ev.items()}))
+    for k in ("rename", "json", "tool_call", "edit"):
+        wrong = [it for it in ev[k]["items"] if it["errors"]]
+        log(f"stage3 eval {k}: {len(wrong)} wrong, first error copyable from the prompt in {sum(it['copyable'] for it in wrong)}; "
+            + "; ".join(f"{it['before'][-30:]!r}: {it['want']!r} -> {it['got']!r}" for it in wrong[:6]))
 
     # ------------------------------------------------------------ export
     table = eval_table(ev)

@@ -175,6 +175,22 @@ def rename_candidates(text, tree):
     return out
 
 
+def scramble(rng, text, tree, keep=()):
+    """A training file made new: 3-8 of its own identifiers renamed consistently.
+
+    The training files were also pretraining text (several epochs), so the model can
+    write them back from memory instead of copying them from the prompt; on held-out
+    files it then makes copy errors. Renaming some identifiers gives text it has never
+    seen, so only copying reproduces it. The file stays valid Python; line numbers do
+    not change. Names in `keep` are left alone."""
+    cands = [n for n, _ in rename_candidates(text, tree) if n not in keep]
+    for old in rng.sample(cands, min(len(cands), rng.randint(3, 8))):
+        new = new_identifier(rng, old, text)
+        if new and not any(new == k for k in keep):
+            text = words_re(old).sub(new, text)
+    return text
+
+
 def task_rename(rng, ctx, style):
     lo, hi = (50, 250) if style == "train" else (120, 180)
     text, tree = ctx.pick(rng, lo, hi)
@@ -184,6 +200,8 @@ def task_rename(rng, ctx, style):
     if not cands:
         return None
     old, _ = rng.choice(cands)
+    if style == "train" and rng.random() < 0.7:
+        text = scramble(rng, text, tree, keep=(old,))
     new = new_identifier(rng, old, text)
     if not new:
         return None
@@ -254,6 +272,11 @@ def task_value(rng, ctx, style):
         return None
     i, m = rng.choice(found)
     ind, name, old = m.groups()
+    if style == "train" and rng.random() < 0.7:
+        t2 = scramble(rng, text, tree, keep=(name,))
+        m2 = ASSIGN.match(t2.split("\n")[i])
+        if m2 and m2.groups() == (ind, name, old):
+            text, lines = t2, t2.split("\n")
     val = new_value(rng, old)
     lines[i] = f"{ind}{name} = {val}"
     if style == "train" and rng.random() < 0.75:
