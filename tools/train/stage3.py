@@ -32,6 +32,7 @@ MODEL_NAME = "rapid-tiny"
 BUCKETS = [512, 1024, 2048, 4096, 8192]
 
 _CTX = None
+_MIX = None
 
 
 def amp(dev):
@@ -41,7 +42,7 @@ def amp(dev):
 def _gen_chunk(arg):
     seed, n = arg
     rng = random.Random(seed)
-    exs = tasks.make_examples(_CTX, n, seed)
+    exs = tasks.make_examples(_CTX, n, seed, mix=_MIX)
     out = []
     for e in exs:
         think = rng.random() < 0.3
@@ -57,9 +58,10 @@ def _gen_chunk(arg):
     return out
 
 
-def build_sft(tok, train_texts, n, seed, max_len):
-    global _CTX
+def build_sft(tok, train_texts, n, seed, max_len, mix=None):
+    global _CTX, _MIX
     _CTX = tasks.Files(train_texts)
+    _MIX = mix
     chunks = [(seed * 100003 + i, 500) for i in range(max(1, n // 500))]
     with mp.get_context("fork").Pool(min(16, os.cpu_count() or 1)) as pool:
         res = pool.map(_gen_chunk, chunks)
@@ -270,6 +272,7 @@ def main():
     ap.add_argument("--max-len", type=int, default=8192)
     ap.add_argument("--limit-bytes", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mix", default="", help="task weights, e.g. rename=40,json=24 (tasks.TRAIN_MIX for the defaults)")
     ap.add_argument("--task-files", type=int, default=0, help="generate tasks from at most this many training files (0 = all)")
     ap.add_argument("--skip-fixtures", action="store_true")
     args = ap.parse_args()
@@ -293,7 +296,7 @@ def main():
     if cap:
         train_code = train_code[:: max(1, len(train_code) // cap)]
     log(f"stage3: training phrasings never produce an evaluation phrasing ({tasks.check_eval_disjoint()} distinct phrasings sampled)")
-    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len)
+    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len, tasks.parse_mix(args.mix))
     buckets = bucketize(rows)
     sft_tokens = sum(len(r[0]) for r in rows)
     log(f"stage3: {len(rows)} SFT rows from {nfiles} files, {sft_tokens / 1e6:.1f}M tokens, kinds {kinds}, buckets { {L: len(v) for L, v in buckets.items()} } ({time.time() - t0:.0f}s)")

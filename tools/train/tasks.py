@@ -752,6 +752,20 @@ def task_explain(rng, ctx, style):
 TRAIN_MIX = [(task_rename, 30), (task_value, 8), (task_import, 6), (task_comment, 6), (task_json, 18), (task_extract, 5), (task_tool, 22), (task_explain, 5)]
 
 
+def parse_mix(spec):
+    """'rename=40,json=24,...' -> a mix like TRAIN_MIX (tasks not named keep their
+    default weight). Raises ValueError on an unknown task or a bad weight."""
+    byname = {f.__name__[5:]: w for f, w in TRAIN_MIX}
+    for part in filter(None, spec.split(",")):
+        k, _, v = part.partition("=")
+        if k not in byname:
+            raise ValueError(f"unknown task {k!r} in --mix (tasks: {', '.join(byname)})")
+        byname[k] = float(v)
+        if byname[k] < 0:
+            raise ValueError(f"negative weight for {k} in --mix")
+    return [(f, byname[f.__name__[5:]]) for f, _ in TRAIN_MIX]
+
+
 def make_examples(ctx, n, seed, style="train", mix=None):
     rng = random.Random(seed)
     mix = mix or TRAIN_MIX
