@@ -173,14 +173,14 @@ static void test_message_body(void **state)
     rp_api_error e;
     info.finish = RP_DRV_ERROR;
     info.error = "boom";
-    assert_true(drv_failed(&info, &e));
+    assert_true(rp_drv_failed(&info, NULL, &e));
     assert_int_equal(e.status, 500);
     assert_non_null(strstr(e.message, "boom"));
     info.finish = RP_DRV_CANCELLED;
-    assert_true(drv_failed(&info, &e));
+    assert_true(rp_drv_failed(&info, NULL, &e));
     assert_int_equal(e.status, 503);
     info.finish = RP_DRV_STOP;
-    assert_false(drv_failed(&info, &e));
+    assert_false(rp_drv_failed(&info, NULL, &e));
 }
 
 /* ---- streaming --------------------------------------------------------------- */

@@ -355,8 +355,8 @@ static void test_token_strings(void **state)
     json_decref(v);
 
     char a[64], b[64];
-    make_id(a, sizeof(a), "chatcmpl-", 1);
-    make_id(b, sizeof(b), "chatcmpl-", 1);
+    rp_api_id(a, sizeof(a), "chatcmpl-", 1);
+    rp_api_id(b, sizeof(b), "chatcmpl-", 1);
     assert_int_equal(strlen(a), 9 + 24);
     assert_string_not_equal(a, b);
 }
