@@ -290,15 +290,9 @@ static json_t *status_json(rp_engine *e)
 
 void rp_status_handler(rp_http_req *r, rp_reply *out)
 {
-    json_t *v = status_json(r->srv->engine);
-    if (!v) {
-        rp_api_error e;
-        rp_api_fail(&e, 500, NULL, NULL, "out of memory");
+    rp_api_error e;
+    if (!rp_reply_json_new(out, status_json(r->srv->engine), &e))
         rp_reply_error(r, out, &e);
-        return;
-    }
-    rp_reply_json(out, 200, v);
-    json_decref(v);
 }
 
 void rp_metrics_handler(rp_http_req *r, rp_reply *out)
