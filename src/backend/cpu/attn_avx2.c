@@ -83,10 +83,12 @@ void rp_cpu_attn_exp_avx2(const float *x, float *y, int n)
 RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
 {
     __m256 a0[4], a1[4];
+#pragma GCC unroll 4
     for (int u = 0; u < 4; u++)
         a0[u] = a1[u] = _mm256_setzero_ps();
     for (int i = 0; i < hd; i += 16) {
         __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+#pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             a0[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kr[u] + i), a0[u]);
             a1[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kr[u] + i + 8), a1[u]);
@@ -137,16 +139,19 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
         a->m[g] = m;
         a->l[g] = hsum8(sum);
         for (int o = 0; o < hd; o += 64) {
-            __m256 acc[8];
+            __m256 acc[8]; // kept in registers: the loops over u are unrolled
+#pragma GCC unroll 8
             for (int u = 0; u < 8; u++)
                 acc[u] = _mm256_setzero_ps();
             for (int p = 0; p < n; p++) {
                 __m256 w = _mm256_broadcast_ss(s + p);
                 const float *vr = vrow[p] + o;
+#pragma GCC unroll 8
                 for (int u = 0; u < 8; u++)
                     acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * u), acc[u]);
             }
             float *out = a->o + (size_t)g * hd + o;
+#pragma GCC unroll 8
             for (int u = 0; u < 8; u++)
                 _mm256_storeu_ps(out + 8 * u, acc[u]);
         }

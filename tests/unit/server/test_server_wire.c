@@ -161,7 +161,7 @@ static void test_limits_and_bad_bodies(void **state)
 }
 
 #define CHAT_BODY(extra)                                                                                               \
-    "{\"model\":\"any-name\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a python function that adds two "   \
+    "{\"model\":\"any-name\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a python function that adds two "    \
     "numbers.\"}],\"temperature\":0,\"max_tokens\":24" extra "}"
 
 // Payloads of an SSE body's frames, in order.
@@ -229,9 +229,8 @@ static void test_chat_stream_matches_whole(void **state)
                 assert_null(json_object_get(d, "role"));
             if (i == n - 3)
                 assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")),
-                                    json_string_value(json_object_get(json_array_get(json_object_get(whole, "choices"),
-                                                                                     0),
-                                                                      "finish_reason")));
+                                    json_string_value(json_object_get(
+                                        json_array_get(json_object_get(whole, "choices"), 0), "finish_reason")));
             else
                 assert_true(json_is_null(json_object_get(ch, "finish_reason")));
             const char *t = json_string_value(json_object_get(d, "content"));
@@ -258,8 +257,8 @@ static void test_prefix_cache_and_status(void **state)
 {
     (void)state;
 #define LONG_CHAT                                                                                                      \
-    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "          \
-    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","     \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "              \
+    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","       \
     "\"content\":\"What does len() return for an empty list?\"}],\"temperature\":0,\"max_tokens\":8}"
     wire_resp r;
     long long cached[2], prompt = 0;
@@ -301,6 +300,32 @@ static void test_prefix_cache_and_status(void **state)
     assert_true(json_integer_value(json_object_get(kv, "bytes")) > 0);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "requests"), "running")), 0);
     assert_non_null(json_object_get(json_object_get(st, "requests"), "preemptions"));
+    // The engine's step times: every forward pass is in one batch-size bucket.
+    json_t *eng = json_object_get(st, "engine");
+    assert_true(json_integer_value(json_object_get(eng, "prefill_chunk")) > 0);
+    assert_true(json_integer_value(json_object_get(eng, "max_batch")) >=
+                json_integer_value(json_object_get(eng, "prefill_chunk")));
+    assert_true(json_real_value(json_object_get(eng, "step_seconds")) >=
+                json_real_value(json_object_get(eng, "forward_seconds")));
+    assert_true(json_real_value(json_object_get(eng, "forward_seconds")) > 0);
+    json_int_t bucket_steps = 0, bucket_tokens = 0;
+    size_t bi;
+    json_t *bk;
+    json_array_foreach(json_object_get(eng, "forward_by_batch"), bi, bk)
+    {
+        json_int_t lo = json_integer_value(json_object_get(bk, "tokens_min")),
+                   n = json_integer_value(json_object_get(bk, "steps"));
+        json_int_t btok = json_integer_value(json_object_get(bk, "tokens"));
+        assert_true(n > 0 && btok >= n * lo);
+        if (json_is_integer(json_object_get(bk, "tokens_max")))
+            assert_true(btok <= n * json_integer_value(json_object_get(bk, "tokens_max")));
+        assert_true(json_real_value(json_object_get(bk, "min_seconds")) <=
+                    json_real_value(json_object_get(bk, "seconds")));
+        bucket_steps += n;
+        bucket_tokens += btok;
+    }
+    assert_int_equal(bucket_steps, json_integer_value(json_object_get(eng, "steps")));
+    assert_true(bucket_tokens >= json_integer_value(json_object_get(eng, "tokens_prefilled")));
     json_decref(st);
 
     wire_request("GET", "/metrics", NULL, NULL, &r);
@@ -309,6 +334,8 @@ static void test_prefix_cache_and_status(void **state)
     assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total 0\n"));
     assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes 0\n"));
     assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total "));
+    assert_non_null(strstr(r.body, "\n# TYPE rapid_engine_forward_seconds_total counter\n"));
+    assert_non_null(strstr(r.body, "\nrapid_engine_prefill_chunk_tokens "));
     free(r.body);
     wire_request("POST", "/v1/status", AUTH, "{}", &r);
     expect_error(&r, 405, false);
@@ -433,12 +460,9 @@ static void test_shutdown_with_open_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes_and_auth),
-        cmocka_unit_test(test_limits_and_bad_bodies),
-        cmocka_unit_test(test_chat_stream_matches_whole),
-        cmocka_unit_test(test_prefix_cache_and_status),
-        cmocka_unit_test(test_stop_and_length),
-        cmocka_unit_test(test_disconnect_and_busy),
+        cmocka_unit_test(test_routes_and_auth),           cmocka_unit_test(test_limits_and_bad_bodies),
+        cmocka_unit_test(test_chat_stream_matches_whole), cmocka_unit_test(test_prefix_cache_and_status),
+        cmocka_unit_test(test_stop_and_length),           cmocka_unit_test(test_disconnect_and_busy),
         cmocka_unit_test(test_shutdown_with_open_stream),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);
