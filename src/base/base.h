@@ -134,6 +134,10 @@ rp_status rp_file_writer_write(rp_file_writer *w, const void *data, size_t n);
 rp_status rp_file_writer_zeros(rp_file_writer *w, size_t n);
 rp_status rp_file_writer_commit(rp_file_writer *w); // removes the temp file on failure
 void rp_file_writer_abort(rp_file_writer *w);
+// Commit's last step alone, for many files made durable by one sync: after the
+// caller has synced the written data itself (syncfs, or fsync of w->fd), closes
+// and renames the temp file into place. Removes the temp file on failure.
+rp_status rp_file_writer_publish(rp_file_writer *w);
 
 // Joins dir and name with one '/'; heap string (rp_free it), NULL on OOM.
 char *rp_path_join(const char *dir, const char *name);
@@ -193,7 +197,11 @@ typedef void (*rp_pool_fn)(void *ctx, int ith, int nth);
 rp_status rp_pool_create(int n_threads, rp_pool **out);
 void rp_pool_destroy(rp_pool *pool);
 int rp_pool_size(const rp_pool *pool);
-// Runs fn(ctx, i, n) on every worker i in [0, n). pool may be NULL (runs fn(ctx, 0, 1)).
+// Runs fn(ctx, i, n) once for every part i in [0, n) and returns when all are
+// done: part 0 on the calling thread, part i on worker i, or on the calling
+// thread when worker i has not started it by the time part 0 is done (so fn
+// must depend on i, never on the thread that runs it). pool may be NULL (runs
+// fn(ctx, 0, 1)).
 void rp_pool_run(rp_pool *pool, rp_pool_fn fn, void *ctx);
 // The number of CPU cores available to this process.
 int rp_cpu_count(void);

@@ -152,6 +152,11 @@ rp_status rp_file_writer_commit(rp_file_writer *w)
 {
     if (!w->st && fsync(w->fd) != 0)
         w->st = RP_ERR(RP_ERR_IO, "%s: cannot sync: %s", w->path, strerror(errno));
+    return rp_file_writer_publish(w);
+}
+
+rp_status rp_file_writer_publish(rp_file_writer *w)
+{
     int rc = close(w->fd);
     w->fd = -1;
     if (!w->st && rc != 0)

@@ -23,7 +23,7 @@
  *
  * Module layout: stream.c (SSE parsing and chunk interpretation), client.c
  * (curl multi transport), metrics.c (arithmetic and summaries), record.c
- * (records and result files), tasks.c (the task file), scenario.c (the five
+ * (records and result files), tasks.c (the task file), scenario.c (the six
  * scenarios), env.c (machine facts), compare.c and svg.c (comparison output).
  *
  * Threads: everything here runs on the calling thread; a client and a run
@@ -61,10 +61,12 @@ typedef struct rp_bench_result {
     size_t text_len;
     char *reasoning; // reasoning deltas joined (reasoning_content or reasoning)
     size_t reasoning_len;
-    json_t *tool_calls;  // array of {"id", "name", "arguments"} assembled from the deltas
-    char *finish_reason; // NULL when the server sent none
-    char *fingerprint;   // the first system_fingerprint seen, or NULL
-    char *error;         // NULL when the request succeeded, else the reason
+    json_t *tool_calls;         // array of {"id", "name", "arguments"} assembled from the deltas
+    char *finish_reason;        // NULL when the server sent none
+    char *fingerprint;          // the first system_fingerprint seen, or NULL
+    char *error;                // NULL when the request succeeded, else the reason
+    double *chunk_t;            // (n_chunk_t) clock reading of every token chunk, in order; NULL when none
+    int n_chunk_t, chunk_t_cap; // (token_chunks may be larger when memory ran out: times are then missing)
 } rp_bench_result;
 
 void rp_bench_result_init(rp_bench_result *r);
@@ -111,6 +113,19 @@ void rp_bench_client_destroy(rp_bench_client *c);
 // request is a record, not a failure of the call.
 rp_status rp_bench_client_send(rp_bench_client *c, const char *const *bodies, size_t n, rp_bench_result *out);
 
+// rp_bench_client_send with staggered starts: after_chunks (NULL: all at once)
+// holds per body -1 (sent at once) or k >= 0: sent once every body sent at once
+// has received k token chunks or has ended. With no body sent at once, every
+// body is sent at once. Same errors.
+rp_status rp_bench_client_send_ex(rp_bench_client *c, const char *const *bodies, size_t n, const int *after_chunks,
+                                  rp_bench_result *out);
+
+// GET <base>/v1/status (a Rapid server's engine figures) parsed into *out (a
+// JSON object; json_decref it). Real time, at most 5 s. Errors: RP_ERR_IO (no
+// answer, a status other than 200: other servers have no such route),
+// RP_ERR_INVALID (not a JSON object), RP_ERR_NOMEM.
+rp_status rp_bench_client_status(rp_bench_client *c, json_t **out);
+
 // Polls GET <base>/v1/models until it answers 200 or timeout_s passes (real time).
 // Errors: RP_ERR_IO (not ready in time; the last reason in the message).
 rp_status rp_bench_client_wait_ready(rp_bench_client *c, double timeout_s);
@@ -118,11 +133,12 @@ rp_status rp_bench_client_wait_ready(rp_bench_client *c, double timeout_s);
 /* ---- a benchmark run -------------------------------------------------------- */
 
 enum {
-    RP_BENCH_SCENARIO_TASKS = 1 << 0,       // the task set, one request at a time
-    RP_BENCH_SCENARIO_CONCURRENCY = 1 << 1, // N streams of one task started together
-    RP_BENCH_SCENARIO_AGENT = 1 << 2,       // agent-session replay, TTFT per turn
-    RP_BENCH_SCENARIO_PREFILL = 1 << 3,     // cold prompts of ~2k/8k/16k tokens
-    RP_BENCH_SCENARIO_TOOLS = 1 << 4,       // tool-call accuracy, 30 prompts over 8 tools
+    RP_BENCH_SCENARIO_TASKS = 1 << 0,        // the task set, one request at a time
+    RP_BENCH_SCENARIO_CONCURRENCY = 1 << 1,  // N streams of one task started together
+    RP_BENCH_SCENARIO_AGENT = 1 << 2,        // agent-session replay, TTFT per turn
+    RP_BENCH_SCENARIO_PREFILL = 1 << 3,      // cold prompts of ~2k/8k/16k tokens
+    RP_BENCH_SCENARIO_TOOLS = 1 << 4,        // tool-call accuracy, 30 prompts over 8 tools
+    RP_BENCH_SCENARIO_INTERFERENCE = 1 << 5, // streams decoding while a long prompt is prefilled: their pauses
 };
 
 // Parses "tasks,agent" into RP_BENCH_SCENARIO_* bits. Errors: RP_ERR_INVALID

@@ -127,6 +127,7 @@ void rp_bench_range(const double *v, size_t n, double *lo, double *hi);
 // NAN / -1 when undefined or when any stream failed.
 typedef struct rp_bench_measure {
     double ttft_s, decode_tok_s, e2e_s;
+    double stream_decode_tok_s; // the median of the streams' own decode tok/s (one record: its own)
     int64_t prompt_tokens, cached_tokens, completion_tokens;
     int n_records, n_errors;
     int n_pass, n_checked; // tool cases: records with "pass" true / with "pass" set
@@ -145,9 +146,27 @@ size_t rp_bench_select(const json_t *records, const char *task, int run, const j
 int rp_bench_run_count(const json_t *records);
 
 // The summary object of a records array: per task its scenario, runs, errors,
-// and median/min/max of ttft_s, decode_tok_s, e2e_s over runs, median token
-// counts; tools cases add passes per run. NULL on OOM.
+// and median/min/max of ttft_s, decode_tok_s, e2e_s over runs (and of
+// stream_decode_tok_s for tasks of several streams), median token counts;
+// tools cases add passes per run. "concurrency" (when records have
+// "n_streams"): per level its streams, the median aggregate and per-stream
+// decode tok/s and the aggregate's ratio to the one-stream level's
+// ("vs_one_stream", null without that level). "interference" (when records have
+// "gap_during_s"): per run the largest pause of any stream before, during and
+// after the long prompt's prefill, the prefill chunk's time, and the ratio
+// pause during / chunk time, with medians over runs. NULL on OOM.
 json_t *rp_bench_summary(const json_t *records);
+
+// The largest gap t[i] - t[i-1] (i >= 1) whose end t[i] lies in [lo, hi); NAN
+// when no gap ends there. t must be non-decreasing.
+double rp_bench_max_gap(const double *t, size_t n, double lo, double hi);
+
+// What a Rapid server's /v1/status "engine" object counted between two
+// readings: {"steps", "step_seconds", "forward_seconds", "forward_by_batch":
+// [{"tokens_min", "tokens_max", "steps", "tokens", "seconds"}]} (buckets that
+// counted nothing are left out). NULL when either reading lacks those figures
+// (another server) or on OOM.
+json_t *rp_bench_engine_delta(const json_t *before, const json_t *after);
 
 /* ---- records and result files ---------------------------------------------- */
 

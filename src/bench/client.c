@@ -23,7 +23,7 @@
 
 struct rp_bench_client {
     CURLM *multi;
-    char *chat_url, *models_url;
+    char *chat_url, *models_url, *status_url;
     struct curl_slist *post_headers, *get_headers;
     double timeout_s;
     rp_bench_clock_fn clock;
@@ -77,7 +77,8 @@ rp_status rp_bench_client_create(const rp_bench_client_params *p, rp_bench_clien
     const char *v1 = n >= 3 && memcmp(base + n - 3, "/v1", 3) == 0 ? "" : "/v1";
     c->chat_url = rp_bench_fmt("%.*s%s/chat/completions", (int)n, base, v1);
     c->models_url = rp_bench_fmt("%.*s%s/models", (int)n, base, v1);
-    if (!c->chat_url || !c->models_url)
+    c->status_url = rp_bench_fmt("%.*s%s/status", (int)n, base, v1);
+    if (!c->chat_url || !c->models_url || !c->status_url)
         goto fail;
     // "Expect:" stops curl from waiting for a 100 Continue before large bodies.
     if (!add_header(&c->post_headers, "Content-Type: application/json") ||
@@ -117,6 +118,7 @@ void rp_bench_client_destroy(rp_bench_client *c)
     curl_slist_free_all(c->get_headers);
     rp_free(c->chat_url);
     rp_free(c->models_url);
+    rp_free(c->status_url);
     rp_free(c);
 }
 
@@ -187,13 +189,38 @@ static void xfer_release(rp_bench_client *c, xfer *x, bool added)
 
 rp_status rp_bench_client_send(rp_bench_client *c, const char *const *bodies, size_t n, rp_bench_result *out)
 {
+    return rp_bench_client_send_ex(c, bodies, n, NULL, out);
+}
+
+// Whether the bodies held back by after_chunks may start: every body sent at once has
+// k token chunks or has ended.
+static bool trigger_met(const xfer *xs, const bool *ended, size_t n, const int *after_chunks, int k)
+{
+    for (size_t i = 0; i < n; i++)
+        if (after_chunks[i] < 0 && !ended[i] && xs[i].res->token_chunks < k)
+            return false;
+    return true;
+}
+
+rp_status rp_bench_client_send_ex(rp_bench_client *c, const char *const *bodies, size_t n, const int *after_chunks,
+                                  rp_bench_result *out)
+{
     if (n == 0)
         return RP_OK;
+    bool any_now = false;
+    for (size_t i = 0; after_chunks && i < n; i++)
+        any_now = any_now || after_chunks[i] < 0;
+    if (!any_now)
+        after_chunks = NULL;
     rp_status st = RP_OK;
-    size_t added = 0;
     xfer *xs = rp_calloc(n, sizeof(*xs));
-    if (!xs)
+    bool *added = rp_calloc(n, sizeof(*added)), *ended = rp_calloc(n, sizeof(*ended));
+    if (!xs || !added || !ended) {
+        rp_free(xs);
+        rp_free(added);
+        rp_free(ended);
         return RP_ERR(RP_ERR_NOMEM, "out of memory starting %zu requests", n);
+    }
     for (size_t i = 0; i < n; i++) {
         xfer *x = &xs[i];
         rp_bench_result_deinit(&out[i]);
@@ -219,18 +246,24 @@ rp_status rp_bench_client_send(rp_bench_client *c, const char *const *bodies, si
         if (c->timeout_s > 0)
             curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(c->timeout_s * 1000));
     }
-    for (; added < n; added++) {
-        xs[added].res->t_sent = c->clock(c->clock_ctx);
-        if (curl_multi_add_handle(c->multi, xs[added].easy) != CURLM_OK) {
-            st = RP_ERR(RP_ERR_IO, "libcurl: cannot start request %zu", added);
+    size_t waiting = 0; // bodies held back
+    for (size_t i = 0; i < n; i++) {
+        if (after_chunks && after_chunks[i] >= 0) {
+            waiting++;
+            continue;
+        }
+        xs[i].res->t_sent = c->clock(c->clock_ctx);
+        if (curl_multi_add_handle(c->multi, xs[i].easy) != CURLM_OK) {
+            st = RP_ERR(RP_ERR_IO, "libcurl: cannot start request %zu", i);
             goto done;
         }
+        added[i] = true;
     }
     int running = 1;
-    while (running) {
+    while (running || waiting) {
         CURLMcode mc = curl_multi_perform(c->multi, &running);
         if (mc == CURLM_OK && running)
-            mc = curl_multi_poll(c->multi, NULL, 0, 1000, NULL);
+            mc = curl_multi_poll(c->multi, NULL, 0, waiting ? 5 : 1000, NULL);
         if (mc != CURLM_OK) {
             st = RP_ERR(RP_ERR_IO, "libcurl: %s", curl_multi_strerror(mc));
             goto done;
@@ -242,17 +275,34 @@ rp_status rp_bench_client_send(rp_bench_client *c, const char *const *bodies, si
                 continue;
             xfer *x = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
-            if (x)
+            if (x) {
                 complete(x, m->data.result);
+                ended[x - xs] = true;
+            }
+        }
+        for (size_t i = 0; waiting && i < n; i++) {
+            if (added[i] || !after_chunks || after_chunks[i] < 0 ||
+                !trigger_met(xs, ended, n, after_chunks, after_chunks[i]))
+                continue;
+            xs[i].res->t_sent = c->clock(c->clock_ctx);
+            if (curl_multi_add_handle(c->multi, xs[i].easy) != CURLM_OK) {
+                st = RP_ERR(RP_ERR_IO, "libcurl: cannot start request %zu", i);
+                goto done;
+            }
+            added[i] = true;
+            waiting--;
+            running = 1;
         }
     }
 done:
     for (size_t i = 0; i < n; i++) {
         if (st != RP_OK && !xs[i].res->error)
             rp_bench_result_fail(xs[i].res, "not sent: %s", rp_error_message());
-        xfer_release(c, &xs[i], i < added);
+        xfer_release(c, &xs[i], added[i]);
     }
     rp_free(xs);
+    rp_free(added);
+    rp_free(ended);
     return st;
 }
 
@@ -293,4 +343,53 @@ rp_status rp_bench_client_wait_ready(rp_bench_client *c, double timeout_s)
         struct timespec ts = {0, 250 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+static size_t keep_body(char *p, size_t size, size_t nmemb, void *ud)
+{
+    rp_bench_buf *b = ud;
+    if (b->len + size * nmemb > ((size_t)4 << 20)) // a status page is small: refuse anything else
+        return 0;
+    rp_bench_buf_add(b, p, size * nmemb);
+    return b->oom ? 0 : size * nmemb;
+}
+
+rp_status rp_bench_client_status(rp_bench_client *c, json_t **out)
+{
+    *out = NULL;
+    CURL *e = curl_easy_init();
+    if (!e)
+        return RP_ERR(RP_ERR_IO, "libcurl: cannot make a request handle");
+    rp_bench_buf body = {0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(e, CURLOPT_URL, c->status_url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, c->get_headers);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, keep_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+    CURLcode rc = curl_easy_perform(e);
+    long code = 0;
+    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+    curl_easy_cleanup(e);
+    rp_status st = RP_OK;
+    if (body.oom)
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory reading %s", c->status_url);
+    else if (rc != CURLE_OK)
+        st = RP_ERR(RP_ERR_IO, "%s: %s", c->status_url, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    else if (code != 200)
+        st = RP_ERR(RP_ERR_IO, "%s: HTTP %ld", c->status_url, code);
+    if (st == RP_OK) {
+        json_error_t je;
+        json_t *j = json_loadb(body.p ? body.p : "", body.len, 0, &je);
+        if (!json_is_object(j)) {
+            json_decref(j);
+            st = RP_ERR(RP_ERR_INVALID, "%s: not a JSON object", c->status_url);
+        } else {
+            *out = j;
+        }
+    }
+    rp_bench_buf_deinit(&body);
+    return st;
 }

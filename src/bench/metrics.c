@@ -78,7 +78,7 @@ static bool rec_ok(const json_t *rec)
 void rp_bench_measure_records(const json_t *const *recs, size_t n, rp_bench_measure *m)
 {
     memset(m, 0, sizeof(*m));
-    m->ttft_s = m->decode_tok_s = m->e2e_s = NAN;
+    m->ttft_s = m->decode_tok_s = m->e2e_s = m->stream_decode_tok_s = NAN;
     m->prompt_tokens = m->cached_tokens = m->completion_tokens = -1;
     m->n_records = (int)n;
     for (size_t i = 0; i < n; i++) {
@@ -104,13 +104,17 @@ void rp_bench_measure_records(const json_t *const *recs, size_t n, rp_bench_meas
     m->cached_tokens = cc;
     if (n == 1) {
         m->ttft_s = num(recs[0], "ttft_s");
-        m->decode_tok_s = num(recs[0], "decode_tok_s");
+        m->decode_tok_s = m->stream_decode_tok_s = num(recs[0], "decode_tok_s");
         m->e2e_s = num(recs[0], "e2e_s");
         return;
     }
-    double *ttft = rp_malloc(n * sizeof(*ttft));
+    double *ttft = rp_malloc(2 * n * sizeof(*ttft));
     if (!ttft)
         return;
+    double *sdec = ttft + n;
+    for (size_t i = 0; i < n; i++)
+        sdec[i] = num(recs[i], "decode_tok_s");
+    m->stream_decode_tok_s = rp_bench_median(sdec, n);
     double sent = INFINITY, first = INFINITY, last = -INFINITY, tokens = 0;
     bool all = true;
     for (size_t i = 0; i < n; i++) {
@@ -216,25 +220,27 @@ static json_t *task_summary(const json_t *records, const char *task, int runs)
 {
     json_t *out = NULL, *passes = NULL;
     size_t nr = (size_t)(runs > 0 ? runs : 1);
-    double *v = rp_calloc(nr * 7, sizeof(*v));
+    double *v = rp_calloc(nr * 8, sizeof(*v));
     const json_t **sel = NULL;
     size_t cap = json_array_size(records);
     sel = rp_calloc(cap ? cap : 1, sizeof(*sel));
     if (!v || !sel)
         goto fail;
     double *ttft = v, *dec = v + nr, *e2e = v + 2 * nr, *pt = v + 3 * nr, *ct = v + 4 * nr, *cc = v + 5 * nr,
-           *pre = v + 6 * nr;
+           *pre = v + 6 * nr, *sdec = v + 7 * nr;
     const char *scenario = NULL;
     int present = 0, errors = 0, checked = 0;
+    bool streams = false; // some run had several records
     passes = json_array();
     if (!passes)
         goto fail;
     for (int r = 0; r < runs; r++) {
         size_t k = rp_bench_select(records, task, r, sel, cap);
-        ttft[r] = dec[r] = e2e[r] = pt[r] = ct[r] = cc[r] = pre[r] = NAN;
+        ttft[r] = dec[r] = e2e[r] = pt[r] = ct[r] = cc[r] = pre[r] = sdec[r] = NAN;
         if (k == 0)
             continue;
         present++;
+        streams = streams || k > 1;
         if (!scenario)
             scenario = json_string_value(json_object_get(sel[0], "scenario"));
         rp_bench_measure m;
@@ -242,6 +248,7 @@ static json_t *task_summary(const json_t *records, const char *task, int runs)
         errors += m.n_errors;
         ttft[r] = m.ttft_s;
         dec[r] = m.decode_tok_s;
+        sdec[r] = m.stream_decode_tok_s;
         e2e[r] = m.e2e_s;
         pt[r] = m.prompt_tokens >= 0 ? (double)m.prompt_tokens : NAN;
         ct[r] = m.completion_tokens >= 0 ? (double)m.completion_tokens : NAN;
@@ -262,6 +269,10 @@ static json_t *task_summary(const json_t *records, const char *task, int runs)
                     rp_bench_json_real(rp_bench_median(cc, nr)), "completion_tokens",
                     rp_bench_json_real(rp_bench_median(ct, nr)));
     if (out && checked && json_object_set(out, "pass", passes)) {
+        json_decref(out);
+        out = NULL;
+    }
+    if (out && streams && json_object_set_new(out, "stream_decode_tok_s", stats_json(sdec, nr))) {
         json_decref(out);
         out = NULL;
     }
@@ -308,6 +319,165 @@ fail:
     return out;
 }
 
+// Per concurrency level (records with "n_streams"), in first-seen order: its
+// aggregate and per-stream decode rates (medians over runs) and the ratio to one stream.
+static json_t *concurrency_summary(const json_t *records, const json_t *tasks)
+{
+    json_t *out = json_array();
+    double one = NAN;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tasks, i, t)
+    {
+        const char *id = json_string_value(json_object_get(t, "task"));
+        const json_t *first = NULL;
+        size_t k;
+        const json_t *rec;
+        json_array_foreach(records, k, rec)
+        {
+            const char *rt = json_string_value(json_object_get(rec, "task"));
+            if (rt && id && strcmp(rt, id) == 0) {
+                first = rec;
+                break;
+            }
+        }
+        int64_t n = first ? count(first, "n_streams") : -1;
+        const char *sc = json_string_value(json_object_get(first, "scenario"));
+        if (n < 1 || !sc || strcmp(sc, "concurrency") != 0)
+            continue;
+        double agg = num(json_object_get(t, "decode_tok_s"), "median");
+        const json_t *sd = json_object_get(t, "stream_decode_tok_s");
+        double per = sd ? num(sd, "median") : agg;
+        if (n == 1)
+            one = agg;
+        if (!out || json_array_append_new(out, json_pack("{s:s, s:I, s:o, s:o}", "task", id, "streams", (json_int_t)n,
+                                                         "decode_tok_s", rp_bench_json_real(agg), "stream_decode_tok_s",
+                                                         rp_bench_json_real(per)))) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    json_array_foreach(out, i, t)
+    {
+        double agg = num(t, "decode_tok_s");
+        if (json_object_set_new((json_t *)t, "vs_one_stream",
+                                rp_bench_json_real(isfinite(one) && one > 0 ? agg / one : NAN))) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    if (out && json_array_size(out) == 0) {
+        json_decref(out);
+        return json_null();
+    }
+    return out;
+}
+
+double rp_bench_max_gap(const double *t, size_t n, double lo, double hi)
+{
+    double best = NAN;
+    for (size_t i = 1; i < n; i++)
+        if (t[i] >= lo && t[i] < hi && (!(best >= 0) || t[i] - t[i - 1] > best))
+            best = t[i] - t[i - 1];
+    return best;
+}
+
+// Per run: the largest pause of any stream in each window, the chunk's time, and their ratio.
+static json_t *interference_summary(const json_t *records, int runs)
+{
+    size_t nr = (size_t)(runs > 0 ? runs : 1);
+    double *v = rp_calloc(nr * 5, sizeof(*v));
+    json_t *per = json_array(), *out = NULL;
+    int found = 0;
+    if (!v || !per)
+        goto fail;
+    double *before = v, *during = v + nr, *after = v + 2 * nr, *chunk = v + 3 * nr, *ratio = v + 4 * nr;
+    for (int r = 0; r < runs; r++) {
+        before[r] = during[r] = after[r] = chunk[r] = ratio[r] = NAN;
+        bool any = false;
+        size_t i;
+        const json_t *rec;
+        json_array_foreach(records, i, rec)
+        {
+            if (count(rec, "run") != r)
+                continue;
+            if (json_object_get(rec, "chunk_s")) {
+                chunk[r] = num(rec, "chunk_s");
+                continue;
+            }
+            if (!json_object_get(rec, "gap_during_s"))
+                continue;
+            any = true;
+            static const char *const keys[] = {"gap_before_s", "gap_during_s", "gap_after_s"};
+            double *dst[] = {&before[r], &during[r], &after[r]};
+            for (int w = 0; w < 3; w++) {
+                double g = num(rec, keys[w]);
+                if (isfinite(g) && (!isfinite(*dst[w]) || g > *dst[w]))
+                    *dst[w] = g;
+            }
+        }
+        if (!any)
+            continue;
+        found++;
+        if (isfinite(during[r]) && chunk[r] > 0)
+            ratio[r] = during[r] / chunk[r];
+        if (json_array_append_new(per, json_pack("{s:i, s:o, s:o, s:o, s:o, s:o}", "run", r, "gap_before_s",
+                                                 rp_bench_json_real(before[r]), "gap_during_s",
+                                                 rp_bench_json_real(during[r]), "gap_after_s",
+                                                 rp_bench_json_real(after[r]), "chunk_s", rp_bench_json_real(chunk[r]),
+                                                 "during_vs_chunk", rp_bench_json_real(ratio[r]))))
+            goto fail;
+    }
+    if (found)
+        out = json_pack("{s:O, s:o, s:o, s:o, s:o, s:o}", "per_run", per, "gap_before_s",
+                        rp_bench_json_real(rp_bench_median(before, nr)), "gap_during_s",
+                        rp_bench_json_real(rp_bench_median(during, nr)), "gap_after_s",
+                        rp_bench_json_real(rp_bench_median(after, nr)), "chunk_s",
+                        rp_bench_json_real(rp_bench_median(chunk, nr)), "during_vs_chunk",
+                        rp_bench_json_real(rp_bench_median(ratio, nr)));
+fail:
+    rp_free(v);
+    json_decref(per);
+    return out;
+}
+
+json_t *rp_bench_engine_delta(const json_t *before, const json_t *after)
+{
+    const json_t *b = json_object_get(before, "engine"), *a = json_object_get(after, "engine");
+    const json_t *bb = json_object_get(b, "forward_by_batch"), *ab = json_object_get(a, "forward_by_batch");
+    if (!json_is_array(bb) || !json_is_array(ab) || !json_is_number(json_object_get(a, "step_seconds")))
+        return NULL;
+    json_t *buckets = json_array();
+    size_t i;
+    const json_t *x;
+    json_array_foreach(ab, i, x)
+    {
+        int64_t lo = count(x, "tokens_min");
+        double steps = num(x, "steps"), tokens = num(x, "tokens"), sec = num(x, "seconds");
+        size_t k;
+        const json_t *y;
+        json_array_foreach(bb, k, y) if (count(y, "tokens_min") == lo)
+        {
+            steps -= num(y, "steps");
+            tokens -= num(y, "tokens");
+            sec -= num(y, "seconds");
+        }
+        if (!(steps > 0))
+            continue;
+        if (!buckets || json_array_append_new(
+                            buckets, json_pack("{s:I, s:O?, s:I, s:I, s:f}", "tokens_min", (json_int_t)lo, "tokens_max",
+                                               json_object_get(x, "tokens_max"), "steps", (json_int_t)steps, "tokens",
+                                               (json_int_t)tokens, "seconds", sec))) {
+            json_decref(buckets);
+            return NULL;
+        }
+    }
+    json_t *out = json_pack("{s:I, s:f, s:f, s:o}", "steps", (json_int_t)(num(a, "steps") - num(b, "steps")),
+                            "step_seconds", num(a, "step_seconds") - num(b, "step_seconds"), "forward_seconds",
+                            num(a, "forward_seconds") - num(b, "forward_seconds"), "forward_by_batch", buckets);
+    return out;
+}
+
 json_t *rp_bench_summary(const json_t *records)
 {
     const char **ids = NULL;
@@ -329,6 +499,17 @@ json_t *rp_bench_summary(const json_t *records)
                     (json_int_t)failed, "runs", runs, "tasks", tasks);
     json_t *tools = out ? tools_summary(records, runs) : NULL;
     if (tools && json_object_set_new(out, "tools", tools)) {
+        json_decref(out);
+        out = NULL;
+    }
+    json_t *conc = out ? concurrency_summary(records, tasks) : NULL;
+    if (conc && !json_is_null(conc) && json_object_set(out, "concurrency", conc)) {
+        json_decref(out);
+        out = NULL;
+    }
+    json_decref(conc);
+    json_t *inter = out ? interference_summary(records, runs) : NULL;
+    if (inter && json_object_set_new(out, "interference", inter)) {
         json_decref(out);
         out = NULL;
     }

@@ -1,9 +1,11 @@
 /*
- * scenario.c - a benchmark run: the five scenarios and the result file.
+ * scenario.c - a benchmark run: the six scenarios and the result file.
  *
  *   tasks        every task of the task file, one request at a time;
  *   concurrency  N copies of one task started together (N from the task file
- *                or --concurrency), one record per stream;
+ *                or --concurrency), one record per stream; per level the
+ *                aggregate and per-stream decode rates and the ratio to one
+ *                stream;
  *   agent        an agent session replayed: the long system prompt and tools,
  *                then turn k sends the first k fixed message groups (so each
  *                turn extends the previous prompt, as a coding agent does);
@@ -13,7 +15,17 @@
  *                source, each starting with a nonce so no cache applies;
  *   tools        fixed prompts over a set of tools; a case passes when the
  *                first call names the expected function with the expected
- *                argument values.
+ *                argument values;
+ *   interference N streams decode (end of generation ignored); once each has
+ *                K token chunks a cold prompt of ~4k tokens is sent; each
+ *                stream's largest gap between token chunks is taken before
+ *                the prompt was sent, while it was prefilled (until its first
+ *                token) and after, against the time of one prefill chunk
+ *                (the prefill's time / its chunks, the chunk size read from
+ *                a Rapid server's /v1/status).
+ * Against a Rapid server the concurrency and interference scenarios also keep
+ * what /v1/status counted meanwhile (forward passes by batch size, step and
+ * forward time) in the result file's "server" array.
  * Nonces come from (seed, run, task), so two configurations run with the same
  * seed get byte-identical prompts. The result file is rewritten after every
  * scenario with the records so far, the summary and the environment.
@@ -33,11 +45,12 @@ typedef struct runner {
     rp_bench_client *client;
     char *stdlib;
     json_t *doc, *records, *env;
+    json_t *server; // what /v1/status counted per (scenario, task, run)
     double t0;
     size_t n_req, n_failed;
 } runner;
 
-static const char *const scenario_names[] = {"tasks", "concurrency", "agent", "prefill", "tools"};
+static const char *const scenario_names[] = {"tasks", "concurrency", "agent", "prefill", "tools", "interference"};
 #define N_SCENARIOS (sizeof(scenario_names) / sizeof(*scenario_names))
 
 rp_status rp_bench_scenarios_parse(const char *list, unsigned *out)
@@ -58,7 +71,8 @@ rp_status rp_bench_scenarios_parse(const char *list, unsigned *out)
                 found = true;
             }
         if (!found)
-            return RP_ERR(RP_ERR_INVALID, "unknown scenario '%.*s' (tasks, concurrency, agent, prefill, tools, all)",
+            return RP_ERR(RP_ERR_INVALID,
+                          "unknown scenario '%.*s' (tasks, concurrency, agent, prefill, tools, interference, all)",
                           (int)n, p);
         p += n + (e != NULL);
     }
@@ -252,8 +266,9 @@ static rp_status make_doc(runner *r, const char *tasks_text, size_t tasks_len)
         bad |= json_object_set(r->env, "argv", (json_t *)p->argv);
     if (p->meta)
         bad |= json_object_set(r->env, "meta", (json_t *)p->meta);
-    r->doc = json_pack("{s:s, s:s?, s:O, s:O}", "format", RP_BENCH_FORMAT, "label", p->label, "environment", r->env,
-                       "records", r->records);
+    r->server = json_array();
+    r->doc = json_pack("{s:s, s:s?, s:O, s:O, s:O?}", "format", RP_BENCH_FORMAT, "label", p->label, "environment",
+                       r->env, "records", r->records, "server", r->server);
     if (bad || !r->doc)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     return RP_OK;
@@ -298,22 +313,101 @@ static rp_status scenario_tasks(runner *r)
     return RP_OK;
 }
 
-// One line for a concurrency level: the aggregate over its streams.
+// The server's figures now (a Rapid server's /v1/status), or NULL.
+static json_t *server_status(runner *r)
+{
+    json_t *st = NULL;
+    if (rp_bench_client_status(r->client, &st) != RP_OK)
+        return NULL;
+    return st;
+}
+
+// Keeps what the server counted between two readings (either may be NULL) and
+// prints its forward passes by batch size. NOMEM only.
+static rp_status server_note(runner *r, const char *scenario, const char *id, int run, const json_t *before,
+                             const json_t *after)
+{
+    json_t *d = before && after ? rp_bench_engine_delta(before, after) : NULL;
+    if (!d)
+        return RP_OK;
+    if (!r->p->quiet) {
+        fprintf(stderr, "rapid bench:   server: %lld steps, %.0f%% of step time in forward passes; forward by batch:",
+                (long long)json_integer_value(json_object_get(d, "steps")),
+                100.0 * json_real_value(json_object_get(d, "forward_seconds")) /
+                    fmax(json_real_value(json_object_get(d, "step_seconds")), 1e-12));
+        size_t i;
+        const json_t *b;
+        json_array_foreach(json_object_get(d, "forward_by_batch"), i, b)
+        {
+            double steps = (double)json_integer_value(json_object_get(b, "steps"));
+            long long lo = (long long)json_integer_value(json_object_get(b, "tokens_min"));
+            const json_t *hi = json_object_get(b, "tokens_max");
+            char range[48];
+            if (!json_is_integer(hi))
+                snprintf(range, sizeof(range), "%lld+", lo);
+            else if (json_integer_value(hi) == lo)
+                snprintf(range, sizeof(range), "%lld", lo);
+            else
+                snprintf(range, sizeof(range), "%lld-%lld", lo, (long long)json_integer_value(hi));
+            fprintf(stderr, "%s %s tok: %.0f x %.2f ms", i ? "," : "", range, steps,
+                    1e3 * json_real_value(json_object_get(b, "seconds")) / steps);
+        }
+        fprintf(stderr, "\n");
+    }
+    json_t *e = json_pack("{s:s, s:s, s:i, s:o}", "scenario", scenario, "task", id, "run", run, "engine", d);
+    if (!e || json_array_append_new(r->server, e))
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    return RP_OK;
+}
+
+// One line for a concurrency level: the aggregate over its streams, the
+// streams' own rate, and the aggregate against the run's one-stream level.
 static void level_progress(const runner *r, const char *id, int run)
 {
     if (r->p->quiet)
         return;
     const json_t *sel[1024];
     size_t n = rp_bench_select(r->records, id, run, sel, 1024);
-    rp_bench_measure m;
+    rp_bench_measure m, one;
     rp_bench_measure_records(sel, n < 1024 ? n : 1024, &m);
+    const json_t *sel1[1];
+    size_t n1 = rp_bench_select(r->records, "concurrency-n1", run, sel1, 1);
+    rp_bench_measure_records(sel1, n1 == 1 ? 1 : 0, &one);
+    char ratio[48] = "";
+    if (isfinite(one.decode_tok_s) && one.decode_tok_s > 0 && isfinite(m.decode_tok_s))
+        snprintf(ratio, sizeof(ratio), " (%.2fx one stream)", m.decode_tok_s / one.decode_tok_s);
     if (m.n_errors)
         fprintf(stderr, "rapid bench: [concurrency %d/%d] %s: %d of %zu streams FAILED (reasons in the records)\n",
                 run + 1, r->p->runs, id, m.n_errors, n);
     else
         fprintf(stderr,
-                "rapid bench: [concurrency %d/%d] %s: aggregate decode %.1f tok/s, median ttft %.3f s, %.2f s\n",
-                run + 1, r->p->runs, id, m.decode_tok_s, m.ttft_s, m.e2e_s);
+                "rapid bench: [concurrency %d/%d] %s: aggregate decode %.1f tok/s%s, per stream %.1f tok/s (median), "
+                "median ttft %.3f s, %.2f s\n",
+                run + 1, r->p->runs, id, m.decode_tok_s, ratio, m.stream_decode_tok_s, m.ttft_s, m.e2e_s);
+}
+
+// Takes the n records of a send (recs[i] taken, NULL on OOM), tagging each with
+// its stream index and n_streams; frees the array.
+static rp_status add_streams(runner *r, json_t **recs, int n, int n_streams, const char *source_task)
+{
+    rp_status st = RP_OK;
+    for (int i = 0; i < n; i++) {
+        json_t *rec = recs[i];
+        recs[i] = NULL;
+        if (st != RP_OK) {
+            json_decref(rec);
+            continue;
+        }
+        if (rec && (json_object_set_new(rec, "n_streams", json_integer(n_streams)) ||
+                    json_object_set_new(rec, "stream", json_integer(i)) ||
+                    json_object_set_new(rec, "source_task", json_string(source_task)))) {
+            json_decref(rec);
+            rec = NULL;
+        }
+        st = add_record(r, rec);
+    }
+    rp_free(recs);
+    return st;
 }
 
 static rp_status scenario_concurrency(runner *r)
@@ -324,37 +418,40 @@ static rp_status scenario_concurrency(runner *r)
     const json_t *task = rp_bench_taskset_find(&r->ts, json_string_value(json_object_get(conc, "task")));
     const json_t *levels = json_object_get(conc, "levels");
     size_t n_levels = r->p->levels ? r->p->n_levels : json_array_size(levels);
-    for (int run = 0; run < r->p->runs; run++) {
+    const char *source = json_string_value(json_object_get(task, "id"));
+    // The section may set the streams' length (and ignore end of generation, so
+    // that every stream does the same work whatever the text).
+    json_t *spec = json_deep_copy(task);
+    const json_t *mt = json_object_get(conc, "max_tokens");
+    if (!spec || (mt && json_object_set(spec, "max_tokens", (json_t *)mt)) ||
+        (json_is_true(json_object_get(conc, "ignore_eos")) && json_object_set_new(spec, "ignore_eos", json_true()))) {
+        json_decref(spec);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    rp_status st = RP_OK;
+    for (int run = 0; run < r->p->runs && st == RP_OK; run++) {
         for (size_t l = 0; l < n_levels; l++) {
             int n = r->p->levels ? r->p->levels[l] : (int)json_integer_value(json_array_get(levels, l));
             char id[64];
             snprintf(id, sizeof(id), "concurrency-n%d", n);
             json_t **recs = NULL;
-            rp_status st = send_spec(r, task, NULL, "concurrency", id, run, (size_t)n, &recs);
+            json_t *before = server_status(r);
+            st = send_spec(r, spec, NULL, "concurrency", id, run, (size_t)n, &recs);
+            json_t *after = st == RP_OK ? server_status(r) : NULL;
+            if (st == RP_OK)
+                st = add_streams(r, recs, n, n, source);
+            if (st == RP_OK)
+                level_progress(r, id, run);
+            if (st == RP_OK)
+                st = server_note(r, "concurrency", id, run, before, after);
+            json_decref(before);
+            json_decref(after);
             if (st != RP_OK)
-                return st;
-            for (int i = 0; i < n; i++) {
-                json_t *rec = recs[i];
-                recs[i] = NULL;
-                if (json_object_set_new(rec, "n_streams", json_integer(n)) ||
-                    json_object_set_new(rec, "stream", json_integer(i)) ||
-                    json_object_set_new(rec, "source_task",
-                                        json_string(json_string_value(json_object_get(task, "id"))))) {
-                    json_decref(rec);
-                    rec = NULL;
-                }
-                if ((st = add_record(r, rec)) != RP_OK)
-                    break;
-            }
-            for (int i = 0; i < n; i++)
-                json_decref(recs[i]);
-            rp_free(recs);
-            if (st != RP_OK)
-                return st;
-            level_progress(r, id, run);
+                break;
         }
     }
-    return RP_OK;
+    json_decref(spec);
+    return st;
 }
 
 // Runs the restart command and waits for the server; NULL when it is back, else the reason (rp_free it).
@@ -555,6 +652,204 @@ static rp_status scenario_tools(runner *r)
     return RP_OK;
 }
 
+/* ---- interference ------------------------------------------------------------------------ */
+
+#define INTER_STREAMS 4
+#define INTER_STREAM_TOKENS 2048
+#define INTER_AFTER_CHUNKS 32
+#define INTER_PROMPT_TOKENS 4096
+
+// An integer field of the (optional) section, or def.
+static int sec_int(const json_t *sec, const char *key, int def)
+{
+    const json_t *v = json_object_get(sec, key);
+    return json_is_integer(v) ? (int)json_integer_value(v) : def;
+}
+
+// Adds the pauses of one stream (gap_before_s, gap_during_s, gap_after_s) to its record.
+static int set_gaps(json_t *rec, const rp_bench_result *s, double a, double b)
+{
+    double t[3][2] = {{-INFINITY, a}, {a, b}, {b, INFINITY}};
+    static const char *const keys[] = {"gap_before_s", "gap_during_s", "gap_after_s"};
+    int bad = 0;
+    for (int w = 0; w < 3; w++) {
+        double g =
+            isfinite(a) && isfinite(b) ? rp_bench_max_gap(s->chunk_t, (size_t)s->n_chunk_t, t[w][0], t[w][1]) : NAN;
+        bad |= json_object_set_new(rec, keys[w], rp_bench_json_real(g));
+    }
+    return bad;
+}
+
+// One run: the streams and the long prompt sent once the streams have decoded a while.
+static rp_status interference_run(runner *r, const json_t *sec, const json_t *stream_spec, const char *long_body,
+                                  int prefill_chunk, int run)
+{
+    int n = sec_int(sec, "streams", INTER_STREAMS);
+    int after = sec_int(sec, "after_chunks", INTER_AFTER_CHUNKS);
+    rp_status st = RP_OK;
+    char *body = NULL;
+    const char **bodies = rp_calloc((size_t)n + 1, sizeof(*bodies));
+    int *trig = rp_calloc((size_t)n + 1, sizeof(*trig));
+    rp_bench_result *res = rp_calloc((size_t)n + 1, sizeof(*res));
+    json_t **recs = rp_calloc((size_t)n + 1, sizeof(*recs));
+    if (!bodies || !trig || !res || !recs) {
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i <= n; i++)
+        rp_bench_result_init(&res[i]);
+    if ((st = rp_bench_body(&r->ts, stream_spec, r->p->model, r->stdlib, NULL, &body)) != RP_OK)
+        goto fail;
+    for (int i = 0; i < n; i++) {
+        bodies[i] = body;
+        trig[i] = -1;
+    }
+    bodies[n] = long_body;
+    trig[n] = after;
+    json_t *before = server_status(r);
+    st = rp_bench_client_send_ex(r->client, bodies, (size_t)n + 1, trig, res);
+    json_t *after_st = st == RP_OK ? server_status(r) : NULL;
+    if (st != RP_OK) {
+        json_decref(before);
+        goto fail;
+    }
+    // The prefill: from the long prompt's send to its first token.
+    const rp_bench_result *lg = &res[n];
+    double a = lg->t_sent, b = lg->t_first;
+    int chunks = -1;
+    double chunk_s = NAN;
+    if (prefill_chunk > 0 && lg->prompt_tokens > 0 && isfinite(b)) {
+        int64_t run_tokens = lg->prompt_tokens - (lg->cached_tokens > 0 ? lg->cached_tokens : 0);
+        chunks = (int)((run_tokens + prefill_chunk - 1) / prefill_chunk);
+        chunk_s = chunks > 0 ? (b - a) / chunks : NAN;
+    }
+    for (int i = 0; i <= n; i++) {
+        note_fingerprint(r, &res[i]);
+        recs[i] = rp_bench_record_new(&res[i], r->t0, "interference",
+                                      i < n ? "interference-streams" : "interference-prompt", run);
+        int bad = !recs[i];
+        if (!bad && i < n)
+            bad = json_object_set_new(recs[i], "n_streams", json_integer(n)) ||
+                  json_object_set_new(recs[i], "stream", json_integer(i)) || set_gaps(recs[i], &res[i], a, b);
+        else if (!bad)
+            bad = json_object_set_new(recs[i], "sent_after_chunks", json_integer(after)) ||
+                  json_object_set_new(recs[i], "prefill_chunk",
+                                      prefill_chunk > 0 ? json_integer(prefill_chunk) : json_null()) ||
+                  json_object_set_new(recs[i], "chunks", chunks >= 0 ? json_integer(chunks) : json_null()) ||
+                  json_object_set_new(recs[i], "chunk_s", rp_bench_json_real(chunk_s));
+        if (bad) {
+            st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+            json_decref(before);
+            json_decref(after_st);
+            goto fail;
+        }
+    }
+    double gap[3] = {NAN, NAN, NAN};
+    for (int i = 0; i <= n && st == RP_OK; i++) {
+        for (int w = 0; i < n && w < 3; w++) {
+            static const char *const keys[] = {"gap_before_s", "gap_during_s", "gap_after_s"};
+            const json_t *v = json_object_get(recs[i], keys[w]);
+            if (json_is_number(v) && (!isfinite(gap[w]) || json_number_value(v) > gap[w]))
+                gap[w] = json_number_value(v);
+        }
+        st = add_record(r, recs[i]);
+        recs[i] = NULL;
+    }
+    if (st == RP_OK && !r->p->quiet) {
+        if (lg->error)
+            fprintf(stderr, "rapid bench: [interference %d/%d] the long prompt FAILED: %s\n", run + 1, r->p->runs,
+                    lg->error);
+        else
+            fprintf(stderr,
+                    "rapid bench: [interference %d/%d] %d streams; largest pause before %.1f ms, during the prefill "
+                    "%.1f ms, after %.1f ms; prefill of %lld tokens in %.3f s = %d chunks of %d, %.1f ms each "
+                    "(pause during / chunk %.2f)\n",
+                    run + 1, r->p->runs, n, 1e3 * gap[0], 1e3 * gap[1], 1e3 * gap[2], (long long)lg->prompt_tokens,
+                    b - a, chunks, prefill_chunk, 1e3 * chunk_s, gap[1] / chunk_s);
+    }
+    if (st == RP_OK)
+        st = server_note(r, "interference", "interference", run, before, after_st);
+    json_decref(before);
+    json_decref(after_st);
+fail:
+    if (recs)
+        for (int i = 0; i <= n; i++)
+            json_decref(recs[i]);
+    rp_free(recs);
+    if (res)
+        for (int i = 0; i <= n; i++)
+            rp_bench_result_deinit(&res[i]);
+    rp_free(res);
+    rp_free(trig);
+    rp_free(bodies);
+    rp_free(body);
+    return st;
+}
+
+static rp_status scenario_interference(runner *r)
+{
+    const json_t *sec = json_object_get(r->ts.root, "interference"); // optional: defaults
+    const json_t *pre = json_object_get(r->ts.root, "prefill");
+    const json_t *conc = json_object_get(r->ts.root, "concurrency");
+    const char *tid = json_string_value(json_object_get(sec, "task"));
+    if (!tid)
+        tid = json_string_value(json_object_get(conc, "task"));
+    const json_t *task = tid ? rp_bench_taskset_find(&r->ts, tid) : NULL;
+    if (!pre || !task)
+        return RP_ERR(RP_ERR_INVALID,
+                      "%s: the interference scenario needs a \"prefill\" section and a stream task "
+                      "(\"interference\": {\"task\"} or the concurrency task)",
+                      r->ts.path);
+    int prefill_chunk = -1;
+    json_t *st0 = server_status(r);
+    const json_t *pc = json_object_get(json_object_get(st0, "engine"), "prefill_chunk");
+    if (json_is_integer(pc))
+        prefill_chunk = (int)json_integer_value(pc);
+    json_decref(st0);
+    if (prefill_chunk < 0 && !r->p->quiet)
+        fprintf(stderr, "rapid bench: the server has no /v1/status with its prefill chunk: pauses are measured, "
+                        "the chunk's time is not\n");
+    int tokens = sec_int(sec, "prompt_tokens", INTER_PROMPT_TOKENS);
+    const json_t *mt = json_object_get(sec, "max_tokens");
+    if (!mt)
+        mt = json_object_get(pre, "max_tokens");
+    json_t *stream_spec = json_deep_copy(task);
+    if (!stream_spec ||
+        json_object_set_new(stream_spec, "max_tokens",
+                            json_integer(sec_int(sec, "stream_max_tokens", INTER_STREAM_TOKENS))) ||
+        json_object_set_new(stream_spec, "ignore_eos", json_true())) {
+        json_decref(stream_spec);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    double cpt = json_number_value(json_object_get(pre, "chars_per_token"));
+    rp_status st = RP_OK;
+    for (int run = 0; run < r->p->runs && st == RP_OK; run++) {
+        char nonce[17];
+        make_nonce(r->p->seed, run, "interference", nonce);
+        char *filler = NULL, *prompt = NULL, *body = NULL;
+        json_t *spec = NULL;
+        st = prefill_text(r, json_object_get(pre, "sources"), (size_t)((double)tokens * cpt), &filler);
+        if (st == RP_OK) {
+            // The nonce comes first so nothing of it is cached.
+            prompt = rp_bench_fmt("Request %s.\n\n%s\n%s", nonce, filler,
+                                  json_string_value(json_object_get(pre, "question")));
+            spec = prompt ? json_pack("{s:s, s:O, s:b}", "prompt", prompt, "max_tokens", mt, "literal", 1) : NULL;
+            st = spec ? rp_bench_body(&r->ts, spec, r->p->model, r->stdlib, nonce, &body)
+                      : RP_ERR(RP_ERR_NOMEM, "out of memory");
+        }
+        if (st == RP_OK)
+            st = interference_run(r, sec, stream_spec, body, prefill_chunk, run);
+        else if (st != RP_ERR_NOMEM) // no source text: a failed record, the run goes on
+            st = add_record(r, rp_bench_record_failed("interference", "interference-prompt", run, rp_error_message()));
+        rp_free(filler);
+        rp_free(prompt);
+        rp_free(body);
+        json_decref(spec);
+    }
+    json_decref(stream_spec);
+    return st;
+}
+
 static void warm_up(runner *r)
 {
     json_t *spec = json_pack("{s:s, s:i}", "prompt", "Say hello in five words.", "max_tokens", 16);
@@ -616,8 +911,8 @@ rp_status rp_bench_run(const rp_bench_params *p, size_t *n_requests, size_t *n_f
         goto fail;
     warm_up(&r);
     r.t0 = (p->clock ? p->clock : rp_bench_clock_monotonic)(p->clock_ctx);
-    static rp_status (*const run_fn[])(runner *) = {scenario_tasks, scenario_concurrency, scenario_agent,
-                                                    scenario_prefill, scenario_tools};
+    static rp_status (*const run_fn[])(runner *) = {scenario_tasks,   scenario_concurrency, scenario_agent,
+                                                    scenario_prefill, scenario_tools,       scenario_interference};
     for (size_t i = 0; i < N_SCENARIOS; i++) {
         if (!(p->scenarios & (1u << i)))
             continue;
@@ -636,6 +931,7 @@ fail:
     rp_bench_client_destroy(r.client);
     rp_bench_taskset_deinit(&r.ts);
     json_decref(r.doc);
+    json_decref(r.server);
     json_decref(r.records);
     json_decref(r.env);
     rp_free(r.stdlib);

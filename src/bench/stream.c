@@ -247,7 +247,24 @@ void rp_bench_result_deinit(rp_bench_result *r)
     rp_free(r->fingerprint);
     if (r->error != oom_message)
         rp_free(r->error);
+    rp_free(r->chunk_t);
     rp_bench_result_init(r);
+}
+
+// Appends a token chunk's time; without memory the times stop (token_chunks still counts).
+static void keep_chunk_time(rp_bench_result *r, double t)
+{
+    if (r->n_chunk_t != r->token_chunks - 1)
+        return; // a time was lost before: a gap in the list would lie
+    if (r->n_chunk_t == r->chunk_t_cap) {
+        int cap = r->chunk_t_cap ? 2 * r->chunk_t_cap : 64;
+        double *p = rp_realloc(r->chunk_t, (size_t)cap * sizeof(*p));
+        if (!p)
+            return;
+        r->chunk_t = p;
+        r->chunk_t_cap = cap;
+    }
+    r->chunk_t[r->n_chunk_t++] = t;
 }
 
 void rp_bench_result_fail(rp_bench_result *r, const char *fmt, ...)
@@ -583,6 +600,7 @@ static rp_status on_event(void *ctx, const char *data, size_t len)
             r->t_first = t;
         r->t_last = t;
         r->token_chunks++;
+        keep_chunk_time(r, t);
     }
 done:
     json_decref(j);

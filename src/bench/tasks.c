@@ -128,6 +128,11 @@ static rp_status check_sections(rp_bench_taskset *ts)
         const json_t *l;
         json_array_foreach(levels, i, l) if (!is_count(l, 1, 1024)) return bad(
             ts, "concurrency: a level is not an integer in [1, 1024]%s%s", NULL, NULL);
+        if ((st = check_max_tokens(ts, conc, "concurrency", false)) != RP_OK)
+            return st;
+        const json_t *ie = json_object_get(conc, "ignore_eos");
+        if (ie && !json_is_boolean(ie))
+            return bad(ts, "concurrency: \"ignore_eos\" is not true or false%s%s", NULL, NULL);
     }
     const json_t *agent = json_object_get(root, "agent");
     if (agent) {
@@ -163,6 +168,28 @@ static rp_status check_sections(rp_bench_taskset *ts)
             return bad(ts, "prefill: \"question\" is missing%s%s", NULL, NULL);
         if ((st = check_max_tokens(ts, pre, "prefill", true)) != RP_OK)
             return st;
+    }
+    const json_t *inter = json_object_get(root, "interference");
+    if (inter) {
+        const char *task = json_string_value(json_object_get(inter, "task"));
+        if (json_object_get(inter, "task") && (!task || !rp_bench_taskset_find(ts, task)))
+            return bad(ts, "interference: \"task\" must name a task%s%s", NULL, NULL);
+        static const char *const keys[] = {"streams", "stream_max_tokens", "after_chunks", "prompt_tokens"};
+        static const int lo[] = {1, 16, 0, 16}, hi[] = {64, 1 << 20, 1 << 20, 1 << 22};
+        for (int i = 0; i < 4; i++) {
+            const json_t *v = json_object_get(inter, keys[i]);
+            if (v && !is_count(v, lo[i], hi[i]))
+                return bad(ts, "interference: \"%s\" must be an integer in [%s]", keys[i],
+                           i == 0   ? "1, 64"
+                           : i == 1 ? "16, 1048576"
+                           : i == 2 ? "0, 1048576"
+                                    : "16, 4194304");
+        }
+        if ((st = check_max_tokens(ts, inter, "interference", false)) != RP_OK)
+            return st;
+        if (!json_object_get(root, "prefill"))
+            return bad(ts, "interference: needs the \"prefill\" section (its sources make the long prompt)%s%s", NULL,
+                       NULL);
     }
     const json_t *tools = json_object_get(root, "tools_scenario");
     if (tools) {
@@ -500,6 +527,9 @@ rp_status rp_bench_body(const rp_bench_taskset *ts, const json_t *spec, const ch
                      "stream_options", "include_usage", 1, "temperature", 0.0, "max_tokens", max_tokens,
                      "chat_template_kwargs", "enable_thinking", thinking);
     if (!body)
+        goto oom;
+    // End-of-generation tokens do not stop the reply (Rapid and vLLM read this; others ignore it).
+    if (json_is_true(json_object_get(spec, "ignore_eos")) && json_object_set_new(body, "ignore_eos", json_true()))
         goto oom;
     const json_t *names = json_object_get(spec, "tools");
     if (json_array_size(names)) {

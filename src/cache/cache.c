@@ -340,6 +340,56 @@ rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_b
     return st;
 }
 
+int rp_cache_prefetch(rp_cache *c, const int32_t *toks, int max_reads)
+{
+    int n = c->l_n, reads = 0, left = 0;
+    bool stopped = false;
+    // Hold the prefix's memory blocks (and each block read) while reading: a
+    // read takes a free block, which must not be one of them.
+    for (int i = 0; i < n; i++)
+        if (c->l_where[i] != WHERE_DISK)
+            rp_kv_block_ref(c->pool, c->l_block[i]);
+    for (int i = 0; i < n; i++) {
+        if (c->l_where[i] != WHERE_DISK)
+            continue;
+        if (stopped || reads == max_reads) {
+            left += !stopped;
+            continue;
+        }
+        rp_cache_key parent = i ? c->l_key[i - 1] : (rp_cache_key){0, 0};
+        const int32_t *t = toks + (size_t)i * c->bs;
+        int32_t b;
+        if (rp_kv_block_alloc(c->pool, &b) != RP_OK) {
+            stopped = true;
+            continue;
+        }
+        if (!rp_cache_disk_load(c, c->l_key[i], parent, t, b)) {
+            rp_kv_block_unref(c->pool, b);
+            stopped = true;
+            continue;
+        }
+        if (m_find(c, c->l_key[i]) >= 0) { // the key names another block in memory (a collision)
+            rp_kv_block_unref(c->pool, b);
+            stopped = true;
+            continue;
+        }
+        m_insert(c, c->l_key[i], parent, t, b);
+        c->l_where[i] = WHERE_IDLE;
+        c->l_block[i] = b; // held by the alloc until the end
+        c->st.disk_hit_blocks++;
+        reads++;
+    }
+    // Let go, the prefix's first block last: it is the most recent, the pool reuses it last.
+    for (int i = n - 1; i >= 0; i--)
+        if (c->l_where[i] != WHERE_DISK) {
+            c->m_use[c->l_block[i]] = c->clock + (uint64_t)(n - i);
+            rp_kv_block_unref(c->pool, c->l_block[i]);
+        }
+    c->clock += (uint64_t)n;
+    c->l_n = 0;
+    return stopped ? 0 : left;
+}
+
 void rp_cache_publish(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int n_blocks)
 {
     if (n_blocks > s->n_blocks)

@@ -96,6 +96,16 @@ void rp_cache_lookup(rp_cache *c, const int32_t *toks, int max_blocks, rp_cache_
 // when no block is free. Counts hits and misses for the stats. Errors (s
 // unchanged, *n_blocks 0): RP_ERR_NOMEM (the block table), RP_ERR_DEVICE.
 rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_blocks);
+// Reads up to max_reads of the disk blocks found by the last rp_cache_lookup
+// (of the same toks, nothing taken or published in between), in order, into
+// free blocks that join the memory cache as idle cached blocks (most recently
+// used, so the pool reuses them last); nobody holds them. Used to spread a long
+// prefix's reads over several steps while other requests run. Returns the
+// disk blocks of the lookup left unread (0: a new lookup finds the prefix in
+// memory). A read that fails (file gone or bad: deleted) or no free block ends
+// the reading: the prefix then ends there, and 0 is returned. The lookup is
+// used up (rp_cache_take needs a new one).
+int rp_cache_prefetch(rp_cache *c, const int32_t *toks, int max_reads);
 // Offers s's first n_blocks whole blocks (their tokens toks[0, n_blocks *
 // block_size), all with final KV) to the cache; blocks whose key is already
 // cached are left as they are. The sequence keeps its references.

@@ -5,8 +5,14 @@
  * Writes never run on the engine thread: it only copies an evicted block
  * into a free staging buffer (rp_kv_block_read, a memcpy on the CPU) and
  * queues it; when every buffer is busy the block is dropped (counted), so a
- * burst of evictions cannot stall a step. The writer thread writes each file
- * to a temp name, fsyncs and renames it (rp_file_writer), then indexes it.
+ * burst of evictions cannot stall a step. The writer thread takes the queued
+ * blocks in batches (up to WRITE_BATCH): it writes each to its temp name, makes
+ * them all durable with one syncfs of the folder's file system (one journal
+ * commit and cache flush for the batch instead of one per file; fsync of each
+ * where syncfs fails), renames them into place (rp_file_writer_publish),
+ * fsyncs the folder once so the renames last too, then indexes them. A file is
+ * still never renamed before its bytes are on disk: a crash leaves whole files
+ * and temp files, never a partial file under a block's name.
  * Before a write it removes least recently used files until the new one fits
  * the budget. Reads run on the engine thread when a request takes a disk
  * block: the file is opened, its header and tokens checked against the
@@ -33,10 +39,11 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#define DIR_MAX 3000     // longest folder name accepted (file paths are built in fixed buffers)
+#define DIR_MAX 3000 // longest folder name accepted (file paths are built in fixed buffers)
 #define PATH_BUF 4096
-#define SLOTS_MAX 4096   // most staging buffers
+#define SLOTS_MAX 4096 // most staging buffers
 #define STAGE_BYTES_DEFAULT ((size_t)64 << 20)
+#define WRITE_BATCH 64 // most files made durable by one sync
 
 uint64_t rp_cache_now_ns(void)
 {
@@ -360,8 +367,18 @@ static rp_status index_dir(rp_cache *c)
 /* ---- the writer thread -------------------------------------------------------- */
 
 // Writes one staged block to its file. The fault hook may end the process here.
-static bool write_block(rp_cache *c, const stage_slot *s)
+// One file of a write batch.
+typedef struct batch_item {
+    stage_slot *s;
+    uint64_t size; // bytes held in disk_bytes for it while it is written
+    rp_file_writer w;
+    bool ok;
+} batch_item;
+
+// Writes block s to its temp file (open in b->w afterwards, not yet synced).
+static bool write_block(rp_cache *c, batch_item *b)
 {
+    const stage_slot *s = b->s;
     char path[PATH_BUF];
     block_path(c, s->key, path);
     block_header h;
@@ -380,24 +397,47 @@ static bool write_block(rp_cache *c, const stage_slot *s)
     h.payload_bytes = c->block_bytes;
     h.payload_sum = XXH3_64bits(s->data, c->block_bytes);
     h.header_sum = header_sum(&h, s->toks, c->bs);
-    rp_file_writer w;
-    if (rp_file_writer_open(&w, path))
+    rp_file_writer *w = &b->w;
+    if (rp_file_writer_open(w, path))
         return false;
-    rp_file_writer_write(&w, &h, sizeof(h));
-    rp_file_writer_write(&w, s->toks, (size_t)c->bs * sizeof(int32_t));
-    bool fault = c->fault && ++c->n_writes == (uint64_t)c->fault_at;
-    if (fault && c->fault == FAULT_MID_WRITE) {
-        rp_file_writer_write(&w, s->data, c->block_bytes / 2);
+    rp_file_writer_write(w, &h, sizeof(h));
+    rp_file_writer_write(w, s->toks, (size_t)c->bs * sizeof(int32_t));
+    if (c->fault == FAULT_MID_WRITE && ++c->n_writes == (uint64_t)c->fault_at) {
+        rp_file_writer_write(w, s->data, c->block_bytes / 2);
         _exit(RP_CACHE_FAULT_EXIT);
     }
-    rp_file_writer_write(&w, s->data, c->block_bytes);
-    if (fault && c->fault == FAULT_BEFORE_RENAME)
-        _exit(RP_CACHE_FAULT_EXIT);
+    rp_file_writer_write(w, s->data, c->block_bytes);
     struct timespec t[2];
     t[0].tv_sec = t[1].tv_sec = (time_t)(s->use / 1000000000u);
     t[0].tv_nsec = t[1].tv_nsec = (long)(s->use % 1000000000u);
-    futimens(w.fd, t); // its recency, for the index of the next start
-    return rp_file_writer_commit(&w) == RP_OK;
+    futimens(w->fd, t); // its recency, for the index of the next start
+    return w->st == RP_OK;
+}
+
+// Writes the batch's files, syncs them together, renames them into place.
+static void write_batch(rp_cache *c, batch_item *b, int n)
+{
+    for (int i = 0; i < n; i++)
+        b[i].ok = write_block(c, &b[i]);
+    // One sync for the batch; where the file system cannot (or it fails), each file alone.
+    int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    bool synced = dfd >= 0 && syncfs(dfd) == 0;
+    for (int i = 0; i < n; i++) {
+        if (!b[i].ok) {
+            if (b[i].w.path) // opened, then failed: remove the temp file
+                rp_file_writer_abort(&b[i].w);
+            continue;
+        }
+        if (!synced && fsync(b[i].w.fd) != 0)
+            b[i].w.st = RP_ERR(RP_ERR_IO, "%s: cannot sync: %s", b[i].w.path, strerror(errno));
+        if (c->fault == FAULT_BEFORE_RENAME && ++c->n_writes == (uint64_t)c->fault_at)
+            _exit(RP_CACHE_FAULT_EXIT);
+        b[i].ok = rp_file_writer_publish(&b[i].w) == RP_OK;
+    }
+    if (dfd >= 0) {
+        fsync(dfd); // the renames: without this a crash may lose them (the next start then deletes the temps)
+        close(dfd);
+    }
 }
 
 static void slot_free(rp_cache *c, stage_slot *s)
@@ -410,49 +450,62 @@ static void *writer_main(void *arg)
 {
     rp_cache *c = arg;
     bool warned = false;
+    batch_item batch[WRITE_BATCH];
     pthread_mutex_lock(&c->dmu);
     for (;;) {
         while (c->q_len == 0 && !c->stopping)
             pthread_cond_wait(&c->dcv, &c->dmu);
         if (c->q_len == 0)
             break; // stopping, nothing left
-        stage_slot *s = &c->slots[c->q[c->q_head]];
-        c->q_head = (c->q_head + 1) % c->n_slots;
-        c->q_len--;
-        if (c->stopping && rp_time_s() > c->deadline) { // out of time: drop what is left
-            c->st.disk_write_drops++;
-            slot_free(c, s);
-            continue;
-        }
-        int32_t e = d_find(c, s->key);
-        uint64_t size = file_bytes(c);
-        if (e >= 0 || !d_reserve(c) || !d_make_room(c, size, s->use)) {
-            if (e >= 0 && c->ents[e].last_use < s->use)
-                c->ents[e].last_use = s->use;
-            else if (e < 0)
+        int n = 0;
+        while (c->q_len > 0 && n < WRITE_BATCH) {
+            stage_slot *s = &c->slots[c->q[c->q_head]];
+            c->q_head = (c->q_head + 1) % c->n_slots;
+            c->q_len--;
+            if (c->stopping && rp_time_s() > c->deadline) { // out of time: drop what is left
                 c->st.disk_write_drops++;
-            slot_free(c, s);
-            continue;
-        }
-        c->disk_bytes += size; // held for this file while it is written
-        s->state = SLOT_WRITING;
-        pthread_mutex_unlock(&c->dmu);
-        bool ok = write_block(c, s);
-        pthread_mutex_lock(&c->dmu);
-        if (ok && d_find(c, s->key) < 0 && d_reserve(c)) {
-            d_insert(c, s->key, s->parent, s->toks, s->use);
-            c->st.disk_writes++;
-        } else {
-            c->disk_bytes -= size;
-            if (!ok) {
-                c->st.disk_write_drops++;
-                if (!warned)
-                    RP_LOGW("prefix cache: cannot write a block to %s: %s (further errors not shown)", c->dir,
-                            rp_error_message());
-                warned = true;
+                slot_free(c, s);
+                continue;
             }
+            int32_t e = d_find(c, s->key);
+            bool twice = false; // the same block staged again while its first copy waits in this batch
+            for (int i = 0; i < n && !twice; i++)
+                twice = key_eq(batch[i].s->key, s->key);
+            uint64_t size = file_bytes(c);
+            if (e >= 0 || twice || !d_reserve(c) || !d_make_room(c, size, s->use)) {
+                if (e >= 0 && c->ents[e].last_use < s->use)
+                    c->ents[e].last_use = s->use;
+                else if (e < 0 && !twice)
+                    c->st.disk_write_drops++;
+                slot_free(c, s);
+                continue;
+            }
+            c->disk_bytes += size; // held for this file while it is written
+            s->state = SLOT_WRITING;
+            batch[n++] = (batch_item){.s = s, .size = size};
         }
-        slot_free(c, s);
+        if (n == 0)
+            continue;
+        pthread_mutex_unlock(&c->dmu);
+        write_batch(c, batch, n);
+        pthread_mutex_lock(&c->dmu);
+        for (int i = 0; i < n; i++) {
+            stage_slot *s = batch[i].s;
+            if (batch[i].ok && d_find(c, s->key) < 0 && d_reserve(c)) {
+                d_insert(c, s->key, s->parent, s->toks, s->use);
+                c->st.disk_writes++;
+            } else {
+                c->disk_bytes -= batch[i].size;
+                if (!batch[i].ok) {
+                    c->st.disk_write_drops++;
+                    if (!warned)
+                        RP_LOGW("prefix cache: cannot write a block to %s: %s (further errors not shown)", c->dir,
+                                rp_error_message());
+                    warned = true;
+                }
+            }
+            slot_free(c, s);
+        }
     }
     pthread_mutex_unlock(&c->dmu);
     return NULL;

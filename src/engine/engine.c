@@ -27,8 +27,11 @@
  *     recomputed logits, and the output, are what they would have been.
  *   - Prefix cache (src/cache/): admission looks the request's tokens up and
  *     adopts the cached leading blocks (attach_prefix), retirement and
- *     preemption publish the whole computed blocks (publish_prefix). These two
- *     hooks are all the scheduler knows of it; the pool's free blocks include
+ *     preemption publish the whole computed blocks (publish_prefix). While
+ *     others run, a prefix with many blocks on disk is first read into the
+ *     memory cache DISK_READS_PER_STEP blocks per step (rp_cache_prefetch), the
+ *     request waiting at the head of the queue, so the reads never stall the
+ *     running streams for long. These hooks are all the scheduler knows of it; the pool's free blocks include
  *     cached blocks nobody holds, which the pool reuses least recent first.
  *   - JSON mode: the grammar's token table (rp_json_vocab) is built once, by
  *     the first JSON request's submit; each JSON request gets a matcher at
@@ -57,11 +60,13 @@
 #define DEFAULT_BLOCK 16
 #define DEFAULT_MAX_RUNNING 16
 #define DEFAULT_MAX_QUEUE 64
-#define DEFAULT_KV_MIN 4096 // tokens
-#define MARGIN_DIV 8        // the admission margin is at most this fraction of the pool
-#define PARAM_MAX (1 << 24) // sanity bound on every size parameter
-#define OUTBOX_MIN 16       // tokens an outbox holds at first
-#define TOKS_SLACK 64       // room for generated tokens in the token list at first
+#define DEFAULT_KV_MIN 4096    // tokens
+#define MARGIN_DIV 8           // the admission margin is at most this fraction of the pool
+#define PARAM_MAX (1 << 24)    // sanity bound on every size parameter
+#define OUTBOX_MIN 16          // tokens an outbox holds at first
+#define TOKS_SLACK 64          // room for generated tokens in the token list at first
+#define DISK_READS_PER_STEP 16 // prefix-cache blocks read from disk per step while others run
+#define DISK_STEPS_MAX 256     // then (the pool keeps evicting what was read) the rest is read at once
 
 void rp_engine_params_default(rp_engine_params *p)
 {
@@ -267,6 +272,14 @@ static void admit(rp_engine *e)
         rp_cache_match cm = {0};
         if (e->cache)
             rp_cache_lookup(e->cache, g->toks, g->n_tok / e->block, &cm);
+        if (cm.n_disk > DISK_READS_PER_STEP && e->n_running > 0 && g->disk_steps < DISK_STEPS_MAX) {
+            // Others are decoding: read this prefix from disk a few blocks per step (into
+            // the memory cache) rather than stall them for all of it; admit it once the
+            // rest fits in one step's reads. It keeps its place at the head of the queue.
+            rp_cache_prefetch(e->cache, g->toks, DISK_READS_PER_STEP);
+            g->disk_steps++;
+            break;
+        }
         bool cow = cm.n_blocks > 0 && (e->has_mtp || cm.n_blocks * e->block == g->n_tok);
         int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
@@ -333,16 +346,29 @@ static void reserve_decodes(rp_engine *e)
 
 /* ---- the step (engine thread, e->mu not held) ----------------------------- */
 
+// The work of prefilling positions [p0, p0 + n) (see rp_engine.attn_eq).
+static double prefill_work(const rp_engine *e, int p0, int n)
+{
+    return n + ((double)n * p0 + (double)n * (n - 1) / 2) / e->attn_eq;
+}
+
 // Fills the batch: one decode token per decoding request, each followed by its
 // drafts (spec_draft), then prefill chunks in admission order, up to max_batch
-// tokens. Requests keeping MTP want the hidden row of every token they feed.
+// tokens and prefill_chunk prompt tokens. While requests decode, the chunks
+// also keep within chunk_work, so a chunk deep into a long prompt (whose
+// attention reads thousands of positions per token) holds the decoding
+// streams up no longer than the first chunk of a prompt does. Requests keeping
+// MTP want the hidden row of every token they feed.
 static void build_batch(rp_engine *e)
 {
     e->n_b = e->n_b_seqs = e->n_b_rows = e->n_b_prefill = 0;
     e->spec.need_hidden = false;
     int n_out = 0;                     // rows of the forward's output (logits or hidden)
     int chunk_left = e->prefill_chunk; // prefill tokens this step may still take
-    for (int pass = 0; pass < 2; pass++)
+    double work_left = e->chunk_work;  // and their work, when others decode
+    bool decoding = false;             // the batch has decode tokens (pass 0 put them in)
+    for (int pass = 0; pass < 2; pass++) {
+        decoding = pass == 1 && e->n_b > 0;
         for (rp_gen *g = e->r_head; g && e->n_b < e->max_batch && (pass == 0 || chunk_left > 0); g = g->next) {
             int left = g->n_tok - g->n_comp;
             if ((pass == 0) != (left == 1))
@@ -351,6 +377,20 @@ static void build_batch(rp_engine *e)
             if (pass == 1 && room > chunk_left)
                 room = chunk_left;
             int take = left < room ? left : room;
+            if (pass == 1 && decoding) { // decode tokens ride in this step: bound the work
+                if (work_left <= 0)
+                    break;
+                int lo = 1, hi = take; // the most tokens within the work left (at least one)
+                while (lo < hi) {
+                    int mid = lo + (hi - lo + 1) / 2;
+                    if (prefill_work(e, g->n_comp, mid) <= work_left)
+                        lo = mid;
+                    else
+                        hi = mid - 1;
+                }
+                take = lo;
+                work_left -= prefill_work(e, g->n_comp, take);
+            }
             if (pass == 1)
                 chunk_left -= take;
             int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
@@ -381,6 +421,7 @@ static void build_batch(rp_engine *e)
                 e->n_b++;
             }
         }
+    }
 }
 
 void engine_logprobs(rp_engine *e, rp_gen *g, const float *row, rp_gen_token *t)
@@ -501,6 +542,30 @@ static bool outbox_push(rp_gen *g, const rp_gen_token *t)
     return true;
 }
 
+int rp_engine_batch_bucket(int n_tokens)
+{
+    int b = 0;
+    while (b < RP_ENGINE_BATCH_BUCKETS - 1 && (1 << b) < n_tokens)
+        b++;
+    return b;
+}
+
+// The step's times into the stats: t_step from the turn's start to now.
+static void count_step(rp_engine *e, double t_step)
+{
+    rp_engine_stats *s = &e->stats;
+    double f = e->spec.t_fwd;
+    s->step_s += t_step;
+    s->step_max_s = t_step > s->step_max_s ? t_step : s->step_max_s;
+    s->forward_s += f;
+    int b = rp_engine_batch_bucket(e->n_b > 0 ? e->n_b : 1);
+    if (s->forward_steps[b] == 0 || f < s->forward_min_s[b])
+        s->forward_min_s[b] = f;
+    s->forward_steps[b]++;
+    s->forward_tokens[b] += (uint64_t)e->n_b;
+    s->forward_bucket_s[b] += f;
+}
+
 // Hands the step's tokens to the readers and retires the requests that ended.
 // A request cancelled meanwhile gets nothing more.
 static void publish(rp_engine *e)
@@ -540,6 +605,7 @@ static void *engine_main(void *arg)
     rp_engine *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        double t_turn = rp_time_s();
         sweep(e);
         if (e->stop)
             break;
@@ -557,6 +623,7 @@ static void *engine_main(void *arg)
         run_step(e);
         pthread_mutex_lock(&e->mu);
         publish(e);
+        count_step(e, rp_time_s() - t_turn);
     }
     while (e->r_head)
         finish(e, e->r_head, RP_GEN_CANCELLED, NULL);
@@ -654,7 +721,15 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->n_ctx = p->n_ctx > 0 && p->n_ctx < cfg->max_ctx ? p->n_ctx : cfg->max_ctx;
     e->block = p->kv_block ? p->kv_block : DEFAULT_BLOCK;
     e->has_mtp = rp_model_has_mtp(m);
-    e->prefill_chunk = p->prefill_chunk ? p->prefill_chunk : e->max_batch;
+    e->prefill_chunk = p->prefill_chunk && p->prefill_chunk < e->max_batch ? p->prefill_chunk : e->max_batch;
+    // Multiply-adds per prompt token: the layers' weights (no logits: prompt tokens
+    // want none), against attention's per position of context (q·k and p·v per head).
+    double w_mac =
+        (double)cfg->n_layer * ((double)cfg->dim * (cfg->n_head + 2.0 * cfg->n_kv_head) * cfg->head_dim +
+                                (double)cfg->n_head * cfg->head_dim * cfg->dim + 3.0 * cfg->dim * cfg->ffn_dim);
+    double a_mac = 2.0 * cfg->n_layer * cfg->n_head * cfg->head_dim;
+    e->attn_eq = a_mac > 0 && w_mac > 0 ? w_mac / a_mac : 1e30;
+    e->chunk_work = prefill_work(e, 0, e->prefill_chunk);
     if ((st = plan_kv(m, p, e->n_ctx, e->block, &e->n_blocks))) {
         rp_free(e);
         return st;
@@ -757,6 +832,8 @@ void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
     out->kv_block_tokens = e->block;
     out->kv_bytes = e->kv ? (uint64_t)e->n_blocks * rp_kv_pool_block_bytes(e->kv) : 0;
     out->n_ctx = e->n_ctx;
+    out->prefill_chunk = e->prefill_chunk;
+    out->max_batch = e->max_batch;
     out->prefix_cache = e->cache != NULL;
     memset(&out->cache, 0, sizeof(out->cache));
     if (e->cache)

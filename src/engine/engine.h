@@ -8,8 +8,10 @@
  *   1. admits queued requests while the running set has room and the KV pool
  *      has blocks for their prompt (first come, first served),
  *   2. builds one flattened batch: one decode token of each running request,
- *      then prefill chunks of the admitted prompts in admission order, the
- *      whole batch at most the model's max_batch tokens (rp_model_max_batch),
+ *      then prefill chunks of the admitted prompts in admission order (at most
+ *      prefill_chunk prompt tokens, and while requests decode at most the work
+ *      of prefill_chunk tokens at the start of a prompt), the whole batch at
+ *      most the model's max_batch tokens (rp_model_max_batch),
  *   3. runs rp_model_forward, samples each request's next token with its own
  *      sampler (and, for JSON mode, its grammar mask),
  *   4. appends the tokens to the requests' outboxes and wakes their readers,
@@ -55,7 +57,10 @@
  * Prefix cache (src/cache/cache.h; on unless no_prefix_cache): at admission
  * the request's tokens are looked up block by block and every leading whole
  * block found (in memory, or on disk with cache_dir) joins its block table;
- * only the rest is prefilled. The last token is always run (its logits are
+ * only the rest is prefilled. While other requests run, a prefix with more
+ * than a few blocks on disk is read a few blocks per step (into the memory
+ * cache) before the request is admitted, so reading it never stalls their
+ * steps for long. The last token is always run (its logits are
  * needed): when the whole list is cached, or when the model has an MTP layer
  * (whose KV at the last cached position depends on the token after it, and
  * whose input there, the main model's hidden row, is not cached), the last
@@ -116,7 +121,9 @@ typedef struct rp_engine_params {
     int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
     uint64_t kv_memory;      // KV pool size in bytes, when kv_tokens is 0 (rounded down to whole blocks)
     int prefill_chunk;       // most prompt tokens run per step over all requests (decode tokens come on top,
-                             // within max_batch); 0 = the model's max_batch
+                             // within max_batch); 0 = the model's max_batch. While requests decode, a
+                             // step's prompt tokens also cost at most what prefill_chunk tokens from
+                             // position 0 do (a token's attention grows with its position)
     bool no_prefix_cache;    // no prefix cache at all (then no disk tier either)
     const char *cache_dir;   // the prefix cache's disk tier: blocks go to cache_dir/<fingerprint>/ (made if
                              // missing); NULL or "": memory only. Copied at create.
@@ -237,6 +244,11 @@ typedef struct rp_gen_stats {
 
 void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out);
 
+#define RP_ENGINE_BATCH_BUCKETS 12 // forward-time buckets by batch tokens: 1, 2, 3-4, 5-8, ..., 513-1024, more
+
+// The bucket of a forward pass of n tokens (n >= 1): 0 for 1, i for 2^(i-1) < n <= 2^i.
+int rp_engine_batch_bucket(int n_tokens);
+
 typedef struct rp_engine_stats {
     int queued, running;        // requests waiting / generating now
     int kv_blocks, kv_blocks_used; // used: held by requests (cached blocks nobody holds count as free)
@@ -249,6 +261,21 @@ typedef struct rp_engine_stats {
     uint64_t requests_done;     // retired, any reason
     uint64_t requests_cancelled;
     uint64_t preemptions;       // requests sent back to the queue for want of KV blocks
+    int prefill_chunk;          // most prompt tokens run per step (the effective value)
+    int max_batch;              // most tokens in one forward pass
+    // Time, in seconds, measured on the engine thread. A step is one turn of the
+    // loop that ran a forward: scheduling, drafting, the forward, sampling and
+    // publishing; its forward pass alone is counted apart, by the batch's tokens
+    // (bucket 0: 1 token, bucket i >= 1: 2^(i-1) + 1 .. 2^i tokens, the last
+    // bucket everything above), so per-step overheads and how a step's cost
+    // grows with its batch can be read off.
+    double step_s;              // all steps
+    double step_max_s;          // the longest step
+    double forward_s;           // of the steps, in forward passes
+    uint64_t forward_steps[RP_ENGINE_BATCH_BUCKETS];   // forward passes per bucket
+    uint64_t forward_tokens[RP_ENGINE_BATCH_BUCKETS];  // tokens they ran
+    double forward_bucket_s[RP_ENGINE_BATCH_BUCKETS];  // their time
+    double forward_min_s[RP_ENGINE_BATCH_BUCKETS];     // the fastest (0 when none)
     bool prefix_cache;          // the prefix cache is on
     uint64_t cache_hit_tokens;  // tokens not run at admissions thanks to the cache (readmissions too)
     uint64_t cache_miss_tokens; // tokens left to run at admissions

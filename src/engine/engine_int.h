@@ -114,6 +114,7 @@ struct rp_gen {
     int toks_cap, n_tok, n_comp;
     int n_gen;          // tokens sampled (a final end-of-generation one included)
     int take;           // tokens fed this step (drafts included)
+    int disk_steps;     // admission steps spent reading its prefix from disk (rp_cache_prefetch)
     rp_sampler *smp;    // from the first admission to retirement
     rp_json_match *jm;  // JSON mode: the same
     rp_kv_seq kv;       // KV blocks (changed under e->mu: others read the pool's count)
@@ -142,6 +143,11 @@ struct rp_engine {
     const rp_tokenizer *tok;
     const rp_model_config *cfg;
     int n_ctx, n_vocab, max_batch, max_running, max_queue, block, n_blocks, prefill_chunk;
+    // Prefill work, while others decode: a prompt token at position p costs
+    // 1 + p / attn_eq tokens' worth (its attention grows with p; attn_eq is the
+    // position where attention's multiply-adds equal the weights'), and a step
+    // takes at most chunk_work of it: what prefill_chunk tokens from position 0 cost.
+    double attn_eq, chunk_work;
     int max_rows; // logits rows of one step: max_running + spec.budget
     bool has_mtp;
     rp_kv_pool *kv;

@@ -64,11 +64,6 @@
 #define MAX_TOKENS_LIMIT ((long long)1 << 30)
 #define PING_INTERVAL_S 5.0 // a ping after this long without any frame
 
-static bool oom(rp_api_error *e)
-{
-    return rp_api_fail(e, 500, NULL, NULL, "out of memory");
-}
-
 /* ---- reading requests -------------------------------------------------------- */
 
 // The block's type string, or NULL after filling e.
@@ -147,16 +142,24 @@ static bool text_value(const json_t *v, const char *path, rp_buf *out, rp_api_er
     return true;
 }
 
-static bool append_msg(json_t *out, json_t *m, rp_api_error *e)
-{
-    if (!m || json_array_append_new(out, m))
-        return oom(e);
-    return true;
-}
-
 static json_t *text_msg(const char *role, const rp_buf *text)
 {
     return json_pack("{s:s,s:s%}", "role", role, "content", text->data ? text->data : "", text->len);
+}
+
+// A text value (text_value) as a {"role": "system"} message; an empty one is
+// dropped unless keep_empty.
+static bool system_msg(const json_t *v, const char *path, bool keep_empty, json_t *out, rp_api_error *e)
+{
+    rp_buf t;
+    rp_buf_init(&t);
+    bool ok = text_value(v, path, &t, e);
+    if (ok && t.failed)
+        ok = rp_api_oom(e);
+    if (ok && (t.len || keep_empty))
+        ok = rp_api_append_new(out, text_msg("system", &t), e);
+    rp_buf_deinit(&t);
+    return ok;
 }
 
 // A tool_result block -> {"role": "tool", "tool_call_id", "content"}.
@@ -177,12 +180,12 @@ static bool tool_result(const json_t *blk, const char *path, json_t *out, rp_api
     snprintf(p, sizeof(p), "%s.content", path);
     bool ok = (!c || json_is_null(c) || text_value(c, p, &t, e));
     if (ok && t.failed)
-        ok = oom(e);
+        ok = rp_api_oom(e);
     if (ok)
-        ok = append_msg(out,
-                        json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id", json_string_value(id), "content",
-                                  t.data ? t.data : "", t.len),
-                        e);
+        ok = rp_api_append_new(out,
+                               json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id", json_string_value(id),
+                                         "content", t.data ? t.data : "", t.len),
+                               e);
     rp_buf_deinit(&t);
     return ok;
 }
@@ -209,7 +212,7 @@ static bool user_blocks(const json_t *blocks, const char *path, json_t *out, rp_
                 goto done;
             have_text = true;
         } else if (strcmp(type, "tool_result") == 0) {
-            if (have_text && !append_msg(out, text_msg("user", &text), e))
+            if (have_text && !rp_api_append_new(out, text_msg("user", &text), e))
                 goto done;
             rp_buf_reset(&text);
             have_text = false;
@@ -223,10 +226,10 @@ static bool user_blocks(const json_t *blocks, const char *path, json_t *out, rp_
         }
     }
     if (text.failed) {
-        oom(e);
+        rp_api_oom(e);
         goto done;
     }
-    if (have_text && !append_msg(out, text_msg("user", &text), e))
+    if (have_text && !rp_api_append_new(out, text_msg("user", &text), e))
         goto done;
     ok = true;
 done:
@@ -279,14 +282,14 @@ static bool assistant_blocks(const json_t *blocks, const char *path, json_t *out
                 goto done;
             }
             if (!calls && !(calls = json_array())) {
-                oom(e);
+                rp_api_oom(e);
                 goto done;
             }
             json_t *args = input && !json_is_null(input) ? json_deep_copy(input) : json_object();
             json_t *call = json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", json_string_value(id), "type", "function",
                                      "function", "name", json_string_value(name), "arguments", args);
             if (!call || json_array_append_new(calls, call)) {
-                oom(e);
+                rp_api_oom(e);
                 goto done;
             }
         } else {
@@ -295,7 +298,7 @@ static bool assistant_blocks(const json_t *blocks, const char *path, json_t *out
         }
     }
     if (text.failed || think.failed || !(msg = text_msg("assistant", &text))) {
-        oom(e);
+        rp_api_oom(e);
         goto done;
     }
     if (think.len)
@@ -304,7 +307,7 @@ static bool assistant_blocks(const json_t *blocks, const char *path, json_t *out
         json_object_set_new(msg, "tool_calls", calls);
         calls = NULL;
     }
-    ok = append_msg(out, msg, e);
+    ok = rp_api_append_new(out, msg, e);
 done:
     json_decref(calls);
     rp_buf_deinit(&text);
@@ -325,7 +328,7 @@ static bool read_prefill(const json_t *msgs, rp_api_req *q, rp_api_error *e)
     const char *t = json_string_value(json_object_get(last, "content"));
     size_t len = t ? strlen(t) : 0;
     if (len == 0)
-        return json_array_remove(q->messages, k - 1) == 0 ? true : oom(e);
+        return json_array_remove(q->messages, k - 1) == 0 ? true : rp_api_oom(e);
     char c = t[len - 1];
     if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
         char p[64];
@@ -348,21 +351,11 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
         return rp_api_fail(e, 400, "messages", NULL, "messages: at least one message is required");
     json_t *out = json_array();
     if (!out)
-        return oom(e);
+        return rp_api_oom(e);
     q->messages = out;
     const json_t *sys = json_object_get(b, "system");
-    if (sys && !json_is_null(sys)) {
-        rp_buf t;
-        rp_buf_init(&t);
-        bool ok = text_value(sys, "system", &t, e);
-        if (ok && t.failed)
-            ok = oom(e);
-        if (ok && t.len)
-            ok = append_msg(out, text_msg("system", &t), e);
-        rp_buf_deinit(&t);
-        if (!ok)
-            return false;
-    }
+    if (sys && !json_is_null(sys) && !system_msg(sys, "system", false, out, e))
+        return false;
     size_t i;
     const json_t *m;
     json_array_foreach(msgs, i, m) {
@@ -383,7 +376,7 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
             return rp_api_fail(e, 400, pc, NULL, "%s: field required", pc);
         if (json_is_string(c)) {
             json_t *nm = json_pack("{s:s,s:O}", "role", role, "content", c);
-            if (!append_msg(out, nm, e))
+            if (!rp_api_append_new(out, nm, e))
                 return false;
             continue;
         }
@@ -392,15 +385,7 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
         if (json_array_size(c) == 0 && !asst)
             return rp_api_fail(e, 400, pc, NULL, "%s: at least one content block is required", pc);
         if (sysr) {
-            rp_buf t;
-            rp_buf_init(&t);
-            bool ok = text_value(c, pc, &t, e);
-            if (ok && t.failed)
-                ok = oom(e);
-            if (ok)
-                ok = append_msg(out, text_msg("system", &t), e);
-            rp_buf_deinit(&t);
-            if (!ok)
+            if (!system_msg(c, pc, true, out, e))
                 return false;
         } else if (!(user ? user_blocks(c, pc, out, e) : assistant_blocks(c, pc, out, e))) {
             return false;
@@ -421,24 +406,17 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
         return true;
     if (!json_is_array(tools))
         return rp_api_fail(e, 400, "tools", NULL, "tools: expected an array");
-    json_t *out = json_array();
-    if (!out)
-        return oom(e);
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {
         char p[48];
         snprintf(p, sizeof(p), "tools.%zu", i);
-        if (!json_is_object(t)) {
-            json_decref(out);
+        if (!json_is_object(t))
             return rp_api_fail(e, 400, p, NULL, "%s: expected an object", p);
-        }
         const json_t *type = json_object_get(t, "type");
         if (type && !json_is_null(type)) {
-            if (!json_is_string(type)) {
-                json_decref(out);
+            if (!json_is_string(type))
                 return rp_api_fail(e, 400, p, NULL, "%s.type: expected a string", p);
-            }
             if (strcmp(json_string_value(type), "custom") != 0)
                 continue; // server and Anthropic-defined tools: not available here
         }
@@ -451,39 +429,12 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
             err = "input_schema: an object (a JSON schema) is required";
         else if (desc && !json_is_null(desc) && !json_is_string(desc))
             err = "description: expected a string";
-        if (err) {
-            json_decref(out);
+        if (err)
             return rp_api_fail(e, 400, p, NULL, "%s.%s", p, err);
-        }
-        json_t *fn = json_pack("{s:O}", "name", name);
-        if (fn && json_is_string(desc))
-            json_object_set(fn, "description", (json_t *)desc);
-        if (fn)
-            json_object_set_new(fn, "parameters", json_deep_copy(schema));
-        json_t *tool = fn ? json_pack("{s:s,s:o}", "type", "function", "function", fn) : NULL;
-        if (!tool || json_array_append_new(out, tool)) {
-            json_decref(out);
-            return oom(e);
-        }
+        if (!rp_api_req_add_tool(q, name, desc, schema, e))
+            return false;
     }
-    if (json_array_size(out) == 0) {
-        json_decref(out);
-        return true;
-    }
-    q->tools = out;
     return true;
-}
-
-static bool has_tool(const json_t *tools, const char *name)
-{
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (n && strcmp(n, name) == 0)
-            return true;
-    }
-    return false;
 }
 
 static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
@@ -514,13 +465,13 @@ static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
             const json_t *name = json_object_get(tc, "name");
             if (!json_is_string(name))
                 return rp_api_fail(e, 400, "tool_choice.name", NULL, "tool_choice.name: a string is required");
-            if (!has_tool(q->tools, json_string_value(name)))
+            if (!rp_tools_has(q->tools, json_string_value(name)))
                 return rp_api_fail(e, 400, "tool_choice.name", NULL,
                                    "tool_choice.name: '%s' is not one of the (custom) tools in 'tools'",
                                    json_string_value(name));
             q->tool_choice = RP_TOOL_CHOICE_NAMED;
             if (!(q->tool_name = rp_strdup(json_string_value(name))))
-                return oom(e);
+                return rp_api_oom(e);
         }
     } else {
         return rp_api_fail(e, 400, "tool_choice.type", NULL,
@@ -535,7 +486,7 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
     const json_t *th = json_object_get(b, "thinking");
     if (!th || json_is_null(th)) { // as Anthropic: no thinking unless asked for
         if (!(q->template_kwargs = json_pack("{s:b}", "enable_thinking", 0)))
-            return oom(e);
+            return rp_api_oom(e);
         return true;
     }
     const char *type = json_string_value(json_object_get(th, "type"));
@@ -559,17 +510,7 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
                            "thinking.type: '%s' is not one of 'enabled', 'disabled', 'adaptive'", type);
     }
     if (!(q->template_kwargs = json_pack("{s:b}", "enable_thinking", on)))
-        return oom(e);
-    return true;
-}
-
-static bool read_model(const json_t *b, rp_api_req *q, rp_api_error *e)
-{
-    const char *model = NULL;
-    if (!rp_field_string(b, "model", &model, NULL, e))
-        return false;
-    if (model && !(q->model = rp_strdup(model)))
-        return oom(e);
+        return rp_api_oom(e);
     return true;
 }
 
@@ -623,7 +564,7 @@ static bool read_sampling(const json_t *b, rp_api_req *q, rp_api_error *e)
 static bool anth_read(const json_t *b, bool count_only, rp_api_req *q, rp_api_error *e)
 {
     rp_api_req_init(q);
-    if (!read_model(b, q, e) || !read_messages(b, q, e) || !read_tools(b, q, e) || !read_tool_choice(b, q, e) ||
+    if (!rp_field_model(b, q, e) || !read_messages(b, q, e) || !read_tools(b, q, e) || !read_tool_choice(b, q, e) ||
         !read_thinking(b, q, e))
         return false;
     if (count_only)
@@ -678,16 +619,6 @@ static const char *stop_reason(const rp_drv_info *info, int n_calls)
     default:
         return n_calls > 0 ? "tool_use" : "end_turn";
     }
-}
-
-// A driver that ended in an error or was cancelled: fills e and returns true.
-static bool drv_failed(const rp_drv_info *info, rp_api_error *e)
-{
-    if (info->finish == RP_DRV_ERROR)
-        return !rp_api_fail(e, 500, NULL, NULL, "generation failed: %s", info->error);
-    if (info->finish == RP_DRV_CANCELLED)
-        return !rp_api_fail(e, 503, NULL, NULL, "the request was cancelled (client gone or server shutting down)");
-    return false;
 }
 
 // The signature of a thinking block: an opaque marker (nothing verifies it).
@@ -748,16 +679,6 @@ typedef struct anth_stream {
 
 #define ANTH_START_WAIT_S 0.5 // longest wait for admission before message_start
 
-static void emit(rp_buf *out, const char *event, json_t *data)
-{
-    if (!data) {
-        out->failed = true;
-        return;
-    }
-    rp_sse_json(out, event, data);
-    json_decref(data);
-}
-
 static void close_block(anth_stream *st, rp_buf *out)
 {
     if (st->open == BLOCK_NONE)
@@ -766,11 +687,11 @@ static void close_block(anth_stream *st, rp_buf *out)
     if (st->open == BLOCK_THINKING) {
         char sig[96];
         signature(st->id, sig, sizeof(sig));
-        emit(out, "content_block_delta",
-             json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", index, "delta", "type",
-                       "signature_delta", "signature", sig));
+        rp_sse_json_new(out, "content_block_delta",
+                        json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", index, "delta",
+                                  "type", "signature_delta", "signature", sig));
     }
-    emit(out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
+    rp_sse_json_new(out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
     st->open = BLOCK_NONE;
 }
 
@@ -779,8 +700,9 @@ static void open_block(anth_stream *st, block_kind kind, rp_buf *out)
     close_block(st, out);
     json_t *blk = kind == BLOCK_TEXT ? json_pack("{s:s,s:s}", "type", "text", "text", "")
                                      : json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "");
-    emit(out, "content_block_start",
-         json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", st->n_blocks, "content_block", blk));
+    rp_sse_json_new(
+        out, "content_block_start",
+        json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", st->n_blocks, "content_block", blk));
     st->n_blocks++;
     st->open = kind;
 }
@@ -791,8 +713,8 @@ static void stream_start(rp_http_req *r, anth_stream *st, rp_buf *out)
     json_t *msg =
         json_pack("{s:s,s:s,s:s,s:[],s:s,s:n,s:n,s:o}", "id", st->id, "type", "message", "role", "assistant", "content",
                   "model", r->srv->model_name, "stop_reason", "stop_sequence", "usage", usage_json(&r->stats, false));
-    emit(out, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
-    emit(out, "ping", json_pack("{s:s}", "type", "ping"));
+    rp_sse_json_new(out, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
+    rp_sse_json_new(out, "ping", json_pack("{s:s}", "type", "ping"));
     st->started = true;
 }
 
@@ -806,13 +728,14 @@ static void stream_event(anth_stream *st, const rp_drv_event *ev, rp_buf *out)
         char tid[64];
         tool_id(ev->id, tid, sizeof(tid));
         int index = st->n_blocks++;
-        emit(out, "content_block_start",
-             json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index", index, "content_block",
-                       "type", "tool_use", "id", tid, "name", ev->name, "input"));
-        emit(out, "content_block_delta",
-             json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index", index, "delta", "type",
-                       "input_json_delta", "partial_json", ev->text, ev->len));
-        emit(out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
+        rp_sse_json_new(out, "content_block_start",
+                        json_pack("{s:s,s:i,s:{s:s,s:s,s:s,s:{}}}", "type", "content_block_start", "index", index,
+                                  "content_block", "type", "tool_use", "id", tid, "name", ev->name, "input"));
+        rp_sse_json_new(out, "content_block_delta",
+                        json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index", index, "delta",
+                                  "type", "input_json_delta", "partial_json", ev->text, ev->len));
+        rp_sse_json_new(out, "content_block_stop",
+                        json_pack("{s:s,s:i}", "type", "content_block_stop", "index", index));
         st->n_calls++;
         return;
     }
@@ -820,9 +743,10 @@ static void stream_event(anth_stream *st, const rp_drv_event *ev, rp_buf *out)
     block_kind want = text ? BLOCK_TEXT : BLOCK_THINKING;
     if (st->open != want)
         open_block(st, want, out);
-    emit(out, "content_block_delta",
-         json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index", st->n_blocks - 1, "delta", "type",
-                   text ? "text_delta" : "thinking_delta", text ? "text" : "thinking", ev->text, ev->len));
+    rp_sse_json_new(out, "content_block_delta",
+                    json_pack("{s:s,s:i,s:{s:s,s:s%}}", "type", "content_block_delta", "index", st->n_blocks - 1,
+                              "delta", "type", text ? "text_delta" : "thinking_delta", text ? "text" : "thinking",
+                              ev->text, ev->len));
 }
 
 // The end of the stream: close the open block, then message_delta and
@@ -831,16 +755,8 @@ static void stream_finish(rp_http_req *r, anth_stream *st, const rp_drv_info *in
 {
     close_block(st, out);
     rp_api_error e;
-    if (drv_failed(info, &e)) {
-        rp_buf eb;
-        rp_buf_init(&eb);
-        rp_anthropic_error_json(&e, &eb);
-        rp_buf_puts(out, "event: error\ndata: ");
-        rp_buf_append(out, eb.data ? eb.data : "{}", eb.len);
-        rp_buf_puts(out, "\n\n");
-        if (eb.failed)
-            out->failed = true;
-        rp_buf_deinit(&eb);
+    if (rp_drv_failed(info, NULL, &e)) {
+        rp_sse_error(out, "error", &e, rp_anthropic_error_json);
         return;
     }
     if (st->n_blocks == 0) { // an empty reply still has its (empty) text block
@@ -848,10 +764,11 @@ static void stream_finish(rp_http_req *r, anth_stream *st, const rp_drv_info *in
         close_block(st, out);
     }
     const char *ss = info->finish == RP_DRV_STOP_STRING ? info->stop_string : NULL;
-    emit(out, "message_delta",
-         json_pack("{s:s,s:{s:s,s:s?},s:o}", "type", "message_delta", "delta", "stop_reason",
-                   stop_reason(info, st->n_calls), "stop_sequence", ss, "usage", usage_json(&r->stats, true)));
-    emit(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    rp_sse_json_new(out, "message_delta",
+                    json_pack("{s:s,s:{s:s,s:s?},s:o}", "type", "message_delta", "delta", "stop_reason",
+                              stop_reason(info, st->n_calls), "stop_sequence", ss, "usage",
+                              usage_json(&r->stats, true)));
+    rp_sse_json_new(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
 }
 
 static rp_status anth_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished)
@@ -891,7 +808,7 @@ static rp_status anth_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finishe
     if (out->len > 0)
         st->last_frame = now;
     else if (now - st->last_frame >= PING_INTERVAL_S) {
-        emit(out, "ping", json_pack("{s:s}", "type", "ping"));
+        rp_sse_json_new(out, "ping", json_pack("{s:s}", "type", "ping"));
         st->last_frame = now;
     }
     return RP_OK;
@@ -928,7 +845,7 @@ void rp_anthropic_messages(rp_http_req *r, rp_reply *out)
     if (q.stream) {
         anth_stream *st = rp_calloc(1, sizeof(*st));
         if (!st) {
-            oom(&e);
+            rp_api_oom(&e);
             goto fail;
         }
         st->drv = d;
@@ -938,19 +855,8 @@ void rp_anthropic_messages(rp_http_req *r, rp_reply *out)
         d = NULL;
         goto done;
     }
-    if (rp_drv_collect(d, &res)) {
-        rp_api_fail(&e, 500, NULL, NULL, "generation failed: %s", rp_error_message());
+    if (!rp_drv_complete(d, NULL, &res, &e) || !rp_reply_json_new(out, message_body(r, id, &q, &res), &e))
         goto fail;
-    }
-    if (drv_failed(&res.info, &e))
-        goto fail;
-    json_t *body = message_body(r, id, &q, &res);
-    if (!body) {
-        oom(&e);
-        goto fail;
-    }
-    rp_reply_json(out, 200, body);
-    json_decref(body);
     goto done;
 fail:
     rp_reply_error(r, out, &e);
@@ -973,15 +879,8 @@ void rp_anthropic_count_tokens(rp_http_req *r, rp_reply *out)
         goto fail;
     rp_api_req_deinit(&q);
     if (!anth_read(b, true, &q, &e) || !rp_server_check_model(r->srv, q.model, &e) ||
-        !rp_prompt_build(r->srv, &q, &pr, &e))
+        !rp_prompt_build(r->srv, &q, &pr, &e) || !rp_reply_json_new(out, json_pack("{s:i}", "input_tokens", pr.n), &e))
         goto fail;
-    json_t *body = json_pack("{s:i}", "input_tokens", pr.n);
-    if (!body) {
-        oom(&e);
-        goto fail;
-    }
-    rp_reply_json(out, 200, body);
-    json_decref(body);
     goto done;
 fail:
     rp_reply_error(r, out, &e);

@@ -1,7 +1,9 @@
 /*
  * fields.c - what every API file needs to read a request and write a reply:
  * the growable buffer, SSE framing, the two error shapes, JSON body parsing
- * with its checks, and typed field readers whose errors name the field.
+ * with its checks, typed field readers whose errors name the field, and the
+ * request pieces more than one API reads the same way (content parts as text,
+ * tool modes, JSON-mode formats, function tools).
  *
  * Body checks, in order: valid UTF-8 (RFC 3629: no overlongs, surrogates or
  * code points past U+10FFFF), nesting at most RP_JSON_MAX_DEPTH (a byte scan
@@ -118,10 +120,30 @@ void rp_sse_json(rp_buf *b, const char *event, const json_t *data)
     rp_buf_puts(b, "\n\n");
 }
 
+void rp_sse_json_new(rp_buf *b, const char *event, json_t *data)
+{
+    if (!data) {
+        b->failed = true;
+        return;
+    }
+    rp_sse_json(b, event, data);
+    json_decref(data);
+}
+
 void rp_sse_text(rp_buf *b, const char *text)
 {
     rp_buf_puts(b, "data: ");
     rp_buf_puts(b, text);
+    rp_buf_puts(b, "\n\n");
+}
+
+void rp_sse_error(rp_buf *b, const char *event, const rp_api_error *e,
+                  void (*shape)(const rp_api_error *e, rp_buf *out))
+{
+    if (event)
+        rp_buf_printf(b, "event: %s\n", event);
+    rp_buf_puts(b, "data: ");
+    shape(e, b);
     rp_buf_puts(b, "\n\n");
 }
 
@@ -158,6 +180,11 @@ bool rp_api_fail(rp_api_error *e, int status, const char *param, const char *cod
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
     return false;
+}
+
+bool rp_api_oom(rp_api_error *e)
+{
+    return rp_api_fail(e, 500, NULL, NULL, "out of memory");
 }
 
 static const char *openai_type(int status)
@@ -405,7 +432,7 @@ static bool add_stop(rp_api_req *q, const json_t *s, const char *key, rp_api_err
         return rp_api_fail(e, 400, key, "invalid_value", "at most %d stop strings are allowed", RP_MAX_STOP);
     char *c = rp_strndup(json_string_value(s), n);
     if (!c)
-        return rp_api_fail(e, 500, NULL, NULL, "out of memory");
+        return rp_api_oom(e);
     if (memchr(c, 0, n)) {
         rp_free(c);
         return rp_api_fail(e, 400, key, "invalid_value", "a stop string contains a NUL character");
@@ -434,6 +461,131 @@ bool rp_field_stop(const json_t *obj, const char *key, rp_api_req *q, rp_api_err
         if (!add_stop(q, s, key, e))
             return false;
     }
+    return true;
+}
+
+bool rp_field_model(const json_t *obj, rp_api_req *q, rp_api_error *e)
+{
+    const char *model = NULL;
+    if (!rp_field_string(obj, "model", &model, NULL, e))
+        return false;
+    if (model && !(q->model = rp_strdup(model)))
+        return rp_api_oom(e);
+    return true;
+}
+
+/* ---- request pieces more than one API shares --------------------------------- */
+
+bool rp_field_parts_text(const json_t *c, const char *where, const rp_text_part *kinds, bool bare_strings, rp_buf *out,
+                         rp_api_error *e)
+{
+    if (json_is_string(c)) {
+        rp_buf_append(out, json_string_value(c), json_string_length(c));
+        return true;
+    }
+    if (!json_is_array(c))
+        return rp_api_fail(e, 400, where, "invalid_type",
+                           "invalid type for '%s': expected a string or an array of content parts", where);
+    size_t i;
+    const json_t *part;
+    json_array_foreach(c, i, part) {
+        char p[160];
+        snprintf(p, sizeof(p), "%s[%zu]", where, i);
+        const json_t *t = part;
+        if (!(bare_strings && json_is_string(part))) {
+            const char *type = json_string_value(json_object_get(part, "type"));
+            if (!json_is_object(part) || !type)
+                return rp_api_fail(e, 400, p, "invalid_type",
+                                   "invalid content part '%s': expected an object with a type", p);
+            const rp_text_part *k = kinds;
+            while (k->type && strcmp(k->type, type) != 0)
+                k++;
+            if (!k->type)
+                return rp_api_fail(e, 400, p, "unsupported_content",
+                                   "content part '%s' has type '%s'; this model takes text only", p, type);
+            t = json_object_get(part, k->key);
+            if (!json_is_string(t))
+                return rp_api_fail(e, 400, p, "invalid_type", "content part '%s' needs a string '%s'", p, k->key);
+        }
+        if (i)
+            rp_buf_puts(out, "\n");
+        rp_buf_append(out, json_string_value(t), json_string_length(t));
+    }
+    return true;
+}
+
+bool rp_field_tool_mode(const char *mode, rp_api_req *q, rp_api_error *e)
+{
+    if (strcmp(mode, "auto") == 0)
+        q->tool_choice = RP_TOOL_CHOICE_AUTO;
+    else if (strcmp(mode, "none") == 0)
+        q->tool_choice = RP_TOOL_CHOICE_NONE;
+    else if (strcmp(mode, "required") == 0)
+        q->tool_choice = RP_TOOL_CHOICE_REQUIRED;
+    else
+        return rp_api_fail(e, 400, "tool_choice", "invalid_value",
+                           "'tool_choice' is '%s'; expected none, auto, required or a function", mode);
+    return true;
+}
+
+bool rp_field_json_format(const json_t *f, const char *path, rp_api_req *q, rp_api_error *e)
+{
+    if (!f || json_is_null(f))
+        return true;
+    const char *type = json_string_value(json_object_get(f, "type"));
+    if (!json_is_object(f) || !type)
+        return rp_api_fail(e, 400, path, "invalid_type", "'%s' must be an object with a 'type'", path);
+    if (strcmp(type, "json_object") == 0 || strcmp(type, "json_schema") == 0) {
+        q->json_mode = true;
+    } else if (strcmp(type, "text") != 0) {
+        char p[64];
+        snprintf(p, sizeof(p), "%s.type", path);
+        return rp_api_fail(e, 400, p, "invalid_value", "'%s' is '%s'; expected text, json_object or json_schema", p,
+                           type);
+    }
+    return true;
+}
+
+bool rp_api_req_add_tool(rp_api_req *q, const json_t *name, const json_t *desc, const json_t *params, rp_api_error *e)
+{
+    if (!q->tools && !(q->tools = json_array()))
+        return rp_api_oom(e);
+    json_t *fn = json_pack("{s:O}", "name", name);
+    if (fn && json_is_string(desc))
+        json_object_set(fn, "description", (json_t *)desc);
+    if (fn && json_is_object(params))
+        json_object_set_new(fn, "parameters", json_deep_copy(params));
+    json_t *tool = fn ? json_pack("{s:s,s:o}", "type", "function", "function", fn) : NULL;
+    return rp_api_append_new(q->tools, tool, e);
+}
+
+bool rp_tools_has(const json_t *tools, const char *name)
+{
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (n && strcmp(n, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool rp_api_append_new(json_t *arr, json_t *v, rp_api_error *e)
+{
+    if (!v || json_array_append_new(arr, v))
+        return rp_api_oom(e);
+    return true;
+}
+
+/* ---- replies ----------------------------------------------------------------- */
+
+bool rp_reply_json_new(rp_reply *out, json_t *body, rp_api_error *e)
+{
+    if (!body)
+        return rp_api_oom(e);
+    rp_reply_json(out, 200, body);
+    json_decref(body);
     return true;
 }
 

@@ -185,7 +185,7 @@ static bool forced_opening(rp_server *s, const rp_api_req *q, bool think_open, c
         json_decref(ns);
         if (!quoted) {
             rp_buf_deinit(&b);
-            return rp_api_fail(e, 500, NULL, NULL, "out of memory");
+            return rp_api_oom(e);
         }
         // Ends after the comma: `",` is one token in Qwen-style vocabularies, so the
         // forced text tokenizes as the model's own reply would (cutting inside a
@@ -195,7 +195,7 @@ static bool forced_opening(rp_server *s, const rp_api_req *q, bool think_open, c
     }
     if (b.failed) {
         rp_buf_deinit(&b);
-        return rp_api_fail(e, 500, NULL, NULL, "out of memory");
+        return rp_api_oom(e);
     }
     *out = b.data;
     return true;
@@ -250,7 +250,7 @@ bool rp_prompt_build(rp_server *s, const rp_api_req *q, rp_prompt *out, rp_api_e
             size_t fl = strlen(forced), n;
             char *t = rp_add_size(out->text_len, fl + 1, &n) ? rp_realloc(out->text, n) : NULL;
             if (!t) {
-                rp_api_fail(e, 500, NULL, NULL, "out of memory");
+                rp_api_oom(e);
                 goto fail;
             }
             memcpy(t + out->text_len, forced, fl + 1);
@@ -275,7 +275,7 @@ bool rp_prompt_build(rp_server *s, const rp_api_req *q, rp_prompt *out, rp_api_e
             }
         out->ids = rp_malloc((size_t)(q->n_prompt_ids ? q->n_prompt_ids : 1) * sizeof(int32_t));
         if (!out->ids) {
-            rp_api_fail(e, 500, NULL, NULL, "out of memory");
+            rp_api_oom(e);
             goto fail;
         }
         memcpy(out->ids, q->prompt_ids, (size_t)q->n_prompt_ids * sizeof(int32_t));
@@ -493,7 +493,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     rp_drv *d = rp_calloc(1, sizeof(*d));
     if (!d) {
         rp_prompt_deinit(&pr);
-        return rp_api_fail(e, 500, NULL, NULL, "out of memory");
+        return rp_api_oom(e);
     }
     d->r = r;
     d->s = s;
@@ -504,7 +504,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     rp_buf_init(&d->call_args);
     for (int i = 0; i < q->n_stop; i++) {
         if (!(d->stops[i] = rp_strdup(q->stop[i]))) {
-            rp_api_fail(e, 500, NULL, NULL, "out of memory");
+            rp_api_oom(e);
             goto fail;
         }
         d->n_stops++;
@@ -835,4 +835,20 @@ rp_status rp_drv_collect(rp_drv *d, rp_drv_result *res)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     rp_drv_get_info(d, &res->info);
     return RP_OK;
+}
+
+bool rp_drv_failed(const rp_drv_info *info, const char *code, rp_api_error *e)
+{
+    if (info->finish == RP_DRV_ERROR)
+        return !rp_api_fail(e, 500, NULL, code, "generation failed: %s", info->error);
+    if (info->finish == RP_DRV_CANCELLED)
+        return !rp_api_fail(e, 503, NULL, code, "the request was cancelled (client gone or server shutting down)");
+    return false;
+}
+
+bool rp_drv_complete(rp_drv *d, const char *code, rp_drv_result *res, rp_api_error *e)
+{
+    if (rp_drv_collect(d, res))
+        return rp_api_fail(e, 500, NULL, code, "generation failed: %s", rp_error_message());
+    return !rp_drv_failed(&res->info, code, e);
 }

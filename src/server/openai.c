@@ -35,29 +35,6 @@
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-static void make_id(char *out, size_t cap, const char *prefix, uint64_t salt)
-{
-    static atomic_ullong counter;
-    static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    uint64_t x = (uint64_t)(rp_time_s() * 1e9) ^ (salt * 0x9E3779B97F4A7C15ull) ^
-                 (atomic_fetch_add(&counter, 1) + 1) * 0xBF58476D1CE4E5B9ull ^ (uint64_t)time(NULL) << 20;
-    size_t p = (size_t)snprintf(out, cap, "%s", prefix);
-    for (int i = 0; i < 24 && p + 1 < cap; i++) {
-        x += 0x9E3779B97F4A7C15ull; // splitmix64
-        uint64_t z = x;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        out[p++] = alnum[z % (sizeof(alnum) - 1)];
-    }
-    out[p] = 0;
-}
-
-static bool oom(rp_api_error *e)
-{
-    return rp_api_fail(e, 500, NULL, NULL, "out of memory");
-}
-
 // A JSON string of arbitrary bytes: as is when valid UTF-8, else each byte
 // outside a valid sequence as "\xNN" (OpenAI's "bytes:" convention for
 // partial tokens).
@@ -207,53 +184,8 @@ static bool read_stream(const json_t *b, rp_api_req *q, rp_api_error *e)
     return true;
 }
 
-static bool read_model(const json_t *b, rp_api_req *q, rp_api_error *e)
-{
-    const char *model = NULL;
-    if (!rp_field_string(b, "model", &model, NULL, e))
-        return false;
-    if (model && !(q->model = rp_strdup(model)))
-        return oom(e);
-    return true;
-}
-
-// Text of a content value: a string, or an array of text parts joined with "\n".
-static bool content_text(const json_t *c, const char *where, rp_buf *out, rp_api_error *e)
-{
-    if (json_is_string(c)) {
-        rp_buf_append(out, json_string_value(c), json_string_length(c));
-        return true;
-    }
-    if (!json_is_array(c))
-        return rp_api_fail(e, 400, where, "invalid_type",
-                           "invalid type for '%s': expected a string or an array of content parts", where);
-    size_t i;
-    const json_t *part;
-    json_array_foreach(c, i, part) {
-        char p[160];
-        snprintf(p, sizeof(p), "%s[%zu]", where, i);
-        if (json_is_string(part)) { // lenient: a bare string part
-            if (i)
-                rp_buf_puts(out, "\n");
-            rp_buf_append(out, json_string_value(part), json_string_length(part));
-            continue;
-        }
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type)
-            return rp_api_fail(e, 400, p, "invalid_type", "invalid content part '%s': expected an object with a type",
-                               p);
-        if (strcmp(type, "text") != 0 && strcmp(type, "input_text") != 0)
-            return rp_api_fail(e, 400, p, "unsupported_content",
-                               "content part '%s' has type '%s'; this model takes text parts only", p, type);
-        const json_t *t = json_object_get(part, "text");
-        if (!json_is_string(t))
-            return rp_api_fail(e, 400, p, "invalid_type", "content part '%s' needs a string 'text'", p);
-        if (i)
-            rp_buf_puts(out, "\n");
-        rp_buf_append(out, json_string_value(t), json_string_length(t));
-    }
-    return true;
-}
+// The content parts a chat message may carry (text only; bare strings are taken too).
+static const rp_text_part chat_parts[] = {{"text", "text"}, {"input_text", "text"}, {NULL, NULL}};
 
 // An assistant message's tool_calls, with arguments parsed into objects (what chat templates expect).
 static bool normalize_tool_calls(const json_t *calls, const char *where, json_t *msg, rp_api_error *e)
@@ -262,7 +194,7 @@ static bool normalize_tool_calls(const json_t *calls, const char *where, json_t 
         return rp_api_fail(e, 400, where, "invalid_type", "invalid type for '%s': expected an array", where);
     json_t *out = json_array();
     if (!out)
-        return oom(e);
+        return rp_api_oom(e);
     size_t i;
     const json_t *c;
     json_array_foreach(calls, i, c) {
@@ -291,7 +223,7 @@ static bool normalize_tool_calls(const json_t *calls, const char *where, json_t 
             json_object_set_new(nc, "id", json_string(id));
         if (!nc || json_array_append_new(out, nc)) {
             json_decref(out);
-            return oom(e);
+            return rp_api_oom(e);
         }
     }
     json_object_set_new(msg, "tool_calls", out);
@@ -309,7 +241,7 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
         return rp_api_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
     json_t *out = json_array();
     if (!out)
-        return oom(e);
+        return rp_api_oom(e);
     q->messages = out;
     size_t i;
     const json_t *m;
@@ -338,10 +270,8 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
             goto done;
         }
         json_t *nm = json_pack("{s:s}", "role", role);
-        if (!nm || json_array_append_new(out, nm)) {
-            oom(e);
+        if (!rp_api_append_new(out, nm, e))
             goto done;
-        }
         const json_t *c = json_object_get(m, "content");
         snprintf(pc, sizeof(pc), "%s.content", p);
         bool is_asst = strcmp(role, "assistant") == 0;
@@ -353,10 +283,10 @@ static bool read_messages(const json_t *b, rp_api_req *q, rp_api_error *e)
             json_object_set_new(nm, "content", json_string(""));
         } else {
             rp_buf_reset(&text);
-            if (!content_text(c, pc, &text, e))
+            if (!rp_field_parts_text(c, pc, chat_parts, true, &text, e))
                 goto done;
             if (text.failed) {
-                oom(e);
+                rp_api_oom(e);
                 goto done;
             }
             json_object_set_new(nm, "content", json_stringn(text.data ? text.data : "", text.len));
@@ -404,21 +334,13 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
                 return rp_api_fail(e, 400, p, "invalid_type", "'%s.function.parameters' must be an object", p);
         }
         if (json_array_size(tools) && !(q->tools = json_deep_copy(tools)))
-            return oom(e);
+            return rp_api_oom(e);
     }
     const json_t *tc = json_object_get(b, "tool_choice");
     if (tc && !json_is_null(tc)) {
         if (json_is_string(tc)) {
-            const char *s = json_string_value(tc);
-            if (strcmp(s, "auto") == 0)
-                q->tool_choice = RP_TOOL_CHOICE_AUTO;
-            else if (strcmp(s, "none") == 0)
-                q->tool_choice = RP_TOOL_CHOICE_NONE;
-            else if (strcmp(s, "required") == 0)
-                q->tool_choice = RP_TOOL_CHOICE_REQUIRED;
-            else
-                return rp_api_fail(e, 400, "tool_choice", "invalid_value",
-                                   "'tool_choice' is '%s'; expected none, auto, required or a function", s);
+            if (!rp_field_tool_mode(json_string_value(tc), q, e))
+                return false;
         } else if (json_is_object(tc)) {
             const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
             if (!name)
@@ -426,7 +348,7 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
                                    "'tool_choice' as an object needs function.name");
             q->tool_choice = RP_TOOL_CHOICE_NAMED;
             if (!(q->tool_name = rp_strdup(name)))
-                return oom(e);
+                return rp_api_oom(e);
         } else {
             return rp_api_fail(e, 400, "tool_choice", "invalid_type",
                                "invalid type for 'tool_choice': expected a string or an object");
@@ -434,37 +356,16 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
         if ((q->tool_choice == RP_TOOL_CHOICE_REQUIRED || q->tool_choice == RP_TOOL_CHOICE_NAMED) && !q->tools)
             return rp_api_fail(e, 400, "tool_choice", "invalid_value",
                                "'tool_choice' requires a function but 'tools' is empty");
-        if (q->tool_choice == RP_TOOL_CHOICE_NAMED) {
-            bool found = false;
-            size_t i;
-            const json_t *t;
-            json_array_foreach(q->tools, i, t) {
-                const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-                found |= n && strcmp(n, q->tool_name) == 0;
-            }
-            if (!found)
-                return rp_api_fail(e, 400, "tool_choice", "invalid_value",
-                                   "'tool_choice' names '%s', which is not in 'tools'", q->tool_name);
-        }
+        if (q->tool_choice == RP_TOOL_CHOICE_NAMED && !rp_tools_has(q->tools, q->tool_name))
+            return rp_api_fail(e, 400, "tool_choice", "invalid_value",
+                               "'tool_choice' names '%s', which is not in 'tools'", q->tool_name);
     }
     return rp_field_bool(b, "parallel_tool_calls", &q->parallel_tool_calls, e);
 }
 
 static bool read_response_format(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
-    const json_t *rf = json_object_get(b, "response_format");
-    if (!rf || json_is_null(rf))
-        return true;
-    const char *type = json_string_value(json_object_get(rf, "type"));
-    if (!json_is_object(rf) || !type)
-        return rp_api_fail(e, 400, "response_format", "invalid_type",
-                           "'response_format' must be an object with a 'type'");
-    if (strcmp(type, "json_object") == 0 || strcmp(type, "json_schema") == 0)
-        q->json_mode = true;
-    else if (strcmp(type, "text") != 0)
-        return rp_api_fail(e, 400, "response_format.type", "invalid_value",
-                           "'response_format.type' is '%s'; expected text, json_object or json_schema", type);
-    return true;
+    return rp_field_json_format(json_object_get(b, "response_format"), "response_format", q, e);
 }
 
 static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
@@ -475,7 +376,7 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
             return rp_api_fail(e, 400, "chat_template_kwargs", "invalid_type",
                                "invalid type for 'chat_template_kwargs': expected an object");
         if (!(q->template_kwargs = json_deep_copy(kw)))
-            return oom(e);
+            return rp_api_oom(e);
     }
     const char *effort = NULL;
     if (!rp_field_string(b, "reasoning_effort", &effort, NULL, e))
@@ -490,7 +391,7 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
                                "'reasoning_effort' is '%s'; expected none, minimal, low, medium or high", effort);
         if (strcmp(effort, "none") == 0) {
             if (!q->template_kwargs && !(q->template_kwargs = json_object()))
-                return oom(e);
+                return rp_api_oom(e);
             if (!json_object_get(q->template_kwargs, "enable_thinking"))
                 json_object_set_new(q->template_kwargs, "enable_thinking", json_false());
         }
@@ -524,7 +425,7 @@ static bool read_max_tokens(const json_t *b, rp_api_req *q, rp_api_error *e)
 static bool chat_read(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
     rp_api_req_init(q);
-    return read_model(b, q, e) && read_messages(b, q, e) && read_max_tokens(b, q, e) && read_sampling(b, q, e) &&
+    return rp_field_model(b, q, e) && read_messages(b, q, e) && read_max_tokens(b, q, e) && read_sampling(b, q, e) &&
            read_stream(b, q, e) && read_logprobs_chat(b, q, e) && read_tools(b, q, e) &&
            read_response_format(b, q, e) && read_thinking(b, q, e);
 }
@@ -540,7 +441,7 @@ static bool read_prompt(const json_t *b, rp_api_req *q, rp_api_error *e)
         p = json_array_get(p, 0);
     if (json_is_string(p)) {
         if (!(q->prompt = rp_strndup(json_string_value(p), json_string_length(p))))
-            return oom(e);
+            return rp_api_oom(e);
         q->prompt_len = json_string_length(p);
         return true;
     }
@@ -555,7 +456,7 @@ static bool read_prompt(const json_t *b, rp_api_req *q, rp_api_error *e)
     if (n > (size_t)(1 << 24))
         return rp_api_fail(e, 400, "prompt", "invalid_value", "'prompt' has too many tokens");
     if (!(q->prompt_ids = rp_malloc(n * sizeof(int32_t))))
-        return oom(e);
+        return rp_api_oom(e);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(p, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
@@ -573,7 +474,7 @@ static bool completion_read(const json_t *b, rp_api_req *q, bool *echo, rp_api_e
     q->max_tokens = 16; // the legacy endpoint's default
     long long lp = -1, best_of = 1;
     *echo = false;
-    if (!read_model(b, q, e) || !read_prompt(b, q, e) || !read_max_tokens(b, q, e) || !read_sampling(b, q, e) ||
+    if (!rp_field_model(b, q, e) || !read_prompt(b, q, e) || !read_max_tokens(b, q, e) || !read_sampling(b, q, e) ||
         !read_stream(b, q, e) || !rp_field_int(b, "logprobs", 0, 5, &lp, e) ||
         !rp_field_int(b, "best_of", 1, 128, &best_of, e) || !rp_field_bool(b, "echo", echo, e))
         return false;
@@ -589,16 +490,6 @@ static bool completion_read(const json_t *b, rp_api_req *q, bool *echo, rp_api_e
 }
 
 /* ---- replies ----------------------------------------------------------------- */
-
-// The reply to a driver that ended in an error or cancellation.
-static bool drv_failed(const rp_drv_info *info, rp_api_error *e)
-{
-    if (info->finish == RP_DRV_ERROR)
-        return !rp_api_fail(e, 500, NULL, NULL, "generation failed: %s", info->error);
-    if (info->finish == RP_DRV_CANCELLED)
-        return !rp_api_fail(e, 503, NULL, NULL, "the request was cancelled (client gone or server shutting down)");
-    return false;
-}
 
 static json_t *chat_body(rp_http_req *r, const char *id, const rp_api_req *q, const rp_drv_result *res)
 {
@@ -705,16 +596,6 @@ static void attach_logprobs(rp_http_req *r, oai_stream *st, json_t *choice)
         json_object_set_new(choice, "logprobs", lp);
 }
 
-static void emit_chunk(rp_buf *out, json_t *k)
-{
-    if (!k) {
-        out->failed = true;
-        return;
-    }
-    rp_sse_json(out, NULL, k);
-    json_decref(k);
-}
-
 static void stream_event(rp_http_req *r, oai_stream *st, const rp_drv_event *ev, bool first, rp_buf *out)
 {
     json_t *choice, *k = chunk_new(r, st, &choice);
@@ -737,7 +618,7 @@ static void stream_event(rp_http_req *r, oai_stream *st, const rp_drv_event *ev,
                                           "function", "function", "name", ev->name, "arguments", ""));
             if (first)
                 attach_logprobs(r, st, choice);
-            emit_chunk(out, k);
+            rp_sse_json_new(out, NULL, k);
             k = chunk_new(r, st, &choice);
             if (!k) {
                 out->failed = true;
@@ -746,13 +627,13 @@ static void stream_event(rp_http_req *r, oai_stream *st, const rp_drv_event *ev,
             json_object_set_new(json_object_get(choice, "delta"), "tool_calls",
                                 json_pack("[{s:i,s:{s:s%}}]", "index", ev->index, "function", "arguments", ev->text,
                                           ev->len));
-            emit_chunk(out, k);
+            rp_sse_json_new(out, NULL, k);
             return;
         }
     }
     if (first)
         attach_logprobs(r, st, choice);
-    emit_chunk(out, k);
+    rp_sse_json_new(out, NULL, k);
 }
 
 static rp_status oai_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished)
@@ -770,7 +651,7 @@ static rp_status oai_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished
             json_object_set_new(choice, "text", json_stringn(st->echo, st->echo_len));
         }
         if (st->chat || st->echo)
-            emit_chunk(out, k);
+            rp_sse_json_new(out, NULL, k);
         else
             json_decref(k);
         return RP_OK;
@@ -788,14 +669,8 @@ static rp_status oai_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished
     rp_drv_info info;
     rp_drv_get_info(st->drv, &info);
     rp_api_error e;
-    if (drv_failed(&info, &e)) {
-        rp_buf eb;
-        rp_buf_init(&eb);
-        rp_openai_error_json(&e, &eb);
-        rp_buf_puts(out, "data: ");
-        rp_buf_append(out, eb.data ? eb.data : "{}", eb.len);
-        rp_buf_puts(out, "\n\n");
-        rp_buf_deinit(&eb);
+    if (rp_drv_failed(&info, NULL, &e)) {
+        rp_sse_error(out, NULL, &e, rp_openai_error_json);
         *finished = true;
         return RP_OK;
     }
@@ -804,13 +679,13 @@ static rp_status oai_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished
         json_object_set_new(choice, "finish_reason", json_string(finish_name(&info)));
         attach_logprobs(r, st, choice);
     }
-    emit_chunk(out, k);
+    rp_sse_json_new(out, NULL, k);
     if (st->include_usage) {
         k = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", st->id, "object",
                       st->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)st->created,
                       "model", r->srv->model_name, "system_fingerprint", "rapid-" RP_VERSION, "choices", "usage",
                       usage_json(&r->stats));
-        emit_chunk(out, k);
+        rp_sse_json_new(out, NULL, k);
     }
     rp_sse_text(out, "[DONE]");
     *finished = true;
@@ -846,12 +721,12 @@ static void serve(rp_http_req *r, rp_reply *out, bool chat)
     if (!rp_server_check_model(r->srv, q.model, &e) || !rp_drv_start(r, &q, &d, &e))
         goto fail;
     char id[48];
-    make_id(id, sizeof(id), chat ? "chatcmpl-" : "cmpl-", r->id);
+    rp_api_id(id, sizeof(id), chat ? "chatcmpl-" : "cmpl-", r->id);
     if (q.stream) {
         oai_stream *st = rp_calloc(1, sizeof(*st));
         if (!st || (echo && !(st->echo = rp_strndup(q.prompt, q.prompt_len)))) {
             rp_free(st);
-            oom(&e);
+            rp_api_oom(&e);
             goto fail;
         }
         st->drv = d;
@@ -866,19 +741,9 @@ static void serve(rp_http_req *r, rp_reply *out, bool chat)
         d = NULL;
         goto done;
     }
-    if (rp_drv_collect(d, &res)) {
-        rp_api_fail(&e, 500, NULL, NULL, "generation failed: %s", rp_error_message());
+    if (!rp_drv_complete(d, NULL, &res, &e) ||
+        !rp_reply_json_new(out, chat ? chat_body(r, id, &q, &res) : completion_body(r, id, &q, echo, &res), &e))
         goto fail;
-    }
-    if (drv_failed(&res.info, &e))
-        goto fail;
-    json_t *body = chat ? chat_body(r, id, &q, &res) : completion_body(r, id, &q, echo, &res);
-    if (!body) {
-        oom(&e);
-        goto fail;
-    }
-    rp_reply_json(out, 200, body);
-    json_decref(body);
     goto done;
 fail:
     rp_reply_error(r, out, &e);
@@ -907,15 +772,9 @@ static json_t *model_json(const rp_server *s)
 
 void rp_openai_models(rp_http_req *r, rp_reply *out)
 {
-    json_t *b = json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(r->srv));
-    if (!b) {
-        rp_api_error e;
-        oom(&e);
+    rp_api_error e;
+    if (!rp_reply_json_new(out, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(r->srv)), &e))
         rp_reply_error(r, out, &e);
-        return;
-    }
-    rp_reply_json(out, 200, b);
-    json_decref(b);
 }
 
 void rp_openai_model(rp_http_req *r, rp_reply *out)
@@ -927,12 +786,6 @@ void rp_openai_model(rp_http_req *r, rp_reply *out)
         rp_reply_error(r, out, &e);
         return;
     }
-    json_t *b = model_json(r->srv);
-    if (!b) {
-        oom(&e);
+    if (!rp_reply_json_new(out, model_json(r->srv), &e))
         rp_reply_error(r, out, &e);
-        return;
-    }
-    rp_reply_json(out, 200, b);
-    json_decref(b);
 }

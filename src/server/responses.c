@@ -60,11 +60,6 @@
 
 #define MAX_OUTPUT_LIMIT ((long long)1 << 30)
 
-static bool oom(rp_api_error *e)
-{
-    return rp_api_fail(e, 500, NULL, NULL, "out of memory");
-}
-
 /* ---- reading requests -------------------------------------------------------- */
 
 // What the Response object echoes of its request (owned references).
@@ -92,13 +87,6 @@ static json_t *last_msg(conv *c)
     return n ? json_array_get(c->out, n - 1) : NULL;
 }
 
-static bool append_msg(conv *c, json_t *m, rp_api_error *e)
-{
-    if (!m || json_array_append_new(c->out, m))
-        return oom(e);
-    return true;
-}
-
 // Gives pending reasoning to an assistant message.
 static void attach_reasoning(conv *c, json_t *msg)
 {
@@ -120,40 +108,12 @@ static void attach_reasoning(conv *c, json_t *msg)
 }
 
 // Content parts (or a string) -> text. Text kinds: input_text, output_text, text; refusal.
+static const rp_text_part text_parts[] = {
+    {"input_text", "text"}, {"output_text", "text"}, {"text", "text"}, {"refusal", "refusal"}, {NULL, NULL}};
+
 static bool parts_text(const json_t *c, const char *where, rp_buf *out, rp_api_error *e)
 {
-    if (json_is_string(c)) {
-        rp_buf_append(out, json_string_value(c), json_string_length(c));
-        return true;
-    }
-    if (!json_is_array(c))
-        return rp_api_fail(e, 400, where, "invalid_type",
-                           "invalid type for '%s': expected a string or an array of content parts", where);
-    size_t i;
-    const json_t *part;
-    json_array_foreach(c, i, part) {
-        char p[160];
-        snprintf(p, sizeof(p), "%s[%zu]", where, i);
-        const char *type = json_string_value(json_object_get(part, "type"));
-        if (!json_is_object(part) || !type)
-            return rp_api_fail(e, 400, p, "invalid_type", "invalid content part '%s': expected an object with a type",
-                               p);
-        const char *key = NULL;
-        if (strcmp(type, "input_text") == 0 || strcmp(type, "output_text") == 0 || strcmp(type, "text") == 0)
-            key = "text";
-        else if (strcmp(type, "refusal") == 0)
-            key = "refusal";
-        else
-            return rp_api_fail(e, 400, p, "unsupported_content",
-                               "content part '%s' has type '%s'; this model takes text only", p, type);
-        const json_t *t = json_object_get(part, key);
-        if (!json_is_string(t))
-            return rp_api_fail(e, 400, p, "invalid_type", "content part '%s' needs a string '%s'", p, key);
-        if (i)
-            rp_buf_puts(out, "\n");
-        rp_buf_append(out, json_string_value(t), json_string_length(t));
-    }
-    return true;
+    return rp_field_parts_text(c, where, text_parts, false, out, e);
 }
 
 static bool item_message(conv *c, const json_t *it, const char *p, rp_api_error *e)
@@ -176,20 +136,20 @@ static bool item_message(conv *c, const json_t *it, const char *p, rp_api_error 
     rp_buf_init(&t);
     bool ok = parts_text(content, pc, &t, e);
     if (ok && t.failed)
-        ok = oom(e);
+        ok = rp_api_oom(e);
     json_t *m = ok ? json_pack("{s:s,s:s%}", "role", role, "content", t.data ? t.data : "", t.len) : NULL;
     rp_buf_deinit(&t);
     if (!ok)
         return false;
     if (!m)
-        return oom(e);
+        return rp_api_oom(e);
     if (strcmp(role, "assistant") == 0) {
         attach_reasoning(c, m);
     } else {
         rp_buf_reset(&c->reasoning); // reasoning with no assistant turn after it is dropped
         c->have_reasoning = false;
     }
-    return append_msg(c, m, e);
+    return rp_api_append_new(c->out, m, e);
 }
 
 static bool item_function_call(conv *c, const json_t *it, const char *p, rp_api_error *e)
@@ -205,16 +165,16 @@ static bool item_function_call(conv *c, const json_t *it, const char *p, rp_api_
     json_t *call =
         json_pack("{s:O,s:s,s:{s:O,s:o}}", "id", call_id, "type", "function", "function", "name", name, "arguments", a);
     if (!call)
-        return oom(e);
+        return rp_api_oom(e);
     // Calls join the assistant message just before them (its text, earlier calls).
     json_t *m = last_msg(c);
     bool join = m && strcmp(json_string_value(json_object_get(m, "role")), "assistant") == 0;
     if (!join) {
         if (!(m = json_pack("{s:s,s:s}", "role", "assistant", "content", ""))) {
             json_decref(call);
-            return oom(e);
+            return rp_api_oom(e);
         }
-        if (!append_msg(c, m, e)) {
+        if (!rp_api_append_new(c->out, m, e)) {
             json_decref(call);
             return false;
         }
@@ -225,11 +185,11 @@ static bool item_function_call(conv *c, const json_t *it, const char *p, rp_api_
         calls = json_array();
         if (!calls || json_object_set_new(m, "tool_calls", calls)) {
             json_decref(call);
-            return oom(e);
+            return rp_api_oom(e);
         }
     }
     if (json_array_append_new(calls, call))
-        return oom(e);
+        return rp_api_oom(e);
     return true;
 }
 
@@ -246,12 +206,12 @@ static bool item_call_output(conv *c, const json_t *it, const char *p, rp_api_er
     rp_buf_init(&t);
     bool ok = parts_text(output, po, &t, e);
     if (ok && t.failed)
-        ok = oom(e);
+        ok = rp_api_oom(e);
     if (ok)
-        ok = append_msg(c,
-                        json_pack("{s:s,s:O,s:s%}", "role", "tool", "tool_call_id", call_id, "content",
-                                  t.data ? t.data : "", t.len),
-                        e);
+        ok = rp_api_append_new(c->out,
+                               json_pack("{s:s,s:O,s:s%}", "role", "tool", "tool_call_id", call_id, "content",
+                                         t.data ? t.data : "", t.len),
+                               e);
     rp_buf_deinit(&t);
     return ok;
 }
@@ -278,7 +238,7 @@ static bool item_reasoning(conv *c, const json_t *it, const char *p, rp_api_erro
         rp_buf_append(&c->reasoning, json_string_value(t), json_string_length(t));
         c->have_reasoning = true;
     }
-    return c->reasoning.failed ? oom(e) : true;
+    return c->reasoning.failed ? rp_api_oom(e) : true;
 }
 
 static bool read_input(const json_t *b, rp_api_req *q, rp_api_error *e)
@@ -292,17 +252,18 @@ static bool read_input(const json_t *b, rp_api_req *q, rp_api_error *e)
     conv c = {0};
     rp_buf_init(&c.reasoning);
     if (!(c.out = json_array()))
-        return oom(e);
+        return rp_api_oom(e);
     q->messages = c.out;
     bool ok = false;
     const char *instr = NULL;
     size_t ilen = 0;
     if (!rp_field_string(b, "instructions", &instr, &ilen, e))
         goto done;
-    if (instr && ilen && !append_msg(&c, json_pack("{s:s,s:s%}", "role", "system", "content", instr, ilen), e))
+    if (instr && ilen &&
+        !rp_api_append_new(c.out, json_pack("{s:s,s:s%}", "role", "system", "content", instr, ilen), e))
         goto done;
     if (json_is_string(input)) {
-        ok = append_msg(&c, json_pack("{s:s,s:O}", "role", "user", "content", input), e);
+        ok = rp_api_append_new(c.out, json_pack("{s:s,s:O}", "role", "user", "content", input), e);
         goto done;
     }
     size_t i;
@@ -360,19 +321,14 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
         return true;
     if (!json_is_array(tools))
         return rp_api_fail(e, 400, "tools", "invalid_type", "invalid type for 'tools': expected an array");
-    json_t *out = json_array();
-    if (!out)
-        return oom(e);
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {
         char p[48];
         snprintf(p, sizeof(p), "tools[%zu]", i);
         const char *type = json_string_value(json_object_get(t, "type"));
-        if (!json_is_object(t) || !type) {
-            json_decref(out);
+        if (!json_is_object(t) || !type)
             return rp_api_fail(e, 400, p, "invalid_type", "'%s' must be an object with a 'type'", p);
-        }
         if (strcmp(type, "function") != 0)
             continue; // hosted and custom tools: not offered to the model
         const json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
@@ -384,38 +340,12 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
             err = "'%s.parameters' must be an object";
         else if (desc && !json_is_null(desc) && !json_is_string(desc))
             err = "'%s.description' must be a string";
-        if (err) {
-            json_decref(out);
+        if (err)
             return rp_api_fail(e, 400, p, "invalid_value", err, p);
-        }
-        json_t *fn = json_pack("{s:O}", "name", name);
-        if (fn && json_is_string(desc))
-            json_object_set(fn, "description", (json_t *)desc);
-        if (fn && json_is_object(params))
-            json_object_set_new(fn, "parameters", json_deep_copy(params));
-        json_t *tool = fn ? json_pack("{s:s,s:o}", "type", "function", "function", fn) : NULL;
-        if (!tool || json_array_append_new(out, tool)) {
-            json_decref(out);
-            return oom(e);
-        }
+        if (!rp_api_req_add_tool(q, name, desc, params, e))
+            return false;
     }
-    if (json_array_size(out))
-        q->tools = out;
-    else
-        json_decref(out);
     return true;
-}
-
-static bool tool_named(const json_t *tools, const char *name)
-{
-    size_t i;
-    const json_t *t;
-    json_array_foreach(tools, i, t) {
-        const char *n = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        if (n && strcmp(n, name) == 0)
-            return true;
-    }
-    return false;
 }
 
 static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
@@ -433,12 +363,12 @@ static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
             if (!name)
                 return rp_api_fail(e, 400, "tool_choice", "invalid_value",
                                    "'tool_choice' of type function needs a 'name'");
-            if (!q->tools || !tool_named(q->tools, name))
+            if (!q->tools || !rp_tools_has(q->tools, name))
                 return rp_api_fail(e, 400, "tool_choice", "invalid_value",
                                    "'tool_choice' names '%s', which is not a function in 'tools'", name);
             q->tool_choice = RP_TOOL_CHOICE_NAMED;
             if (!(q->tool_name = rp_strdup(name)))
-                return oom(e);
+                return rp_api_oom(e);
             return rp_field_bool(b, "parallel_tool_calls", &q->parallel_tool_calls, e);
         }
         if (strcmp(type, "allowed_tools") != 0)
@@ -452,15 +382,8 @@ static bool read_tool_choice(const json_t *b, rp_api_req *q, rp_api_error *e)
         return rp_api_fail(e, 400, "tool_choice", "invalid_type",
                            "invalid type for 'tool_choice': expected a string or an object");
     }
-    if (strcmp(mode, "auto") == 0)
-        q->tool_choice = RP_TOOL_CHOICE_AUTO;
-    else if (strcmp(mode, "none") == 0)
-        q->tool_choice = RP_TOOL_CHOICE_NONE;
-    else if (strcmp(mode, "required") == 0)
-        q->tool_choice = RP_TOOL_CHOICE_REQUIRED;
-    else
-        return rp_api_fail(e, 400, "tool_choice", "invalid_value",
-                           "'tool_choice' is '%s'; expected none, auto, required or a function", mode);
+    if (!rp_field_tool_mode(mode, q, e))
+        return false;
     if (q->tool_choice == RP_TOOL_CHOICE_REQUIRED && !q->tools)
         return rp_api_fail(e, 400, "tool_choice", "invalid_value",
                            "'tool_choice' is 'required' but 'tools' has no function tool");
@@ -486,7 +409,7 @@ static bool read_reasoning(const json_t *b, rp_api_req *q, rp_api_error *e)
         return rp_api_fail(e, 400, "reasoning.effort", "invalid_value",
                            "'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
     if (strcmp(effort, "none") == 0 && !(q->template_kwargs = json_pack("{s:b}", "enable_thinking", 0)))
-        return oom(e);
+        return rp_api_oom(e);
     return true;
 }
 
@@ -497,18 +420,7 @@ static bool read_text(const json_t *b, rp_api_req *q, rp_api_error *e)
         return true;
     if (!json_is_object(t))
         return rp_api_fail(e, 400, "text", "invalid_type", "invalid type for 'text': expected an object");
-    const json_t *f = json_object_get(t, "format");
-    if (!f || json_is_null(f))
-        return true;
-    const char *type = json_string_value(json_object_get(f, "type"));
-    if (!json_is_object(f) || !type)
-        return rp_api_fail(e, 400, "text.format", "invalid_type", "'text.format' must be an object with a 'type'");
-    if (strcmp(type, "json_object") == 0 || strcmp(type, "json_schema") == 0)
-        q->json_mode = true;
-    else if (strcmp(type, "text") != 0)
-        return rp_api_fail(e, 400, "text.format.type", "invalid_value",
-                           "'text.format.type' is '%s'; expected text, json_object or json_schema", type);
-    return true;
+    return rp_field_json_format(json_object_get(t, "format"), "text.format", q, e);
 }
 
 // Fields this server cannot honour because it keeps no state.
@@ -542,7 +454,7 @@ static bool build_echo(const json_t *b, const rp_api_req *q, bool store, resp_ec
     x->fields = json_object();
     json_t *f = x->fields;
     if (!f)
-        return oom(e);
+        return rp_api_oom(e);
     json_object_set_new(f, "instructions", json_is_string(instr) ? json_copy((json_t *)instr) : json_null());
     json_object_set_new(f, "max_output_tokens", q->max_tokens > 0 ? json_integer(q->max_tokens) : json_null());
     json_object_set_new(f, "parallel_tool_calls", json_boolean(q->parallel_tool_calls));
@@ -567,7 +479,7 @@ static bool build_echo(const json_t *b, const rp_api_req *q, bool store, resp_ec
     json_object_set_new(f, "user", json_is_string(user) ? json_copy((json_t *)user) : json_null());
     json_object_set_new(f, "metadata", json_is_object(md) ? json_deep_copy(md) : json_object());
     if (json_object_size(f) != 14)
-        return oom(e);
+        return rp_api_oom(e);
     return true;
 }
 
@@ -577,15 +489,10 @@ static bool resp_read(const json_t *b, rp_api_req *q, resp_echo *x, rp_api_error
     rp_api_req_init(q);
     memset(x, 0, sizeof(*x));
     bool store = true;
-    const char *model = NULL;
     long long mt = -1;
     float top_p = 1;
-    if (!rp_field_string(b, "model", &model, NULL, e))
-        return false;
-    if (model && !(q->model = rp_strdup(model)))
-        return oom(e);
-    if (!read_stateless(b, &store, e) || !read_input(b, q, e) || !read_tools(b, q, e) || !read_tool_choice(b, q, e) ||
-        !read_reasoning(b, q, e) || !read_text(b, q, e) ||
+    if (!rp_field_model(b, q, e) || !read_stateless(b, &store, e) || !read_input(b, q, e) || !read_tools(b, q, e) ||
+        !read_tool_choice(b, q, e) || !read_reasoning(b, q, e) || !read_text(b, q, e) ||
         !rp_field_int(b, "max_output_tokens", 1, MAX_OUTPUT_LIMIT, &mt, e) ||
         !rp_field_float(b, "temperature", 0, 2, &q->sample.temperature, e) ||
         !rp_field_float(b, "top_p", 0, 1, &top_p, e) || !rp_field_bool(b, "stream", &q->stream, e))
@@ -692,16 +599,8 @@ static json_t *call_item(const char *id, const char *status, const char *call_id
                      args, len, "call_id", call_id, "name", name);
 }
 
-// The engine's failure (or a cancellation) as a Response error: fills e, returns true.
-static bool drv_failed(const rp_drv_info *info, rp_api_error *e)
-{
-    if (info->finish == RP_DRV_ERROR)
-        return !rp_api_fail(e, 500, NULL, "server_error", "generation failed: %s", info->error);
-    if (info->finish == RP_DRV_CANCELLED)
-        return !rp_api_fail(e, 503, NULL, "server_error",
-                            "the request was cancelled (client gone or server shutting down)");
-    return false;
-}
+// The code of a Response's error when the engine failed (or the request was cancelled).
+#define DRV_ERROR_CODE "server_error"
 
 // The non-streaming Response.
 static json_t *response_body(rp_http_req *r, const char *id, long long created, const rp_api_req *q, const resp_echo *x,
@@ -765,8 +664,7 @@ static void emit(resp_stream *st, rp_buf *out, json_t *ev)
         return;
     }
     json_object_set_new(ev, "sequence_number", json_integer(st->seq++));
-    rp_sse_json(out, json_string_value(json_object_get(ev, "type")), ev);
-    json_decref(ev);
+    rp_sse_json_new(out, json_string_value(json_object_get(ev, "type")), ev);
 }
 
 static int output_index(const resp_stream *st)
@@ -877,7 +775,7 @@ static void stream_start(rp_http_req *r, resp_stream *st, rp_buf *out)
 static void stream_finish(rp_http_req *r, resp_stream *st, const rp_drv_info *info, rp_buf *out)
 {
     rp_api_error e;
-    if (drv_failed(info, &e)) {
+    if (rp_drv_failed(info, DRV_ERROR_CODE, &e)) {
         close_item(st, true, out);
         json_t *err = json_pack("{s:s,s:s}", "code", e.code ? e.code : "server_error", "message", e.message);
         json_t *resp =
@@ -958,7 +856,7 @@ void rp_responses_create(rp_http_req *r, rp_reply *out)
         resp_stream *st = rp_calloc(1, sizeof(*st));
         if (!st || !(st->output = json_array())) {
             rp_free(st);
-            oom(&e);
+            rp_api_oom(&e);
             goto fail;
         }
         st->drv = d;
@@ -973,19 +871,9 @@ void rp_responses_create(rp_http_req *r, rp_reply *out)
         d = NULL;
         goto done;
     }
-    if (rp_drv_collect(d, &res)) {
-        rp_api_fail(&e, 500, NULL, "server_error", "generation failed: %s", rp_error_message());
+    if (!rp_drv_complete(d, DRV_ERROR_CODE, &res, &e) ||
+        !rp_reply_json_new(out, response_body(r, id, created, &q, &x, &res), &e))
         goto fail;
-    }
-    if (drv_failed(&res.info, &e))
-        goto fail;
-    json_t *body = response_body(r, id, created, &q, &x, &res);
-    if (!body) {
-        oom(&e);
-        goto fail;
-    }
-    rp_reply_json(out, 200, body);
-    json_decref(body);
     goto done;
 fail:
     rp_reply_error(r, out, &e);

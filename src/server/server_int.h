@@ -7,7 +7,9 @@
  *               streaming through pump callbacks, disconnect detection, the
  *               per-request log line; the server object and its lifecycle.
  *   fields.c    the request-reading helpers every API uses (typed field readers
- *               whose errors name the field), JSON body parsing, SSE framing, rp_buf.
+ *               whose errors name the field, and the pieces several APIs read
+ *               alike: content parts, tool modes, JSON formats, function tools),
+ *               JSON body parsing, SSE framing, rp_buf.
  *   gen.c       the API-neutral generation driver: chat template, tokenize,
  *               context check, engine submit, incremental detokenize, stop
  *               strings, output parsing (reasoning, tool calls), usage.
@@ -25,9 +27,10 @@
  *      rp_server_check_model applies the model-name policy;
  *   3. rp_drv_start(r, &req, &drv, &err) - renders, tokenizes, checks the
  *      context and submits (errors: 400 context_length_exceeded, 503 busy);
- *   4a. not streaming: rp_drv_collect(drv, &res) waits for the whole reply
- *       (cancelling if the client goes away), then the file builds its JSON
- *       body and calls rp_reply_json;
+ *   4a. not streaming: rp_drv_complete(drv, code, &res, &err) waits for the
+ *       whole reply (cancelling if the client goes away; a failed or cancelled
+ *       generation is an error), then the file builds its JSON body and hands
+ *       it to rp_reply_json_new;
  *   4b. streaming: rp_reply_stream(out, pump, free, ctx): the http layer calls
  *       pump() from the connection thread until it reports finished; pump
  *       calls rp_drv_next(drv, RP_STREAM_WAIT_S, ...) and appends SSE frames
@@ -77,6 +80,8 @@ void rp_buf_printf(rp_buf *b, const char *fmt, ...) __attribute__((format(printf
 void rp_buf_json(rp_buf *b, const json_t *v);
 // Appends one SSE frame: "event: NAME\n" (when event is not NULL) then "data: JSON\n\n".
 void rp_sse_json(rp_buf *b, const char *event, const json_t *data);
+// rp_sse_json, then releases data (stolen); data NULL (a failed json_pack) marks b failed.
+void rp_sse_json_new(rp_buf *b, const char *event, json_t *data);
 // Appends "data: TEXT\n\n" (e.g. "[DONE]").
 void rp_sse_text(rp_buf *b, const char *text);
 // Writes prefix + 24 random alphanumerics into out (ids of replies and
@@ -100,11 +105,17 @@ typedef struct rp_api_error {
 // Fills e (param may be NULL). Returns false so a reader can `return rp_api_fail(...)`.
 bool rp_api_fail(rp_api_error *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+// rp_api_fail(e, 500, NULL, NULL, "out of memory"); returns false.
+bool rp_api_oom(rp_api_error *e);
 
 // {"error": {"message", "type", "param", "code"}} (param and code null when empty).
 void rp_openai_error_json(const rp_api_error *e, rp_buf *out);
 // {"type": "error", "error": {"type", "message"}}.
 void rp_anthropic_error_json(const rp_api_error *e, rp_buf *out);
+// Appends one SSE frame carrying e in an API's error shape (shape: one of the two
+// above): "event: NAME\n" when event is not NULL, then "data: ERROR\n\n".
+void rp_sse_error(rp_buf *b, const char *event, const rp_api_error *e,
+                  void (*shape)(const rp_api_error *e, rp_buf *out));
 
 /* ---- the neutral request --------------------------------------------------- */
 
@@ -162,6 +173,42 @@ bool rp_field_string(const json_t *obj, const char *key, const char **out, size_
 // Stop strings: a string or an array of strings (at most RP_MAX_STOP, each
 // 1..RP_MAX_STOP_LEN bytes; empty strings are skipped), copied into q->stop.
 bool rp_field_stop(const json_t *obj, const char *key, rp_api_req *q, rp_api_error *e);
+// obj.model (a string, optional) copied into q->model.
+bool rp_field_model(const json_t *obj, rp_api_req *q, rp_api_error *e);
+
+/* ---- request pieces more than one API reads (fields.c) ---------------------- */
+
+// A content part type a text reader takes, and the member that holds its text.
+typedef struct rp_text_part {
+    const char *type; // the part's "type"
+    const char *key;  // its text member ("text", "refusal")
+} rp_text_part;
+
+// Appends the text of an OpenAI-style content value to out: a string, or an
+// array of content parts joined with "\n". A part is an object whose type is
+// in kinds (ended by a {NULL, NULL} entry); with bare_strings a part may also
+// be a plain string (the lenient chat reader). Errors are 400 in OpenAI's
+// shape naming `where` or the part ("where[i]").
+bool rp_field_parts_text(const json_t *c, const char *where, const rp_text_part *kinds, bool bare_strings, rp_buf *out,
+                         rp_api_error *e);
+// A tool_choice mode string: "auto", "none" or "required" sets q->tool_choice;
+// anything else is a 400 naming tool_choice.
+bool rp_field_tool_mode(const char *mode, rp_api_req *q, rp_api_error *e);
+// A {"type": "text" | "json_object" | "json_schema"} format object found at
+// `path` (response_format, text.format; f may be NULL or null: nothing to do);
+// the JSON types set q->json_mode (the schema is not enforced). Errors name
+// path or path.type.
+bool rp_field_json_format(const json_t *f, const char *path, rp_api_req *q, rp_api_error *e);
+// Appends {"type": "function", "function": {name, description, parameters}} to
+// q->tools (created on first use). The caller has checked the values: name a
+// non-empty string; desc and params are copied only when a string and an
+// object. Fails only for memory (500).
+bool rp_api_req_add_tool(rp_api_req *q, const json_t *name, const json_t *desc, const json_t *params, rp_api_error *e);
+// True when the function tools (OpenAI shape, as in rp_api_req.tools) name one `name`.
+bool rp_tools_has(const json_t *tools, const char *name);
+// Appends v (stolen) to the array arr; v NULL (a failed json_pack) or a failed
+// append is out of memory (500, false).
+bool rp_api_append_new(json_t *arr, json_t *v, rp_api_error *e);
 
 /* ---- the server object ----------------------------------------------------- */
 
@@ -255,6 +302,9 @@ typedef struct rp_reply {
 void rp_reply_json(rp_reply *out, int status, const json_t *v);
 // Text body (e.g. Prometheus metrics).
 void rp_reply_text(rp_reply *out, int status, const char *content_type, const char *text, size_t len);
+// A 200 reply with body as JSON, then releases body (stolen). body NULL (a failed
+// json_pack) fills e with out of memory and returns false. (fields.c)
+bool rp_reply_json_new(rp_reply *out, json_t *body, rp_api_error *e);
 // The error in the API shape of r's route (OpenAI unless an Anthropic route).
 void rp_reply_error(rp_http_req *r, rp_reply *out, const rp_api_error *e);
 // A 200 text/event-stream reply driven by pump; ownership of ctx passes to the
@@ -391,6 +441,14 @@ void rp_drv_result_deinit(rp_drv_result *res);
 // client is still there (if not: cancels, info.finish CANCELLED). *res is
 // initialized here (deinit it even on failure). RP_ERR_NOMEM.
 rp_status rp_drv_collect(rp_drv *d, rp_drv_result *res);
+// A generation that ended in RP_DRV_ERROR (500 "generation failed: ...") or
+// RP_DRV_CANCELLED (503): fills e, with `code` as its code (NULL for none), and
+// returns true. False for a generation that finished.
+bool rp_drv_failed(const rp_drv_info *info, const char *code, rp_api_error *e);
+// rp_drv_collect, then rp_drv_failed: true when *res holds the whole reply;
+// false with e filled (500 when collecting failed). *res is initialized here
+// (deinit it even on failure).
+bool rp_drv_complete(rp_drv *d, const char *code, rp_drv_result *res, rp_api_error *e);
 
 /* ---- stop strings (gen.c, unit-tested on their own) ------------------------ */
 

@@ -263,7 +263,7 @@ describe('OpenAI chat completions', { skip: SKIP }, () => {
     test('response_format json_object: the reply parses as a JSON object (stream too)', T, async () => {
         // A prompt the bundled model answers with a closed object under the JSON mask.
         const extra = {
-            messages: user('Echo this JSON object: {"name": "Bob"}'),
+            messages: user('Return this JSON unchanged:\n```json\n{"name": "Bob", "age": 3}\n```'),
             response_format: { type: 'json_object' },
             max_tokens: 64,
         };

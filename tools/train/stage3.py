@@ -32,6 +32,7 @@ MODEL_NAME = "rapid-tiny"
 BUCKETS = [512, 1024, 2048, 4096, 8192]
 
 _CTX = None
+_MIX = None
 
 
 def amp(dev):
@@ -41,7 +42,7 @@ def amp(dev):
 def _gen_chunk(arg):
     seed, n = arg
     rng = random.Random(seed)
-    exs = tasks.make_examples(_CTX, n, seed)
+    exs = tasks.make_examples(_CTX, n, seed, mix=_MIX)
     out = []
     for e in exs:
         think = rng.random() < 0.3
@@ -57,9 +58,10 @@ def _gen_chunk(arg):
     return out
 
 
-def build_sft(tok, train_texts, n, seed, max_len):
-    global _CTX
+def build_sft(tok, train_texts, n, seed, max_len, mix=None):
+    global _CTX, _MIX
     _CTX = tasks.Files(train_texts)
+    _MIX = mix
     chunks = [(seed * 100003 + i, 500) for i in range(max(1, n // 500))]
     with mp.get_context("fork").Pool(min(16, os.cpu_count() or 1)) as pool:
         res = pool.map(_gen_chunk, chunks)
@@ -120,8 +122,17 @@ def teacher_forced_exact(model, tok, examples, dev):
         ok += all(good)
         tok_acc += sum(good)
         n_tok += len(ti)
-        per.append(all(good))
-    return {"n": len(examples), "exact": ok, "exact_rate": ok / max(1, len(examples)), "token_acc": tok_acc / max(1, n_tok)}
+        # where it goes wrong first, and whether that token could have been copied from
+        # the prompt (its 4-token context and itself occur there) or is an edit point
+        bad = [i for i, g in enumerate(good) if not g]
+        item = {"errors": len(bad), "tokens": len(ti)}
+        if bad:
+            i = bad[0]
+            ctx4 = tuple(ti[max(0, i - 3) : i + 1])
+            grams = {tuple(pi[j : j + len(ctx4)]) for j in range(len(pi) - len(ctx4) + 1)}
+            item.update(pos=i, want=tok.decode([ti[i]]), got=tok.decode([pred[i]]), before=tok.decode(ti[max(0, i - 12) : i]), copyable=ctx4 in grams)
+        per.append(item)
+    return {"n": len(examples), "exact": ok, "exact_rate": ok / max(1, len(examples)), "token_acc": tok_acc / max(1, n_tok), "items": per}
 
 
 @torch.no_grad()
@@ -261,6 +272,8 @@ def main():
     ap.add_argument("--max-len", type=int, default=8192)
     ap.add_argument("--limit-bytes", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mix", default="", help="task weights, e.g. rename=40,json=24 (tasks.TRAIN_MIX for the defaults)")
+    ap.add_argument("--task-files", type=int, default=0, help="generate tasks from at most this many training files (0 = all)")
     ap.add_argument("--skip-fixtures", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -277,9 +290,13 @@ def main():
     # tasks from training files only; evaluation prompts from held-out files
     train_code = [t for _, t in corpus.read_files(manifest, split="train", kind="code")]
     held_code = [t for _, t in corpus.read_files(manifest, split="heldout", kind="code")]
-    # at most ~8000 files for task generation (parsing them all would take minutes)
-    train_code = train_code[:: max(1, len(train_code) // (1500 if args.limit_bytes else 8000))]
-    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len)
+    # task generation parses every training file (~20 s on the H200 machine's CPU);
+    # --task-files N takes an evenly spaced subset (the smoke test uses 1500)
+    cap = args.task_files or (1500 if args.limit_bytes else 0)
+    if cap:
+        train_code = train_code[:: max(1, len(train_code) // cap)]
+    log(f"stage3: training phrasings never produce an evaluation phrasing ({tasks.check_eval_disjoint()} distinct phrasings sampled)")
+    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len, tasks.parse_mix(args.mix))
     buckets = bucketize(rows)
     sft_tokens = sum(len(r[0]) for r in rows)
     log(f"stage3: {len(rows)} SFT rows from {nfiles} files, {sft_tokens / 1e6:.1f}M tokens, kinds {kinds}, buckets { {L: len(v) for L, v in buckets.items()} } ({time.time() - t0:.0f}s)")
@@ -369,7 +386,11 @@ def main():
     ev["copy_16k"] = long_copy(main_m, held_t, dev, 16384)
     ev["train"] = {"steps": step, "seconds": train_s, "sft_rows": len(rows), "sft_tokens": sft_tokens, "kinds": kinds}
     ev["eval_seconds"] = time.time() - te
-    log("stage3 eval: " + json.dumps(ev))
+    log("stage3 eval: " + json.dumps({k: ({a: b for a, b in v.items() if a != "items"} if isinstance(v, dict) else v) for k, v in ev.items()}))
+    for k in ("rename", "json", "tool_call", "edit"):
+        wrong = [it for it in ev[k]["items"] if it["errors"]]
+        log(f"stage3 eval {k}: {len(wrong)} wrong, first error copyable from the prompt in {sum(it['copyable'] for it in wrong)}; "
+            + "; ".join(f"{it['before'][-30:]!r}: {it['want']!r} -> {it['got']!r}" for it in wrong[:6]))
 
     # ------------------------------------------------------------ export
     table = eval_table(ev)

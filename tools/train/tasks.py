@@ -16,6 +16,8 @@ import random
 import re
 import string
 
+import phrasings
+
 # ---------------------------------------------------------------- vocabulary
 
 WORDS = (
@@ -109,6 +111,12 @@ def with_code(rng, instruction, code, style, lang="python"):
         "{i}\n{b}",
         "Here is my file:\n\n{b}\n\n{i}",
         "{i}\n\nFile:\n{b}",
+        "Code:\n{b}\n\n{i}",
+        "{i}\n\nHere's the file:\n\n{b}",
+        "Instruction: {i}\n\n{b}",
+        "{b}\n\nInstructions: {i}",
+        "I have this file.\n\n{b}\n\n{i}",
+        "{b}\n{i}",
     ] if style == "train" else ["{i}\n\n{b}", "{b}\n{i}", "Below is a Python module.\n\n{b}\n\nTask: {i}"]
     return rng.choice(layouts).format(i=instruction, b=block)
 
@@ -167,6 +175,22 @@ def rename_candidates(text, tree):
     return out
 
 
+def scramble(rng, text, tree, keep=()):
+    """A training file made new: 3-8 of its own identifiers renamed consistently.
+
+    The training files were also pretraining text (several epochs), so the model can
+    write them back from memory instead of copying them from the prompt; on held-out
+    files it then makes copy errors. Renaming some identifiers gives text it has never
+    seen, so only copying reproduces it. The file stays valid Python; line numbers do
+    not change. Names in `keep` are left alone."""
+    cands = [n for n, _ in rename_candidates(text, tree) if n not in keep]
+    for old in rng.sample(cands, min(len(cands), rng.randint(3, 8))):
+        new = new_identifier(rng, old, text)
+        if new and not any(new == k for k in keep):
+            text = words_re(old).sub(new, text)
+    return text
+
+
 def task_rename(rng, ctx, style):
     lo, hi = (50, 250) if style == "train" else (120, 180)
     text, tree = ctx.pick(rng, lo, hi)
@@ -176,12 +200,16 @@ def task_rename(rng, ctx, style):
     if not cands:
         return None
     old, _ = rng.choice(cands)
+    if style == "train" and rng.random() < 0.7:
+        text = scramble(rng, text, tree, keep=(old,))
     new = new_identifier(rng, old, text)
     if not new:
         return None
     out = words_re(old).sub(new, text)
-    phr = rng.choice(RENAME_TRAIN if style == "train" else RENAME_EVAL)
-    inst = vary(rng, phr.format(old=old, new=new), style)
+    if style == "train" and rng.random() < 0.75:
+        inst = phrasings.train(rng, "rename", ("o", "n"), o=old, n=new)
+    else:
+        inst = vary(rng, rng.choice(RENAME_TRAIN if style == "train" else RENAME_EVAL).format(old=old, new=new), style)
     return {
         "kind": "rename",
         "messages": [{"role": "user", "content": with_code(rng, inst, text, style)}, {"role": "assistant", "content": fence(out)}],
@@ -244,10 +272,17 @@ def task_value(rng, ctx, style):
         return None
     i, m = rng.choice(found)
     ind, name, old = m.groups()
+    if style == "train" and rng.random() < 0.7:
+        t2 = scramble(rng, text, tree, keep=(name,))
+        m2 = ASSIGN.match(t2.split("\n")[i])
+        if m2 and m2.groups() == (ind, name, old):
+            text, lines = t2, t2.split("\n")
     val = new_value(rng, old)
     lines[i] = f"{ind}{name} = {val}"
-    phr = rng.choice(VALUE_TRAIN if style == "train" else VALUE_EVAL)
-    inst = vary(rng, phr.format(name=name, val=val, old=old), style)
+    if style == "train" and rng.random() < 0.75:
+        inst = phrasings.train(rng, "value", ("name",), name=name, val=val, old=old)
+    else:
+        inst = vary(rng, rng.choice(VALUE_TRAIN if style == "train" else VALUE_EVAL).format(name=name, val=val, old=old), style)
     return {
         "kind": "edit",
         "messages": [{"role": "user", "content": with_code(rng, inst, text, style)}, {"role": "assistant", "content": fence("\n".join(lines))}],
@@ -271,10 +306,13 @@ def task_import(rng, ctx, style):
     end = max(n.end_lineno for n in imps)  # 1-based last line of the last top-level import
     lines = text.split("\n")
     lines.insert(end, f"import {mod}")
-    phr = rng.choice(IMPORT_TRAIN if style == "train" else IMPORT_EVAL)
+    if style == "train" and rng.random() < 0.75:
+        inst = phrasings.train(rng, "import", mod=mod)
+    else:
+        inst = vary(rng, rng.choice(IMPORT_TRAIN if style == "train" else IMPORT_EVAL).format(mod=mod), style)
     return {
         "kind": "edit",
-        "messages": [{"role": "user", "content": with_code(rng, vary(rng, phr.format(mod=mod), style), text, style)}, {"role": "assistant", "content": fence("\n".join(lines))}],
+        "messages": [{"role": "user", "content": with_code(rng, inst, text, style)}, {"role": "assistant", "content": fence("\n".join(lines))}],
         "reason": f"I add `import {mod}` on the line after the last import and return the whole file.",
     }
 
@@ -297,10 +335,13 @@ def task_comment(rng, ctx, style):
     ind = lines[i][: len(lines[i]) - len(lines[i].lstrip(" "))]
     note = rng.choice(["TODO: add tests", "FIXME: handle errors", "NOTE: hot path", "TODO: document this", "deprecated", "keep in sync with the docs", "TODO: simplify"])
     lines.insert(i, f"{ind}# {note}")
-    phr = rng.choice(COMMENT_TRAIN if style == "train" else COMMENT_EVAL)
+    if style == "train" and rng.random() < 0.75:
+        inst = phrasings.train(rng, "comment", text=note, fn=fn.name)
+    else:
+        inst = vary(rng, rng.choice(COMMENT_TRAIN if style == "train" else COMMENT_EVAL).format(text=note, fn=fn.name), style)
     return {
         "kind": "edit",
-        "messages": [{"role": "user", "content": with_code(rng, vary(rng, phr.format(text=note, fn=fn.name), style), text, style)}, {"role": "assistant", "content": fence("\n".join(lines))}],
+        "messages": [{"role": "user", "content": with_code(rng, inst, text, style)}, {"role": "assistant", "content": fence("\n".join(lines))}],
         "reason": f"I insert `# {note}` above `def {fn.name}` at the same indentation.",
     }
 
@@ -423,7 +464,11 @@ def task_json(rng, ctx, style):
         a = rng.choice(bools)
         fmt["a"] = a
         out = sum(1 for r in recs if r[a])
-    inst = vary(rng, rng.choice(table[op]).format(**fmt), style)
+    if style == "train" and rng.random() < 0.75:
+        quoted = ("a", "b") if op in ("rename", "drop") else ()
+        inst = phrasings.train(rng, "json:" + op, quoted, **fmt)
+    else:
+        inst = vary(rng, rng.choice(table[op]).format(**fmt), style)
     data = dump(recs, compact=rng.random() < 0.3)
     block = fence(data, "json")
     layouts = ["{i}\n\n{b}", "{b}\n\n{i}", "{i}\n{b}"] if style == "train" else ["{i}\n\n{b}", "Data:\n{b}\n{i}"]
@@ -625,7 +670,10 @@ def task_tool(rng, ctx, style):
             name = rng.choice(names)
             schema, argf, ph_train, ph_eval, _, _ = TOOLS[name]
             a = argf(rng, ctx)
-            user = rng.choice(ph_train if style == "train" else ph_eval).format(**a)
+            if style == "train" and rng.random() < 0.75:
+                user = phrasings.tool_request(rng, name, a)
+            else:
+                user = rng.choice(ph_train if style == "train" else ph_eval).format(**a)
             others = rng.sample([n for n in names if n != name], rng.randint(0, 3))
             tools = [schema] + [TOOLS[n][0] for n in others]
         rng.shuffle(tools)
@@ -642,7 +690,7 @@ def task_tool(rng, ctx, style):
         tools = [schema] + [TOOLS[n][0] for n in rng.sample([n for n in names if n != name], rng.randint(0, 2))]
         rng.shuffle(tools)
         msgs = ([{"role": "system", "content": sysmsg}] if sysmsg else []) + [
-            {"role": "user", "content": rng.choice(ph_train).format(**a)},
+            {"role": "user", "content": phrasings.tool_request(rng, name, a) if rng.random() < 0.5 else rng.choice(ph_train).format(**a)},
             {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": name, "arguments": a}}]},
             {"role": "tool", "content": json.dumps(res, ensure_ascii=False)},
             {"role": "assistant", "content": ansf(a, res)},
@@ -704,6 +752,20 @@ def task_explain(rng, ctx, style):
 TRAIN_MIX = [(task_rename, 30), (task_value, 8), (task_import, 6), (task_comment, 6), (task_json, 18), (task_extract, 5), (task_tool, 22), (task_explain, 5)]
 
 
+def parse_mix(spec):
+    """'rename=40,json=24,...' -> a mix like TRAIN_MIX (tasks not named keep their
+    default weight). Raises ValueError on an unknown task or a bad weight."""
+    byname = {f.__name__[5:]: w for f, w in TRAIN_MIX}
+    for part in filter(None, spec.split(",")):
+        k, _, v = part.partition("=")
+        if k not in byname:
+            raise ValueError(f"unknown task {k!r} in --mix (tasks: {', '.join(byname)})")
+        byname[k] = float(v)
+        if byname[k] < 0:
+            raise ValueError(f"negative weight for {k} in --mix")
+    return [(f, byname[f.__name__[5:]]) for f, _ in TRAIN_MIX]
+
+
 def make_examples(ctx, n, seed, style="train", mix=None):
     rng = random.Random(seed)
     mix = mix or TRAIN_MIX
@@ -744,6 +806,28 @@ def eval_sets(ctx, seed=7):
         "tool_call": many(task_tool, 30, kind="tool_call"),
         "edit": many(task_value, 20),
     }
+
+
+def check_eval_disjoint(samples=4000):
+    """The evaluation phrasings never come out of the training grammars (phrasings.py).
+    Returns the number of distinct training phrasings sampled."""
+    pairs = []
+    for t in RENAME_EVAL:
+        pairs.append(("rename", t.format(old="old_name", new="new_name"), {"o": "old_name", "n": "new_name"}, ("o", "n")))
+    v = {"name": "LIMIT", "val": "42", "old": "7"}
+    pairs += [("value", t.format(**v), v, ("name", "val", "old")) for t in VALUE_EVAL]
+    pairs += [("import", t.format(mod="json"), {"mod": "json"}, ()) for t in IMPORT_EVAL]
+    c = {"text": "TODO: add tests", "fn": "parse"}
+    pairs += [("comment", t.format(**c), c, ()) for t in COMMENT_EVAL]
+    j = {"a": "age", "b": "years", "v": 30, "keys": "`id`, `age`"}
+    for op, ts in JSON_EVAL.items():
+        q = ("a", "b") if op in ("rename", "drop") else ()
+        pairs += [("json:" + op, t.format(**j), {k: j[k] for k in re.findall(r"{(\w+)}", t)}, q) for t in ts]
+    rng = random.Random(0)
+    for name, (_, argf, _, ph_eval, _, _) in TOOLS.items():
+        a = argf(rng, Files([]))
+        pairs += [("tool:" + name, t.format(**a), a, ()) for t in ph_eval]
+    return phrasings.check_disjoint(pairs, samples)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@
  * sent one per read with an optional delay before each (so the client sees
  * them in separate reads), optionally ending with a cut connection. The
  * script "auto" picks "tool" when the request offers tools and "good"
- * otherwise. GET /s/<any>/v1/models answers 200. Every request body is kept
- * (in order) for the test to inspect.
+ * otherwise. GET /s/<any>/v1/models answers 200; GET /s/<any>/v1/status a
+ * Rapid-like engine status whose counters grow by a fixed step per reading
+ * (steps 10, seconds 0.5, forward 0.25; prefill chunk 8). Every request body is
+ * kept (in order) for the test to inspect.
  */
 #ifndef RP_SSE_SERVER_H
 #define RP_SSE_SERVER_H
@@ -92,6 +94,7 @@ typedef struct sse_server {
     pthread_mutex_t mu;
     char *bodies[256]; // every request body, in arrival order
     int n_bodies;
+    int n_status; // GET /v1/status answered so far
 } sse_server;
 
 typedef struct sse_req {
@@ -175,7 +178,21 @@ static enum MHD_Result sse_handle(void *cls, struct MHD_Connection *conn, const 
     const char *name = strncmp(url, "/s/", 3) == 0 ? url + 3 : "";
     const char *slash = strchr(name, '/');
     const char *rest = slash ? slash : "";
-    if (strcmp(method, "GET") == 0 && strcmp(rest, "/v1/models") == 0) {
+    if (strcmp(method, "GET") == 0 && strcmp(rest, "/v1/status") == 0) {
+        // A Rapid-like status whose counters grow by a fixed amount per reading.
+        pthread_mutex_lock(&srv->mu);
+        int k = ++srv->n_status;
+        pthread_mutex_unlock(&srv->mu);
+        char st[512];
+        snprintf(st, sizeof(st),
+                 "{\"engine\":{\"steps\":%d,\"step_seconds\":%g,\"forward_seconds\":%g,\"prefill_chunk\":8,"
+                 "\"forward_by_batch\":[{\"tokens_min\":1,\"tokens_max\":1,\"steps\":%d,\"tokens\":%d,"
+                 "\"seconds\":%g,\"min_seconds\":0.001}]}}",
+                 10 * k, 0.5 * k, 0.25 * k, 10 * k, 10 * k, 0.25 * k);
+        resp = MHD_create_response_from_buffer(strlen(st), st, MHD_RESPMEM_MUST_COPY);
+        status = 200;
+        ctype = "application/json";
+    } else if (strcmp(method, "GET") == 0 && strcmp(rest, "/v1/models") == 0) {
         static const char models[] = "{\"object\":\"list\",\"data\":[]}";
         resp = MHD_create_response_from_buffer(strlen(models), (void *)models, MHD_RESPMEM_PERSISTENT);
         status = 200;

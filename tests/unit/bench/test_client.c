@@ -138,6 +138,91 @@ static void test_concurrent_streams(void **state)
     rp_bench_client_destroy(c);
 }
 
+static void test_send_staggered(void **state)
+{
+    // Bodies 0 and 1 at once, body 2 once both have 2 token chunks, body 3 once
+    // they have ended (more chunks than the script sends). The clock only goes
+    // forward, one step per reading, so readings order the events.
+    fake_clock clk = {0, 1, 0};
+    rp_bench_client_params p = {
+        .base_url = sse_url(&srv, "good"), .timeout_s = 30, .clock = fake_now, .clock_ctx = &clk};
+    rp_bench_client *c = NULL;
+    assert_int_equal(rp_bench_client_create(&p, &c), RP_OK);
+    const char *bodies[] = {body_json, body_json, body_json, body_json};
+    const int after[] = {-1, -1, 2, 99};
+    rp_bench_result r[4];
+    for (int i = 0; i < 4; i++)
+        rp_bench_result_init(&r[i]);
+    assert_int_equal(rp_bench_client_send_ex(c, bodies, 4, after, r), RP_OK);
+    for (int i = 0; i < 4; i++) {
+        if (r[i].error)
+            fail_msg("%s", r[i].error);
+        assert_string_equal(r[i].text, "Hello, world");
+        // Every token chunk's time is kept, in order, from t_first to t_last.
+        assert_int_equal(r[i].n_chunk_t, r[i].token_chunks);
+        assert_int_equal(r[i].n_chunk_t, 4);
+        assert_true(r[i].chunk_t[0] == r[i].t_first && r[i].chunk_t[3] == r[i].t_last);
+        for (int k = 1; k < 4; k++)
+            assert_true(r[i].chunk_t[k] > r[i].chunk_t[k - 1]);
+    }
+    assert_true(r[2].t_sent > r[0].chunk_t[1] && r[2].t_sent > r[1].chunk_t[1]);
+    assert_true(r[3].t_sent > r[0].t_last && r[3].t_sent > r[1].t_last);
+    for (int i = 0; i < 4; i++)
+        rp_bench_result_deinit(&r[i]);
+    // No body sent at once: all go at once (nothing would ever start them otherwise).
+    const int later[] = {3, 3};
+    for (int i = 0; i < 2; i++)
+        rp_bench_result_init(&r[i]);
+    assert_int_equal(rp_bench_client_send_ex(c, bodies, 2, later, r), RP_OK);
+    for (int i = 0; i < 2; i++) {
+        assert_null(r[i].error);
+        rp_bench_result_deinit(&r[i]);
+    }
+    // A held-back body to a dead server still gets its record.
+    rp_bench_client_destroy(c);
+    char dead[64];
+    snprintf(dead, sizeof(dead), "http://127.0.0.1:%d", closed_port());
+    p.base_url = dead;
+    assert_int_equal(rp_bench_client_create(&p, &c), RP_OK);
+    for (int i = 0; i < 4; i++)
+        rp_bench_result_init(&r[i]);
+    assert_int_equal(rp_bench_client_send_ex(c, bodies, 4, after, r), RP_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_contains(r[i].error, "connection failed");
+        assert_int_equal(r[i].n_chunk_t, 0);
+        rp_bench_result_deinit(&r[i]);
+    }
+    rp_bench_client_destroy(c);
+}
+
+static void test_status(void **state)
+{
+    rp_bench_client_params p = {.base_url = sse_url(&srv, "good"), .timeout_s = 30};
+    rp_bench_client *c = NULL;
+    assert_int_equal(rp_bench_client_create(&p, &c), RP_OK);
+    json_t *a = NULL, *b = NULL;
+    assert_int_equal(rp_bench_client_status(c, &a), RP_OK);
+    assert_int_equal(rp_bench_client_status(c, &b), RP_OK);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(a, "engine"), "prefill_chunk")), 8);
+    json_t *d = rp_bench_engine_delta(a, b);
+    assert_non_null(d);
+    assert_int_equal(json_integer_value(json_object_get(d, "steps")), 10);
+    assert_true(fabs(json_real_value(json_object_get(d, "step_seconds")) - 0.5) < 1e-12);
+    json_decref(d);
+    json_decref(a);
+    json_decref(b);
+    rp_bench_client_destroy(c);
+    // A server without the route: an error, no object.
+    char dead[64];
+    snprintf(dead, sizeof(dead), "http://127.0.0.1:%d", closed_port());
+    p.base_url = dead;
+    assert_int_equal(rp_bench_client_create(&p, &c), RP_OK);
+    a = (json_t *)1;
+    assert_int_equal(rp_bench_client_status(c, &a), RP_ERR_IO);
+    assert_null(a);
+    rp_bench_client_destroy(c);
+}
+
 static void test_client_bad_input(void **state)
 {
     rp_bench_client *c = NULL;
@@ -173,7 +258,7 @@ static const char tiny_tasks[] =
     "  {\"id\":\"code\",\"kind\":\"code\",\"system\":\"S\",\"prompt\":\"Code:\\n{{source:fakemod}}\",\"max_tokens\":7,"
     "   \"thinking\":true},"
     "  {\"id\":\"missing\",\"kind\":\"code\",\"prompt\":\"{{source:nosuchmodule}}\",\"max_tokens\":7}],"
-    " \"concurrency\":{\"task\":\"say\",\"levels\":[1,3]},"
+    " \"concurrency\":{\"task\":\"say\",\"levels\":[1,3],\"max_tokens\":6,\"ignore_eos\":true},"
     " \"agent\":{\"system\":\"Session {{nonce}}.\",\"tools\":[\"get_weather\"],\"max_tokens\":4,\"turns\":["
     "  [{\"role\":\"user\",\"content\":\"first\"}],"
     "  [{\"role\":\"assistant\",\"content\":\"ok\"},{\"role\":\"user\",\"content\":\"second {{source:pkgmod}}\"}]]},"
@@ -308,6 +393,25 @@ static void test_run_every_scenario(void **state)
         assert_int_equal(json_integer_value(json_object_get(rec, "n_streams")), 3);
     }
     assert_true(median_of(summary_of(doc, "concurrency-n3"), "decode_tok_s") > 0);
+    // The section's token limit and ignore_eos went into every concurrency body.
+    int conc_bodies = 0;
+    for (int i = first_body; i < srv.n_bodies; i++) {
+        json_t *cb = body_at(i);
+        conc_bodies += json_is_true(json_object_get(cb, "ignore_eos")) &&
+                       json_integer_value(json_object_get(cb, "max_tokens")) == 6;
+        json_decref(cb);
+    }
+    assert_int_equal(conc_bodies, 2 * (1 + 3));
+    // The level summary: streams, aggregate, per stream, the ratio to one stream.
+    const json_t *levels = json_object_get(json_object_get(doc, "summary"), "concurrency");
+    assert_int_equal(json_array_size(levels), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(levels, 1), "streams")), 3);
+    assert_true(json_real_value(json_object_get(json_array_get(levels, 0), "vs_one_stream")) == 1.0);
+    assert_true(json_real_value(json_object_get(json_array_get(levels, 1), "stream_decode_tok_s")) > 0);
+    // Each level's server counters (the scripted server's status steps 10 per reading).
+    const json_t *srv_notes = json_object_get(doc, "server");
+    assert_true(json_array_size(srv_notes) >= 4);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(srv_notes, 0), "scenario")), "concurrency");
 
     // Agent: both phases, turns numbered, failures none.
     const json_t *t2 = find_record(doc, "agent-restart-t02", 1, 0);
@@ -447,19 +551,124 @@ static void test_run_bad_parameters(void **state)
     assert_int_equal(rp_bench_scenarios_parse("tasks,agent", &sc), RP_OK);
     assert_int_equal(sc, RP_BENCH_SCENARIO_TASKS | RP_BENCH_SCENARIO_AGENT);
     assert_int_equal(rp_bench_scenarios_parse("all", &sc), RP_OK);
-    assert_int_equal(sc, 31);
+    assert_int_equal(sc, 63);
+    assert_int_equal(rp_bench_scenarios_parse("interference", &sc), RP_OK);
+    assert_int_equal(sc, RP_BENCH_SCENARIO_INTERFERENCE);
     assert_int_equal(rp_bench_scenarios_parse("tasks,speed", &sc), RP_ERR_INVALID);
     assert_contains(rp_error_message(), "unknown scenario 'speed'");
     assert_int_equal(rp_bench_scenarios_parse("", &sc), RP_ERR_INVALID);
 }
 
+static void test_run_interference(void **state)
+{
+    // Two streams; the long prompt goes once each has 2 token chunks.
+    static const char tasks_text[] =
+        "{\"format\":\"rapid-bench-tasks/1\","
+        " \"tasks\":[{\"id\":\"say\",\"kind\":\"chat\",\"prompt\":\"Say hi\",\"max_tokens\":5}],"
+        " \"prefill\":{\"sizes\":[16],\"chars_per_token\":2,\"sources\":[\"fakemod\"],\"question\":\"Q?\","
+        "  \"max_tokens\":3},"
+        " \"interference\":{\"task\":\"say\",\"streams\":2,\"stream_max_tokens\":40,\"after_chunks\":2,"
+        "  \"prompt_tokens\":20}}";
+    fake_clock clk = {0, 0.25, 0};
+    rp_bench_params p;
+    rp_bench_params_default(&p);
+    p.base_url = sse_url(&srv, "good");
+    p.model = "tiny";
+    p.tasks_path = test_write_text("tasks-inter.json", tasks_text);
+    p.stdlib_dir = fake_stdlib();
+    p.out_path = rp_test_tmp_path("out-inter.json");
+    p.scenarios = RP_BENCH_SCENARIO_INTERFERENCE;
+    p.runs = 2;
+    p.seed = 7;
+    p.quiet = true;
+    p.clock = fake_now;
+    p.clock_ctx = &clk;
+    size_t n_req = 0, n_failed = 0;
+    int first_body = srv.n_bodies;
+    assert_int_equal(rp_bench_run(&p, &n_req, &n_failed), RP_OK);
+    assert_int_equal(n_req, 2 * 3);
+    assert_int_equal(n_failed, 0);
+    // The streams ask for their token limit with end of generation ignored; the
+    // long prompt is literal source text after a nonce.
+    json_t *b0 = body_at(first_body);
+    assert_int_equal(json_integer_value(json_object_get(b0, "max_tokens")), 40);
+    assert_true(json_is_true(json_object_get(b0, "ignore_eos")));
+    json_decref(b0);
+    json_t *b2 = body_at(first_body + 2);
+    const char *content =
+        json_string_value(json_object_get(json_array_get(json_object_get(b2, "messages"), 0), "content"));
+    assert_contains(content, "Request ");
+    assert_contains(content, "# ---- fakemod ----\ndef f():"); // 20 tokens x 2 characters, cut at a line end
+    assert_null(json_object_get(b2, "ignore_eos"));
+    assert_int_equal(json_integer_value(json_object_get(b2, "max_tokens")), 3);
+    json_decref(b2);
+
+    json_t *doc = NULL;
+    assert_int_equal(rp_bench_doc_load(p.out_path, &doc), RP_OK);
+    for (int run = 0; run < 2; run++) {
+        const json_t *lg = find_record(doc, "interference-prompt", run, 0);
+        assert_int_equal(json_integer_value(json_object_get(lg, "prefill_chunk")), 8);
+        assert_int_equal(json_integer_value(json_object_get(lg, "chunks")), 2); // 12 prompt tokens, chunks of 8
+        double ttft = json_real_value(json_object_get(lg, "ttft_s"));
+        assert_true(json_real_value(json_object_get(lg, "chunk_s")) == ttft / 2);
+        for (int s = 0; s < 2; s++) {
+            const json_t *st = find_record(doc, "interference-streams", run, s);
+            assert_int_equal(json_integer_value(json_object_get(st, "n_streams")), 2);
+            // Two chunks came before the long prompt was sent: the first gap ends before it.
+            assert_true(json_real_value(json_object_get(st, "gap_before_s")) > 0);
+            assert_non_null(json_object_get(st, "gap_during_s"));
+            assert_non_null(json_object_get(st, "gap_after_s"));
+        }
+    }
+    const json_t *sum = json_object_get(json_object_get(doc, "summary"), "interference");
+    assert_int_equal(json_array_size(json_object_get(sum, "per_run")), 2);
+    assert_true(json_real_value(json_object_get(sum, "chunk_s")) > 0);
+    // The server's counters between the readings around each run.
+    const json_t *server = json_object_get(doc, "server");
+    assert_int_equal(json_array_size(server), 2);
+    const json_t *eng = json_object_get(json_array_get(server, 1), "engine");
+    assert_int_equal(json_integer_value(json_object_get(eng, "steps")), 10);
+    assert_int_equal(json_array_size(json_object_get(eng, "forward_by_batch")), 1);
+    json_decref(doc);
+
+    // No prefill section: a clear error.
+    p.tasks_path =
+        test_write_text("tasks-inter2.json", "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"say\",\"kind\":"
+                                             "\"chat\",\"prompt\":\"hi\",\"max_tokens\":5}],\"interference\":{}}");
+    assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
+    assert_contains(rp_error_message(), "interference: needs the \"prefill\" section");
+    p.tasks_path = test_write_text("tasks-inter3.json",
+                                   "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"say\",\"kind\":"
+                                   "\"chat\",\"prompt\":\"hi\",\"max_tokens\":5}],\"interference\":{\"streams\":0}}");
+    assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
+    assert_contains(rp_error_message(), "interference: \"streams\" must be an integer in [1, 64]");
+    p.tasks_path =
+        test_write_text("tasks-inter4.json", "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"say\",\"kind\":"
+                                             "\"chat\",\"prompt\":\"hi\",\"max_tokens\":5}],\"interference\":{\"task\":"
+                                             "\"nope\"}}");
+    assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
+    assert_contains(rp_error_message(), "interference: \"task\" must name a task");
+    p.tasks_path =
+        test_write_text("tasks-conc.json", "{\"format\":\"rapid-bench-tasks/1\",\"tasks\":[{\"id\":\"say\",\"kind\":"
+                                           "\"chat\",\"prompt\":\"hi\",\"max_tokens\":5}],\"concurrency\":{\"task\":"
+                                           "\"say\",\"levels\":[1],\"ignore_eos\":\"yes\"}}");
+    assert_int_equal(rp_bench_run(&p, NULL, NULL), RP_ERR_INVALID);
+    assert_contains(rp_error_message(), "concurrency: \"ignore_eos\" is not true or false");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_stream_exact),  cmocka_unit_test(test_failures_become_records),
-        cmocka_unit_test(test_concurrent_streams), cmocka_unit_test(test_client_bad_input),
-        cmocka_unit_test(test_run_every_scenario), cmocka_unit_test(test_run_restart_failure_and_refused),
+        cmocka_unit_test(test_good_stream_exact),
+        cmocka_unit_test(test_failures_become_records),
+        cmocka_unit_test(test_concurrent_streams),
+        cmocka_unit_test(test_client_bad_input),
+        cmocka_unit_test(test_run_every_scenario),
+        cmocka_unit_test(test_run_restart_failure_and_refused),
         cmocka_unit_test(test_run_bad_parameters),
+        cmocka_unit_test(test_send_staggered),
+        cmocka_unit_test(test_status),
+        cmocka_unit_test(test_run_interference),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -394,6 +394,7 @@ static void test_aggregate_over_streams(void **state)
     assert_true(m.ttft_s == 1.0);       // median of 1, 2, 1
     assert_int_equal(m.completion_tokens, 23);
     assert_int_equal(m.cached_tokens, 4);
+    assert_true(isnan(m.stream_decode_tok_s)); // the records carry no per-stream rate
     // One failed stream: no aggregate.
     json_object_set_new(json_array_get(recs, 2), "error", json_string("HTTP 503: busy"));
     rp_bench_measure_records(sel, 3, &m);
@@ -444,6 +445,117 @@ static void test_summary(void **state)
     json_decref(recs);
 }
 
+static void test_concurrency_summary(void **state)
+{
+    // Levels 1 and 2 over two runs: aggregate medians 10 and 25 -> 2.5x one stream.
+    json_t *recs = test_json(
+        "[{\"scenario\":\"concurrency\",\"task\":\"concurrency-n1\",\"run\":0,\"n_streams\":1,\"stream\":0,"
+        "\"decode_tok_s\":8,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":9,\"error\":null},"
+        " {\"scenario\":\"concurrency\",\"task\":\"concurrency-n1\",\"run\":1,\"n_streams\":1,\"stream\":0,"
+        "\"decode_tok_s\":12,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":13,\"error\":null},"
+        " {\"scenario\":\"concurrency\",\"task\":\"concurrency-n2\",\"run\":0,\"n_streams\":2,\"stream\":0,"
+        "\"decode_tok_s\":10,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":11,\"error\":null},"
+        " {\"scenario\":\"concurrency\",\"task\":\"concurrency-n2\",\"run\":0,\"n_streams\":2,\"stream\":1,"
+        "\"decode_tok_s\":14,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":11,\"error\":null},"
+        " {\"scenario\":\"concurrency\",\"task\":\"concurrency-n2\",\"run\":1,\"n_streams\":2,\"stream\":0,"
+        "\"decode_tok_s\":12,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":16,\"error\":null},"
+        " {\"scenario\":\"concurrency\",\"task\":\"concurrency-n2\",\"run\":1,\"n_streams\":2,\"stream\":1,"
+        "\"decode_tok_s\":16,\"t_sent\":0,\"t_first\":1,\"t_last\":2,\"completion_tokens\":16,\"error\":null}]");
+    const json_t *sel[2];
+    assert_int_equal(rp_bench_select(recs, "concurrency-n2", 0, sel, 2), 2);
+    rp_bench_measure m;
+    rp_bench_measure_records(sel, 2, &m);
+    assert_true(m.decode_tok_s == 20.0);        // (10 + 10) / (2 - 1)
+    assert_true(m.stream_decode_tok_s == 12.0); // median of 10 and 14
+    assert_int_equal(rp_bench_select(recs, "concurrency-n1", 1, sel, 2), 1);
+    rp_bench_measure_records(sel, 1, &m);
+    assert_true(m.decode_tok_s == 12.0 && m.stream_decode_tok_s == 12.0);
+    json_t *s = rp_bench_summary(recs);
+    assert_non_null(s);
+    const json_t *c = json_object_get(s, "concurrency");
+    assert_int_equal(json_array_size(c), 2);
+    const json_t *l1 = json_array_get(c, 0), *l2 = json_array_get(c, 1);
+    assert_int_equal(json_integer_value(json_object_get(l1, "streams")), 1);
+    assert_true(json_real_value(json_object_get(l1, "decode_tok_s")) == 10.0);
+    assert_true(json_real_value(json_object_get(l1, "vs_one_stream")) == 1.0);
+    assert_int_equal(json_integer_value(json_object_get(l2, "streams")), 2);
+    assert_true(json_real_value(json_object_get(l2, "decode_tok_s")) == 25.0);        // runs: 20 and 30
+    assert_true(json_real_value(json_object_get(l2, "stream_decode_tok_s")) == 13.0); // runs: 12 and 14
+    assert_true(json_real_value(json_object_get(l2, "vs_one_stream")) == 2.5);
+    // The per-task summary of a multi-stream task has the per-stream rate too.
+    const json_t *t2 = json_array_get(json_object_get(s, "tasks"), 1);
+    assert_true(json_real_value(json_object_get(json_object_get(t2, "stream_decode_tok_s"), "median")) == 13.0);
+    assert_null(json_object_get(json_array_get(json_object_get(s, "tasks"), 0), "stream_decode_tok_s"));
+    assert_null(json_object_get(s, "interference"));
+    json_decref(s);
+    // Without the one-stream level there is no ratio.
+    json_array_remove(recs, 0);
+    json_array_remove(recs, 0);
+    s = rp_bench_summary(recs);
+    assert_true(json_is_null(json_object_get(json_array_get(json_object_get(s, "concurrency"), 0), "vs_one_stream")));
+    json_decref(s);
+    json_decref(recs);
+}
+
+static void test_max_gap(void **state)
+{
+    const double t[] = {1.0, 1.5, 3.5, 3.75, 6.0, 6.25};
+    assert_true(rp_bench_max_gap(t, 6, -INFINITY, 3.0) == 0.5);      // only 1.0 -> 1.5 ends before 3
+    assert_true(rp_bench_max_gap(t, 6, 3.0, 6.0) == 2.0);            // 1.5 -> 3.5 ends in [3, 6)
+    assert_true(rp_bench_max_gap(t, 6, 6.0, INFINITY) == 2.25);      // 3.75 -> 6.0
+    assert_true(isnan(rp_bench_max_gap(t, 6, 4.0, 5.0)));            // no gap ends there
+    assert_true(isnan(rp_bench_max_gap(t, 1, -INFINITY, INFINITY))); // one chunk: no gap
+    assert_true(isnan(rp_bench_max_gap(NULL, 0, -INFINITY, INFINITY)));
+}
+
+static void test_interference_summary_and_delta(void **state)
+{
+    json_t *recs =
+        test_json("[{\"scenario\":\"interference\",\"task\":\"interference-streams\",\"run\":0,\"stream\":0,"
+                  "\"gap_before_s\":0.01,\"gap_during_s\":0.3,\"gap_after_s\":0.02,\"error\":null},"
+                  " {\"scenario\":\"interference\",\"task\":\"interference-streams\",\"run\":0,\"stream\":1,"
+                  "\"gap_before_s\":0.03,\"gap_during_s\":0.5,\"gap_after_s\":null,\"error\":null},"
+                  " {\"scenario\":\"interference\",\"task\":\"interference-prompt\",\"run\":0,\"chunk_s\":0.25,"
+                  "\"error\":null}]");
+    json_t *s = rp_bench_summary(recs);
+    const json_t *in = json_object_get(s, "interference");
+    assert_non_null(in);
+    const json_t *r0 = json_array_get(json_object_get(in, "per_run"), 0);
+    assert_true(json_real_value(json_object_get(r0, "gap_before_s")) == 0.03);
+    assert_true(json_real_value(json_object_get(r0, "gap_during_s")) == 0.5);
+    assert_true(json_real_value(json_object_get(r0, "gap_after_s")) == 0.02);
+    assert_true(json_real_value(json_object_get(r0, "during_vs_chunk")) == 2.0);
+    assert_true(json_real_value(json_object_get(in, "during_vs_chunk")) == 2.0);
+    assert_null(json_object_get(s, "concurrency"));
+    json_decref(s);
+    json_decref(recs);
+
+    json_t *a = test_json("{\"engine\":{\"steps\":5,\"step_seconds\":1.0,\"forward_seconds\":0.5,"
+                          "\"forward_by_batch\":[{\"tokens_min\":1,\"tokens_max\":1,\"steps\":5,\"tokens\":5,"
+                          "\"seconds\":0.5}]}}");
+    json_t *b = test_json("{\"engine\":{\"steps\":9,\"step_seconds\":2.0,\"forward_seconds\":1.25,"
+                          "\"forward_by_batch\":[{\"tokens_min\":1,\"tokens_max\":1,\"steps\":5,\"tokens\":5,"
+                          "\"seconds\":0.5},{\"tokens_min\":3,\"tokens_max\":4,\"steps\":4,\"tokens\":14,"
+                          "\"seconds\":0.75}]}}");
+    json_t *d = rp_bench_engine_delta(a, b);
+    assert_non_null(d);
+    assert_int_equal(json_integer_value(json_object_get(d, "steps")), 4);
+    assert_true(json_real_value(json_object_get(d, "step_seconds")) == 1.0);
+    assert_true(json_real_value(json_object_get(d, "forward_seconds")) == 0.75);
+    const json_t *bk = json_object_get(d, "forward_by_batch");
+    assert_int_equal(json_array_size(bk), 1); // the bucket that counted nothing is left out
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(bk, 0), "tokens_min")), 3);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(bk, 0), "tokens")), 14);
+    json_decref(d);
+    // Another server's status (or none): no delta.
+    json_t *other = test_json("{\"status\":\"ok\"}");
+    assert_null(rp_bench_engine_delta(a, other));
+    assert_null(rp_bench_engine_delta(NULL, b));
+    json_decref(other);
+    json_decref(a);
+    json_decref(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -458,6 +570,9 @@ int main(void)
         cmocka_unit_test(test_median_range),
         cmocka_unit_test(test_metrics_undefined),
         cmocka_unit_test(test_aggregate_over_streams),
+        cmocka_unit_test(test_concurrency_summary),
+        cmocka_unit_test(test_max_gap),
+        cmocka_unit_test(test_interference_summary_and_delta),
         cmocka_unit_test(test_summary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -329,6 +329,99 @@ static void test_concurrent_requests(void **state)
         assert_int_equal(es.requests_done, N);
         assert_int_equal(es.kv_blocks_used, 0);
         assert_int_equal(es.preemptions, 0);
+        // Every step's forward pass is counted in the bucket of its batch size.
+        uint64_t steps = 0, tokens = 0;
+        for (int b = 0; b < RP_ENGINE_BATCH_BUCKETS; b++) {
+            steps += es.forward_steps[b];
+            tokens += es.forward_tokens[b];
+            if (es.forward_steps[b]) {
+                assert_true(es.forward_min_s[b] > 0 && es.forward_min_s[b] <= es.forward_bucket_s[b]);
+                assert_true(es.forward_tokens[b] >= es.forward_steps[b] * (b == 0 ? 1u : (1u << (b - 1)) + 1));
+                assert_true(es.forward_tokens[b] <= es.forward_steps[b] * (1u << b));
+            }
+        }
+        assert_int_equal(steps, es.steps);
+        assert_true(tokens >= es.tokens_prefilled + es.tokens_generated - N); // a request's last token is not fed
+        assert_true(es.step_s >= es.forward_s && es.forward_s > 0 && es.step_max_s > 0);
+        assert_true(es.prefill_chunk > 0 && es.prefill_chunk <= es.max_batch);
+        rp_engine_destroy(e);
+    }
+}
+
+static void test_batch_bucket(void **state)
+{
+    (void)state;
+    const int n[] = {1, 2, 3, 4, 5, 8, 9, 16, 17, 512, 513, 1024, 1025, 1 << 20};
+    const int b[] = {0, 1, 2, 2, 3, 3, 4, 4, 5, 9, 10, 10, 11, 11};
+    for (size_t i = 0; i < sizeof(n) / sizeof(*n); i++)
+        assert_int_equal(rp_engine_batch_bucket(n[i]), b[i]);
+}
+
+// A long prompt arriving while a request decodes is prefilled in chunks whose
+// work (weights + attention over the positions before them) stays within that
+// of the first chunk, so deep chunks take fewer tokens; alone, it takes whole
+// chunks. Either way its output is the plain loop's.
+static void test_prefill_chunks_bounded_while_decoding(void **state)
+{
+    enum { LONG = 500, CHUNK = 16 };
+    static int32_t ids[LONG];
+    for (int i = 0, k = 0; i < LONG; k++)
+        for (int j = 0; j < P[k % N_TEXTS].n && i < LONG; j++)
+            ids[i++] = P[k % N_TEXTS].ids[j];
+    prompt lp = {ids, LONG};
+    static expect xl, xa;
+    reference(&lp, 4, true, &xl);
+    reference(&P[0], 200, true, &xa);
+    for (int busy = 0; busy < 2; busy++) {
+        rp_engine_params ep;
+        rp_engine_params_default(&ep);
+        ep.max_running = 4;
+        ep.prefill_chunk = CHUNK;
+        ep.spec.method = RP_ENGINE_SPEC_OFF; // steps carry exactly one decode token and the chunk
+        ep.no_prefix_cache = true;
+        rp_engine *e = NULL;
+        if (rp_engine_create(M, TOK, &ep, &e))
+            fail_msg("rp_engine_create: %s", rp_error_message());
+        rp_gen *a = NULL;
+        rp_gen_token first;
+        int k = 0;
+        if (busy) { // a decoding request, running before the long prompt comes
+            rp_gen_params ga = greedy_params(&P[0], 200, true);
+            a = submit(e, &ga);
+            assert_int_equal(rp_gen_read(a, READ_GUARD_S, &first, 1, &k), RP_GEN_RUNNING);
+            assert_int_equal(k, 1);
+        }
+        rp_gen_params gl = greedy_params(&lp, 4, true);
+        rp_gen *g = submit(e, &gl);
+        static int32_t out[256];
+        int n = 0;
+        rp_gen_finish f = read_all_ok(g, out, NULL, 256, &n);
+        check(g, f, out, &n, &xl, "the long prompt");
+        rp_gen_release(g);
+        if (a) {
+            static int32_t aout[256];
+            aout[0] = first.id;
+            int m = 0;
+            f = read_all_ok(a, aout + 1, NULL, 255, &m);
+            m += 1;
+            check(a, f, aout, &m, &xa, "the decoding request");
+            rp_gen_release(a);
+        }
+        rp_engine_stats es;
+        rp_engine_get_stats(e, &es);
+        // Bucket 5 holds 17-32 tokens: a whole chunk plus a decode token. With the
+        // draft model's attn_eq of 960 only the first chunk fits whole; the rest
+        // (15 tokens down to ~10 at position 500, with the decode token 11-16)
+        // land in bucket 4. Alone: 31 whole chunks (bucket 4) and one of 4 tokens.
+        if (busy) {
+            assert_true(es.forward_steps[5] <= 2);
+            assert_true(es.forward_steps[4] >= 33);
+        } else {
+            assert_int_equal(es.forward_steps[5], 0);
+            assert_int_equal(es.forward_steps[4], 31);
+            assert_int_equal(es.forward_steps[2], 1);
+        }
+        assert_int_equal(es.tokens_prefilled, LONG + (busy ? P[0].n : 0));
         rp_engine_destroy(e);
     }
 }
@@ -1057,7 +1150,10 @@ static void test_json_mode(void **state)
         rp_free(text);
         rp_gen_release(g);
     }
-    assert_true(parsed >= 4);
+    // The property is "every STOP is an object"; this guard makes sure some runs
+    // stopped by themselves, so it was checked (with rapid-tiny of 2026-11-30, 3 of
+    // the 8 raw prompts close their object within GEN tokens; the others pad).
+    assert_true(parsed >= 2);
     rp_engine_destroy(e);
 
     // The same JSON request alone, among others, and through preemption.
@@ -1096,6 +1192,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_reference),
         cmocka_unit_test(test_concurrent_requests),
+        cmocka_unit_test(test_batch_bucket),
+        cmocka_unit_test(test_prefill_chunks_bounded_while_decoding),
         cmocka_unit_test(test_preemption_keeps_outputs),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_read_timeouts),

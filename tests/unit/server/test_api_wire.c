@@ -13,68 +13,24 @@
  */
 #include "test_util.h"
 
-#include "server/server_int.h"
-
-static int wire_port;
-
 #include "sse_parse.h"
-#include "wire_client.h"
+#include "wire_server.h"
 
 #define KEY "wire-key"
 #define XKEY "x-api-key: " KEY "\r\nanthropic-version: 2023-06-01\r\n"
 #define BEARER "Authorization: Bearer " KEY "\r\n"
 
-static rp_model *model;
-static rp_tokenizer *tok;
-static rp_engine *engine;
-static rp_server *server;
-
 static int setup(void **state)
 {
     (void)state;
-    rp_log_set_level(RP_LOG_WARN);
-    rp_model_params mp;
-    rp_model_params_default(&mp);
-    mp.quiet = true;
-    mp.n_threads = 2;
-    const char *dir = rp_test_source("models/rapid-tiny");
-    if (rp_model_load(dir, &mp, &model) || rp_tok_load_file(dir, &tok))
-        return -1;
-    rp_engine_params ep;
-    rp_engine_params_default(&ep);
-    ep.n_ctx = 1024;
-    ep.max_running = 1; // one generates, one waits, the third is refused (the 503 test)
-    ep.max_queue = 1;
-    if (rp_engine_create(model, tok, &ep, &engine))
-        return -1;
-    rp_server_params sp;
-    rp_server_params_default(&sp);
-    sp.port = 0;
-    sp.api_key = KEY;
-    sp.quiet = true;
-    if (rp_server_create(engine, model, tok, &sp, &server))
-        return -1;
-    wire_port = rp_server_port(server);
-    return wire_port > 0 ? 0 : -1;
+    return wire_server_start(KEY, 0);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    rp_server_destroy(server);
-    rp_engine_destroy(engine);
-    rp_tok_destroy(tok);
-    rp_model_destroy(model);
+    wire_server_stop();
     return 0;
-}
-
-static json_t *body_json(const wire_resp *r)
-{
-    json_error_t e;
-    json_t *v = json_loads(r->body, 0, &e);
-    if (!v)
-        fail_msg("not JSON (%s): %s", e.text, r->body);
-    return v;
 }
 
 static const char *str(const json_t *o, const char *k)
@@ -97,14 +53,6 @@ static void expect_anthropic_error(const wire_resp *r, int status, const char *t
     assert_string_equal(str(err, "type"), type);
     assert_true(strlen(str(err, "message")) > 0);
     json_decref(v);
-}
-
-static void still_serving(void)
-{
-    wire_resp r;
-    wire_request("GET", "/health", NULL, NULL, &r);
-    assert_int_equal(r.status, 200);
-    free(r.body);
 }
 
 #define PROMPT "Write a python function that adds two numbers."
@@ -438,31 +386,6 @@ static void test_messages_errors(void **state)
     free(r.body);
     free(longp);
     still_serving();
-}
-
-static void wait_idle(void)
-{
-    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
-        rp_engine_stats es;
-        rp_engine_get_stats(engine, &es);
-        if (es.running == 0 && es.queued == 0)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the engine did not become idle");
-}
-
-// Waits until the engine has admitted a request (queued -> running).
-static void wait_running(void)
-{
-    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
-        rp_engine_stats es;
-        rp_engine_get_stats(engine, &es);
-        if (es.running == 1 && es.queued == 0)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the engine did not start the request");
 }
 
 static void test_busy_and_disconnect(void **state)

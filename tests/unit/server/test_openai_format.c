@@ -10,65 +10,7 @@
 
 #include "server/openai.c"
 
-static rp_server srv;
-static rp_tokenizer *tok;
-
-static int setup(void **state)
-{
-    (void)state;
-    memset(&srv, 0, sizeof(srv));
-    srv.model_name = "tiny-model";
-    srv.n_ctx = 4096;
-    if (rp_tok_load_file(rp_test_source("models/rapid-tiny"), &tok))
-        return -1;
-    srv.tok = tok;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    rp_tok_destroy(tok);
-    return 0;
-}
-
-static rp_http_req make_req(void)
-{
-    rp_http_req r;
-    memset(&r, 0, sizeof(r));
-    r.srv = &srv;
-    r.stats.n_prompt = 12;
-    r.stats.n_cached = 4;
-    r.stats.n_completion = 7;
-    return r;
-}
-
-static void result_init(rp_drv_result *res, const char *content, const char *reasoning, rp_drv_finish finish)
-{
-    memset(res, 0, sizeof(*res));
-    rp_buf_init(&res->content);
-    rp_buf_init(&res->reasoning);
-    if (content)
-        rp_buf_puts(&res->content, content);
-    if (reasoning)
-        rp_buf_puts(&res->reasoning, reasoning);
-    res->info.finish = finish;
-}
-
-static void add_call(rp_drv_result *res, const char *id, const char *name, const char *args)
-{
-    res->calls = rp_realloc(res->calls, (size_t)(res->n_calls + 1) * sizeof(*res->calls));
-    res->calls[res->n_calls].id = rp_strdup(id);
-    res->calls[res->n_calls].name = rp_strdup(name);
-    res->calls[res->n_calls].arguments = rp_strdup(args);
-    res->n_calls++;
-    res->info.n_tool_calls = res->n_calls;
-}
-
-static const char *str(const json_t *o, const char *path)
-{
-    return json_string_value(json_object_get(o, path));
-}
+#include "api_fixture.h"
 
 static void check_usage(const json_t *u)
 {
@@ -82,20 +24,12 @@ static void check_usage(const json_t *u)
 static void test_chat_body(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_api_req q;
     rp_api_req_init(&q);
     rp_drv_result res;
     result_init(&res, "Hello \xC3\xA9", "I think", RP_DRV_STOP);
-    json_t *b = chat_body(&r, "chatcmpl-x", &q, &res);
-    assert_non_null(b);
-    // Round-trip through text, as a client sees it.
-    rp_buf t;
-    rp_buf_init(&t);
-    rp_buf_json(&t, b);
-    json_decref(b);
-    b = json_loads(t.data, 0, NULL);
-    assert_non_null(b);
+    json_t *b = roundtrip(chat_body(&r, "chatcmpl-x", &q, &res));
     assert_string_equal(str(b, "id"), "chatcmpl-x");
     assert_string_equal(str(b, "object"), "chat.completion");
     assert_string_equal(str(b, "model"), "tiny-model");
@@ -150,14 +84,13 @@ static void test_chat_body(void **state)
     assert_string_equal(str(json_object_get(c, "message"), "content"), "");
     json_decref(b);
     rp_drv_result_deinit(&res);
-    rp_buf_deinit(&t);
     rp_api_req_deinit(&q);
 }
 
 static void test_chat_logprobs(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_api_req q;
     rp_api_req_init(&q);
     q.logprobs = 2;
@@ -210,7 +143,7 @@ static void test_chat_logprobs(void **state)
 static void test_completion_body(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_api_req q;
     rp_api_req_init(&q);
     q.prompt = rp_strdup("def f():");
@@ -271,7 +204,7 @@ static int frames(const char *sse, json_t **out, int cap)
 static void test_stream_chunks(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     oai_stream st;
     memset(&st, 0, sizeof(st));
     st.chat = true;
@@ -355,8 +288,8 @@ static void test_token_strings(void **state)
     json_decref(v);
 
     char a[64], b[64];
-    make_id(a, sizeof(a), "chatcmpl-", 1);
-    make_id(b, sizeof(b), "chatcmpl-", 1);
+    rp_api_id(a, sizeof(a), "chatcmpl-", 1);
+    rp_api_id(b, sizeof(b), "chatcmpl-", 1);
     assert_int_equal(strlen(a), 9 + 24);
     assert_string_not_equal(a, b);
 }
@@ -364,7 +297,7 @@ static void test_token_strings(void **state)
 static void test_models(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(7);
     rp_reply out;
     memset(&out, 0, sizeof(out));
     rp_openai_models(&r, &out);
@@ -405,5 +338,5 @@ int main(void)
         cmocka_unit_test(test_chat_body),     cmocka_unit_test(test_chat_logprobs), cmocka_unit_test(test_completion_body),
         cmocka_unit_test(test_stream_chunks), cmocka_unit_test(test_token_strings), cmocka_unit_test(test_models),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_setup, api_teardown);
 }

@@ -9,27 +9,18 @@
 
 #include "server/openai.c"
 
+#include "request_cases.h"
+
 // Parses body and reads it as a chat request; returns true when accepted.
 static bool chat(const char *body, rp_api_req *q, rp_api_error *e)
 {
-    json_t *b = NULL;
-    memset(e, 0, sizeof(*e));
-    if (!rp_json_parse_bytes(body, strlen(body), &b, e)) {
-        rp_api_req_init(q);
-        return false;
-    }
-    bool ok = chat_read(b, q, e);
+    json_t *b = parse_body(body, q, e);
+    bool ok = b && chat_read(b, q, e);
     json_decref(b);
     return ok;
 }
 
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
-
-typedef struct fcase {
-    const char *extra; // fields after MSG (without the leading comma), or a whole body when it starts with '{'
-    bool ok;
-    const char *param; // the param an error names ("" for none)
-} fcase;
 
 static const fcase field_cases[] = {
     {"\"model\":\"gpt-4o\"", true, ""},
@@ -151,27 +142,7 @@ static const fcase field_cases[] = {
 static void test_fields(void **state)
 {
     (void)state;
-    char body[2048];
-    for (size_t i = 0; i < sizeof(field_cases) / sizeof(field_cases[0]); i++) {
-        const fcase *c = &field_cases[i];
-        if (c->extra[0] == '{')
-            snprintf(body, sizeof(body), "%s", c->extra);
-        else
-            snprintf(body, sizeof(body), "{" MSG ",%s}", c->extra);
-        rp_api_req q;
-        rp_api_error e;
-        bool ok = chat(body, &q, &e);
-        if (ok != c->ok)
-            fail_msg("case %zu (%s): expected %s, got %s (%s)", i, c->extra, c->ok ? "ok" : "an error",
-                     ok ? "ok" : "an error", e.message);
-        if (!ok) {
-            assert_int_equal(e.status, 400);
-            if (strcmp(e.param, c->param) != 0)
-                fail_msg("case %zu (%s): param '%s', expected '%s' (%s)", i, c->extra, e.param, c->param, e.message);
-            assert_true(strlen(e.message) > 0);
-        }
-        rp_api_req_deinit(&q);
-    }
+    run_field_cases(field_cases, sizeof(field_cases) / sizeof(field_cases[0]), MSG, chat, false);
 }
 
 static void test_values(void **state)
@@ -251,12 +222,8 @@ static void test_messages_normalized(void **state)
 
 static bool completion(const char *body, rp_api_req *q, bool *echo, rp_api_error *e)
 {
-    json_t *b = NULL;
-    if (!rp_json_parse_bytes(body, strlen(body), &b, e)) {
-        rp_api_req_init(q);
-        return false;
-    }
-    bool ok = completion_read(b, q, echo, e);
+    json_t *b = parse_body(body, q, e);
+    bool ok = b && completion_read(b, q, echo, e);
     json_decref(b);
     return ok;
 }

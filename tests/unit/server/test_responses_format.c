@@ -13,71 +13,8 @@
 
 #include "server/responses.c"
 
+#include "api_fixture.h"
 #include "sse_parse.h"
-
-static rp_server srv;
-static rp_tokenizer *tok;
-
-static int setup(void **state)
-{
-    (void)state;
-    memset(&srv, 0, sizeof(srv));
-    srv.model_name = "tiny-model";
-    if (rp_tok_load_file(rp_test_source("models/rapid-tiny"), &tok))
-        return -1;
-    srv.tok = tok;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    rp_tok_destroy(tok);
-    return 0;
-}
-
-static rp_http_req make_req(void)
-{
-    rp_http_req r;
-    memset(&r, 0, sizeof(r));
-    r.srv = &srv;
-    r.stats.n_prompt = 12;
-    r.stats.n_cached = 4;
-    r.stats.n_completion = 30;
-    return r;
-}
-
-static void result_init(rp_drv_result *res, const char *content, const char *reasoning, rp_drv_finish finish)
-{
-    memset(res, 0, sizeof(*res));
-    rp_buf_init(&res->content);
-    rp_buf_init(&res->reasoning);
-    if (content)
-        rp_buf_puts(&res->content, content);
-    if (reasoning)
-        rp_buf_puts(&res->reasoning, reasoning);
-    res->info.finish = finish;
-}
-
-static void add_call(rp_drv_result *res, const char *id, const char *name, const char *args)
-{
-    res->calls = rp_realloc(res->calls, (size_t)(res->n_calls + 1) * sizeof(*res->calls));
-    res->calls[res->n_calls].id = rp_strdup(id);
-    res->calls[res->n_calls].name = rp_strdup(name);
-    res->calls[res->n_calls].arguments = rp_strdup(args);
-    res->n_calls++;
-    res->info.n_tool_calls = res->n_calls;
-}
-
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static long long num(const json_t *o, const char *k)
-{
-    return json_integer_value(json_object_get(o, k));
-}
 
 // A request echo as resp_read builds it.
 static void echo_for(const char *body, rp_api_req *q, resp_echo *x)
@@ -90,21 +27,10 @@ static void echo_for(const char *body, rp_api_req *q, resp_echo *x)
     json_decref(b);
 }
 
-static json_t *roundtrip(json_t *v)
-{
-    assert_non_null(v);
-    char *s = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-    v = json_loads(s, 0, NULL);
-    free(s);
-    assert_non_null(v);
-    return v;
-}
-
 static void test_response_body(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(30);
     rp_api_req q;
     resp_echo x;
     echo_for("{\"input\":\"hi\",\"instructions\":\"I\",\"max_output_tokens\":30,\"tools\":[{\"type\":\"function\","
@@ -330,7 +256,7 @@ static json_t *accumulate(sse_frame *f, int n, const char **last)
 static void test_stream(void **state)
 {
     (void)state;
-    rp_http_req r = make_req();
+    rp_http_req r = api_req(30);
     rp_api_req q;
     resp_echo x;
     echo_for("{\"input\":\"hi\",\"max_output_tokens\":30}", &q, &x);
@@ -462,5 +388,5 @@ int main(void)
         cmocka_unit_test(test_response_body),
         cmocka_unit_test(test_stream),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, api_setup, api_teardown);
 }

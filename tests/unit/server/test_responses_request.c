@@ -11,30 +11,30 @@
 
 #include "server/responses.c"
 
-#include "json_mutate.h"
+#include "request_cases.h"
 
 static bool read_body(const char *body, rp_api_req *q, resp_echo *x, rp_api_error *e)
 {
-    json_t *b = NULL;
-    memset(e, 0, sizeof(*e));
     memset(x, 0, sizeof(*x));
-    if (!rp_json_parse_bytes(body, strlen(body), &b, e)) {
-        rp_api_req_init(q);
-        return false;
-    }
-    bool ok = resp_read(b, q, x, e);
+    json_t *b = parse_body(body, q, e);
+    bool ok = b && resp_read(b, q, x, e);
     json_decref(b);
+    return ok;
+}
+
+// The reader for the shared checks: an accepted request's echo has all its fields.
+static bool read_request(const char *body, rp_api_req *q, rp_api_error *e)
+{
+    resp_echo x;
+    bool ok = read_body(body, q, &x, e);
+    if (ok)
+        assert_int_equal(json_object_size(x.fields), 14);
+    echo_deinit(&x);
     return ok;
 }
 
 #define IN "\"input\":\"hi\""
 #define FN "{\"type\":\"function\",\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}"
-
-typedef struct fcase {
-    const char *extra; // fields after IN (no leading comma), or a whole body when it starts with '{'
-    bool ok;
-    const char *param;
-} fcase;
 
 static const fcase field_cases[] = {
     {"\"model\":\"gpt-5-codex\"", true, ""},
@@ -143,31 +143,7 @@ static const fcase field_cases[] = {
 static void test_fields(void **state)
 {
     (void)state;
-    char body[2048];
-    for (size_t i = 0; i < sizeof(field_cases) / sizeof(field_cases[0]); i++) {
-        const fcase *c = &field_cases[i];
-        if (c->extra[0] == '{')
-            snprintf(body, sizeof(body), "%s", c->extra);
-        else
-            snprintf(body, sizeof(body), "{" IN ",%s}", c->extra);
-        rp_api_req q;
-        resp_echo x;
-        rp_api_error e;
-        bool ok = read_body(body, &q, &x, &e);
-        if (ok != c->ok)
-            fail_msg("case %zu (%s): expected %s, got %s (%s)", i, c->extra, c->ok ? "ok" : "an error",
-                     ok ? "ok" : "an error", e.message);
-        if (!ok) {
-            assert_int_equal(e.status, 400);
-            if (strcmp(e.param, c->param) != 0)
-                fail_msg("case %zu (%s): param '%s', expected '%s' (%s)", i, c->extra, e.param, c->param, e.message);
-            assert_true(strlen(e.message) > 0);
-        } else {
-            assert_non_null(x.fields);
-        }
-        rp_api_req_deinit(&q);
-        echo_deinit(&x);
-    }
+    run_field_cases(field_cases, sizeof(field_cases) / sizeof(field_cases[0]), IN, read_request, false);
 }
 
 static void test_values(void **state)
@@ -248,38 +224,13 @@ static void test_values(void **state)
     echo_deinit(&x);
 }
 
-static void expect_conversion(const char *body, const char *messages, const char *tools)
-{
-    rp_api_req q;
-    resp_echo x;
-    rp_api_error e;
-    if (!read_body(body, &q, &x, &e))
-        fail_msg("rejected (%s): %s", e.message, body);
-    json_t *want = json_loads(messages, 0, NULL);
-    assert_non_null(want);
-    if (!json_equal(want, q.messages)) {
-        char *got = json_dumps(q.messages, JSON_PRESERVE_ORDER);
-        fail_msg("messages:\n got  %s\n want %s", got, messages);
-    }
-    json_decref(want);
-    if (tools) {
-        want = json_loads(tools, 0, NULL);
-        if (!json_equal(want, q.tools)) {
-            char *got = json_dumps(q.tools, JSON_PRESERVE_ORDER);
-            fail_msg("tools:\n got  %s\n want %s", got, tools);
-        }
-        json_decref(want);
-    }
-    rp_api_req_deinit(&q);
-    echo_deinit(&x);
-}
-
 static void test_conversion(void **state)
 {
     (void)state;
     // A Codex-like turn: instructions, developer and user messages, a reasoning item, an assistant message with
     // two calls, their outputs (one as content parts), then the next reasoning and call.
     expect_conversion(
+        read_request,
         "{\"model\":\"gpt-5-codex\",\"instructions\":\"You are Codex.\",\"input\":["
         "{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":\"<perms/>\"}]},"
         "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"<env/>\"},{\"type\":"
@@ -316,7 +267,8 @@ static void test_conversion(void **state)
 
     // Easy messages (no type), refusal parts, reasoning dropped when a user turn follows it, an empty
     // instructions string.
-    expect_conversion("{\"instructions\":\"\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+    expect_conversion(read_request,
+                      "{\"instructions\":\"\",\"input\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
                       "\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]},{\"type\":\"reasoning\",\"summary\":"
                       "[{\"type\":\"summary_text\",\"text\":\"lost\"}]},{\"role\":\"user\",\"content\":\"again\"},"
                       "{\"role\":\"system\",\"content\":\"late\"}]}",
@@ -325,34 +277,11 @@ static void test_conversion(void **state)
                       NULL);
 
     // A string input with instructions.
-    expect_conversion("{\"instructions\":\"S\",\"input\":\"hello\"}",
+    expect_conversion(read_request, "{\"instructions\":\"S\",\"input\":\"hello\"}",
                       "[{\"role\":\"system\",\"content\":\"S\"},{\"role\":\"user\",\"content\":\"hello\"}]", NULL);
 }
 
 /* ---- the type-confusion sweep ------------------------------------------------ */
-
-typedef struct sweep {
-    int accepted, rejected;
-} sweep;
-
-static void sweep_one(const char *body, void *ctx)
-{
-    sweep *s = ctx;
-    rp_api_req q;
-    resp_echo x;
-    rp_api_error e;
-    if (read_body(body, &q, &x, &e)) {
-        s->accepted++;
-        assert_int_equal(json_object_size(x.fields), 14);
-    } else {
-        if (e.status != 400)
-            fail_msg("status %d (%s) for %s", e.status, e.message, body);
-        assert_true(strlen(e.message) > 0);
-        s->rejected++;
-    }
-    rp_api_req_deinit(&q);
-    echo_deinit(&x);
-}
 
 static const char *full_body =
     "{\"model\":\"gpt-5-codex\",\"instructions\":\"I\",\"max_output_tokens\":100,\"temperature\":0.2,\"top_p\":0.9,"
@@ -371,22 +300,7 @@ static const char *full_body =
 static void test_sweep(void **state)
 {
     (void)state;
-    sweep s = {0, 0};
-    sweep_one(full_body, &s);
-    assert_int_equal(s.accepted, 1);
-    s.accepted = 0;
-    int n = json_mutate_all(full_body, sweep_one, &s);
-    assert_true(n > 1000);
-    assert_true(s.accepted > 0 && s.rejected > 0);
-    assert_int_equal(s.accepted + s.rejected, n);
-    size_t len = strlen(full_body);
-    for (size_t i = 0; i < len; i++) {
-        char *p = strndup(full_body, i);
-        sweep t = {0, 0};
-        sweep_one(p, &t);
-        assert_int_equal(t.rejected, 1);
-        free(p);
-    }
+    run_sweep(full_body, read_request);
 }
 
 int main(void)

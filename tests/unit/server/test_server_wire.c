@@ -13,195 +13,31 @@
  */
 #include "test_util.h"
 
-#include "server/server_int.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <strings.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
+#include "wire_server.h"
 
 #define KEY "secret-key"
-
-static rp_model *model;
-static rp_tokenizer *tok;
-static rp_engine *engine;
-static rp_server *server;
-static int port;
 
 static int setup(void **state)
 {
     (void)state;
-    rp_log_set_level(RP_LOG_WARN);
-    rp_model_params mp;
-    rp_model_params_default(&mp);
-    mp.quiet = true;
-    mp.n_threads = 2;
-    const char *dir = rp_test_source("models/rapid-tiny");
-    if (rp_model_load(dir, &mp, &model) || rp_tok_load_file(dir, &tok))
-        return -1;
-    rp_engine_params ep;
-    rp_engine_params_default(&ep);
-    ep.n_ctx = 1024;
-    ep.max_running = 1; // one generates, one waits, the third is refused (the 503 test)
-    ep.max_queue = 1;
-    if (rp_engine_create(model, tok, &ep, &engine))
-        return -1;
-    rp_server_params sp;
-    rp_server_params_default(&sp);
-    sp.port = 0;
-    sp.api_key = KEY;
-    sp.max_request_bytes = 64 * 1024;
-    sp.quiet = true;
-    if (rp_server_create(engine, model, tok, &sp, &server))
-        return -1;
-    port = rp_server_port(server);
-    return port > 0 ? 0 : -1;
+    return wire_server_start(KEY, 64 * 1024);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    rp_server_destroy(server); // with a stream still open (the last test): must return
-    rp_engine_destroy(engine);
-    rp_tok_destroy(tok);
-    rp_model_destroy(model);
+    wire_server_stop(); // with a stream still open (the last test): must return
     return 0;
-}
-
-/* ---- a raw HTTP client ------------------------------------------------------- */
-
-typedef struct resp {
-    int status;
-    char head[8192];
-    char *body; // de-chunked, NUL-terminated
-    size_t len;
-} resp;
-
-static int dial(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct timeval tv = {60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    return fd;
-}
-
-static void send_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-        if (w <= 0)
-            return; // the server may close early (413)
-        p += w;
-        n -= (size_t)w;
-    }
-}
-
-static const char *header(const resp *r, const char *name)
-{
-    static char val[512];
-    size_t nl = strlen(name);
-    for (const char *p = strstr(r->head, "\r\n"); p && p[2]; p = strstr(p + 2, "\r\n")) {
-        if (strncasecmp(p + 2, name, nl) == 0 && p[2 + nl] == ':') {
-            const char *v = p + 3 + nl;
-            while (*v == ' ')
-                v++;
-            size_t k = strcspn(v, "\r");
-            snprintf(val, sizeof(val), "%.*s", (int)k, v);
-            return val;
-        }
-    }
-    return NULL;
-}
-
-// Reads the whole response (the connection closes after it).
-static void read_resp(int fd, resp *r)
-{
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap)
-            buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
-        if (k <= 0)
-            break;
-        n += (size_t)k;
-    }
-    buf[n] = 0;
-    memset(r, 0, sizeof(*r));
-    char *end = strstr(buf, "\r\n\r\n");
-    assert_non_null(end);
-    size_t hl = (size_t)(end - buf);
-    assert_true(hl < sizeof(r->head));
-    memcpy(r->head, buf, hl);
-    r->head[hl] = 0;
-    assert_int_equal(sscanf(buf, "HTTP/1.%*d %d", &r->status), 1);
-    const char *b = end + 4;
-    size_t bl = n - (size_t)(b - buf);
-    r->body = malloc(bl + 1);
-    const char *te = header(r, "Transfer-Encoding");
-    if (te && strcasecmp(te, "chunked") == 0) {
-        size_t o = 0;
-        const char *p = b;
-        for (;;) {
-            unsigned long cl = strtoul(p, NULL, 16);
-            p = strstr(p, "\r\n");
-            if (!p || cl == 0)
-                break;
-            p += 2;
-            memcpy(r->body + o, p, cl);
-            o += cl;
-            p += cl + 2;
-        }
-        r->len = o;
-    } else {
-        memcpy(r->body, b, bl);
-        r->len = bl;
-    }
-    r->body[r->len] = 0;
-    free(buf);
-}
-
-static void request(const char *method, const char *path, const char *extra_headers, const char *body, resp *r)
-{
-    int fd = dial();
-    char head[1024];
-    int hn = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s%zu\r\n\r\n", method, path,
-                      extra_headers ? extra_headers : "", body ? "Content-Type: application/json\r\nContent-Length: " : "Content-Length: ",
-                      body ? strlen(body) : 0);
-    send_all(fd, head, (size_t)hn);
-    if (body)
-        send_all(fd, body, strlen(body));
-    read_resp(fd, r);
-    close(fd);
 }
 
 #define AUTH "Authorization: Bearer " KEY "\r\n"
 
-static void post(const char *path, const char *body, resp *r)
+static void post(const char *path, const char *body, wire_resp *r)
 {
-    request("POST", path, AUTH, body, r);
+    wire_request("POST", path, AUTH, body, r);
 }
 
-static json_t *body_json(const resp *r)
-{
-    json_error_t e;
-    json_t *v = json_loads(r->body, 0, &e);
-    if (!v)
-        fail_msg("not JSON (%s): %s", e.text, r->body);
-    return v;
-}
-
-static void expect_error(const resp *r, int status, bool anthropic)
+static void expect_error(const wire_resp *r, int status, bool anthropic)
 {
     if (r->status != status)
         fail_msg("status %d, expected %d: %s", r->status, status, r->body);
@@ -216,55 +52,46 @@ static void expect_error(const resp *r, int status, bool anthropic)
     json_decref(v);
 }
 
-static void still_serving(void)
-{
-    resp r;
-    request("GET", "/health", NULL, NULL, &r);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "{\"status\":\"ok\"}");
-    free(r.body);
-}
-
 /* ---- tests ------------------------------------------------------------------- */
 
 static void test_routes_and_auth(void **state)
 {
     (void)state;
-    resp r;
-    request("HEAD", "/", NULL, NULL, &r);
+    wire_resp r;
+    wire_request("HEAD", "/", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_int_equal(r.len, 0);
     free(r.body);
-    request("GET", "/nope", AUTH, NULL, &r);
+    wire_request("GET", "/nope", AUTH, NULL, &r);
     expect_error(&r, 404, false);
     free(r.body);
-    request("GET", "/v1/chat/completions", AUTH, NULL, &r);
+    wire_request("GET", "/v1/chat/completions", AUTH, NULL, &r);
     expect_error(&r, 405, false);
-    assert_string_equal(header(&r, "Allow"), "POST");
+    assert_string_equal(wire_header(&r, "Allow"), "POST");
     free(r.body);
-    request("POST", "/v1/chat/completions", NULL, "{}", &r);
+    wire_request("POST", "/v1/chat/completions", NULL, "{}", &r);
     expect_error(&r, 401, false);
     free(r.body);
-    request("POST", "/v1/chat/completions", "Authorization: Bearer wrong\r\n", "{}", &r);
+    wire_request("POST", "/v1/chat/completions", "Authorization: Bearer wrong\r\n", "{}", &r);
     expect_error(&r, 401, false);
     free(r.body);
-    request("POST", "/v1/messages?beta=true", "x-api-key: nope\r\n", "{}", &r);
+    wire_request("POST", "/v1/messages?beta=true", "x-api-key: nope\r\n", "{}", &r);
     expect_error(&r, 401, true);
     free(r.body);
-    request("GET", "/v1/models", "x-api-key: " KEY "\r\n", NULL, &r);
+    wire_request("GET", "/v1/models", "x-api-key: " KEY "\r\n", NULL, &r);
     assert_int_equal(r.status, 200);
     json_t *v = body_json(&r);
     assert_string_equal(json_string_value(json_object_get(json_array_get(json_object_get(v, "data"), 0), "id")),
                         "rapid-tiny");
     json_decref(v);
     free(r.body);
-    request("GET", "/v1/models/rapid-tiny", AUTH, NULL, &r);
+    wire_request("GET", "/v1/models/rapid-tiny", AUTH, NULL, &r);
     assert_int_equal(r.status, 200);
     free(r.body);
-    request("GET", "/v1/models/other", AUTH, NULL, &r);
+    wire_request("GET", "/v1/models/other", AUTH, NULL, &r);
     expect_error(&r, 404, false);
     free(r.body);
-    request("GET", "/metrics", NULL, NULL, &r);
+    wire_request("GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "rapid_requests_total{route=\"chat\",status=\"401\"}"));
     assert_non_null(strstr(r.body, "rapid_kv_blocks_total"));
@@ -275,7 +102,7 @@ static void test_routes_and_auth(void **state)
 static void test_limits_and_bad_bodies(void **state)
 {
     (void)state;
-    resp r;
+    wire_resp r;
     size_t big = 70 * 1024;
     char *body = malloc(big + 1);
     memset(body, ' ', big);
@@ -285,19 +112,19 @@ static void test_limits_and_bad_bodies(void **state)
     free(r.body);
 
     // A chunked body that grows past the limit.
-    int fd = dial();
+    int fd = wire_dial();
     const char *head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" AUTH
                        "Transfer-Encoding: chunked\r\n\r\n";
-    send_all(fd, head, strlen(head));
+    wire_send(fd, head, strlen(head));
     for (int i = 0; i < 10; i++) {
         char ch[32];
         int n = snprintf(ch, sizeof(ch), "%x\r\n", 8192);
-        send_all(fd, ch, (size_t)n);
-        send_all(fd, body, 8192);
-        send_all(fd, "\r\n", 2);
+        wire_send(fd, ch, (size_t)n);
+        wire_send(fd, body, 8192);
+        wire_send(fd, "\r\n", 2);
     }
-    send_all(fd, "0\r\n\r\n", 5);
-    read_resp(fd, &r);
+    wire_send(fd, "0\r\n\r\n", 5);
+    wire_read(fd, &r);
     close(fd);
     expect_error(&r, 413, false);
     free(r.body);
@@ -334,7 +161,7 @@ static void test_limits_and_bad_bodies(void **state)
 }
 
 #define CHAT_BODY(extra)                                                                                               \
-    "{\"model\":\"any-name\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a python function that adds two "   \
+    "{\"model\":\"any-name\",\"messages\":[{\"role\":\"user\",\"content\":\"Write a python function that adds two "    \
     "numbers.\"}],\"temperature\":0,\"max_tokens\":24" extra "}"
 
 // Payloads of an SSE body's frames, in order.
@@ -356,7 +183,7 @@ static int sse_frames(const char *body, char **out, int cap)
 static void test_chat_stream_matches_whole(void **state)
 {
     (void)state;
-    resp r;
+    wire_resp r;
     post("/v1/chat/completions", CHAT_BODY(""), &r);
     assert_int_equal(r.status, 200);
     json_t *whole = body_json(&r);
@@ -372,7 +199,7 @@ static void test_chat_stream_matches_whole(void **state)
 
     post("/v1/chat/completions", CHAT_BODY(",\"stream\":true,\"stream_options\":{\"include_usage\":true}"), &r);
     assert_int_equal(r.status, 200);
-    assert_string_equal(header(&r, "Content-Type"), "text/event-stream");
+    assert_string_equal(wire_header(&r, "Content-Type"), "text/event-stream");
     char *f[256];
     int n = sse_frames(r.body, f, 256);
     free(r.body);
@@ -402,9 +229,8 @@ static void test_chat_stream_matches_whole(void **state)
                 assert_null(json_object_get(d, "role"));
             if (i == n - 3)
                 assert_string_equal(json_string_value(json_object_get(ch, "finish_reason")),
-                                    json_string_value(json_object_get(json_array_get(json_object_get(whole, "choices"),
-                                                                                     0),
-                                                                      "finish_reason")));
+                                    json_string_value(json_object_get(
+                                        json_array_get(json_object_get(whole, "choices"), 0), "finish_reason")));
             else
                 assert_true(json_is_null(json_object_get(ch, "finish_reason")));
             const char *t = json_string_value(json_object_get(d, "content"));
@@ -431,10 +257,10 @@ static void test_prefix_cache_and_status(void **state)
 {
     (void)state;
 #define LONG_CHAT                                                                                                      \
-    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "          \
-    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","     \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are a careful assistant. Answer in one short "              \
+    "sentence, show code in fenced blocks, and never invent functions that do not exist.\"},{\"role\":\"user\","       \
     "\"content\":\"What does len() return for an empty list?\"}],\"temperature\":0,\"max_tokens\":8}"
-    resp r;
+    wire_resp r;
     long long cached[2], prompt = 0;
     char first[2][512];
     for (int i = 0; i < 2; i++) {
@@ -456,9 +282,9 @@ static void test_prefix_cache_and_status(void **state)
     assert_int_equal(cached[1], prompt / 16 * 16 - 1);
     assert_string_equal(first[0], first[1]);
 
-    request("GET", "/v1/status", NULL, NULL, &r);
+    wire_request("GET", "/v1/status", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_string_equal(header(&r, "Content-Type"), "application/json");
+    assert_string_equal(wire_header(&r, "Content-Type"), "application/json");
     json_t *st = body_json(&r);
     free(r.body);
     json_t *pc = json_object_get(st, "prefix_cache"), *kv = json_object_get(st, "kv");
@@ -474,16 +300,44 @@ static void test_prefix_cache_and_status(void **state)
     assert_true(json_integer_value(json_object_get(kv, "bytes")) > 0);
     assert_int_equal(json_integer_value(json_object_get(json_object_get(st, "requests"), "running")), 0);
     assert_non_null(json_object_get(json_object_get(st, "requests"), "preemptions"));
+    // The engine's step times: every forward pass is in one batch-size bucket.
+    json_t *eng = json_object_get(st, "engine");
+    assert_true(json_integer_value(json_object_get(eng, "prefill_chunk")) > 0);
+    assert_true(json_integer_value(json_object_get(eng, "max_batch")) >=
+                json_integer_value(json_object_get(eng, "prefill_chunk")));
+    assert_true(json_real_value(json_object_get(eng, "step_seconds")) >=
+                json_real_value(json_object_get(eng, "forward_seconds")));
+    assert_true(json_real_value(json_object_get(eng, "forward_seconds")) > 0);
+    json_int_t bucket_steps = 0, bucket_tokens = 0;
+    size_t bi;
+    json_t *bk;
+    json_array_foreach(json_object_get(eng, "forward_by_batch"), bi, bk)
+    {
+        json_int_t lo = json_integer_value(json_object_get(bk, "tokens_min")),
+                   n = json_integer_value(json_object_get(bk, "steps"));
+        json_int_t btok = json_integer_value(json_object_get(bk, "tokens"));
+        assert_true(n > 0 && btok >= n * lo);
+        if (json_is_integer(json_object_get(bk, "tokens_max")))
+            assert_true(btok <= n * json_integer_value(json_object_get(bk, "tokens_max")));
+        assert_true(json_real_value(json_object_get(bk, "min_seconds")) <=
+                    json_real_value(json_object_get(bk, "seconds")));
+        bucket_steps += n;
+        bucket_tokens += btok;
+    }
+    assert_int_equal(bucket_steps, json_integer_value(json_object_get(eng, "steps")));
+    assert_true(bucket_tokens >= json_integer_value(json_object_get(eng, "tokens_prefilled")));
     json_decref(st);
 
-    request("GET", "/metrics", NULL, NULL, &r);
+    wire_request("GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total "));
     assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total 0\n"));
     assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes 0\n"));
     assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total "));
+    assert_non_null(strstr(r.body, "\n# TYPE rapid_engine_forward_seconds_total counter\n"));
+    assert_non_null(strstr(r.body, "\nrapid_engine_prefill_chunk_tokens "));
     free(r.body);
-    request("POST", "/v1/status", AUTH, "{}", &r);
+    wire_request("POST", "/v1/status", AUTH, "{}", &r);
     expect_error(&r, 405, false);
     free(r.body);
     still_serving();
@@ -493,7 +347,7 @@ static void test_prefix_cache_and_status(void **state)
 static void test_stop_and_length(void **state)
 {
     (void)state;
-    resp r;
+    wire_resp r;
     const char *base = "{\"prompt\":\"def add(a, b):\",\"temperature\":0,\"max_tokens\":20,\"ignore_eos\":true";
     char body[512];
     snprintf(body, sizeof(body), "%s}", base);
@@ -558,56 +412,12 @@ static void test_stop_and_length(void **state)
     free(sq);
 }
 
-// Sends a streaming request and returns the socket once the response has started.
+// Opens a chat stream that generates until the client goes away; returns the socket.
 static int open_stream(void)
 {
-    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,\"ignore_eos\":true,"
-                       "\"stream\":true}";
-    int fd = dial();
-    char head[512];
-    int hn = snprintf(head, sizeof(head),
-                      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length: %zu\r\n\r\n",
-                      strlen(body));
-    send_all(fd, head, (size_t)hn);
-    send_all(fd, body, strlen(body));
-    char buf[4096];
-    size_t n = 0;
-    while (n < sizeof(buf) - 1) { // up to the first SSE frame
-        ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
-        assert_true(k > 0);
-        n += (size_t)k;
-        buf[n] = 0;
-        if (strstr(buf, "\n\n"))
-            break;
-    }
-    assert_non_null(strstr(buf, "200 OK"));
-    return fd;
-}
-
-static void wait_idle(void)
-{
-    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
-        rp_engine_stats es;
-        rp_engine_get_stats(engine, &es);
-        if (es.running == 0 && es.queued == 0)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the engine did not become idle");
-}
-
-// Waits until the engine has admitted a request (queued -> running), so the
-// queue's one place is free for the next.
-static void wait_running(void)
-{
-    for (int i = 0; i < 3000; i++) { // liveness bound, not a timing assertion
-        rp_engine_stats es;
-        rp_engine_get_stats(engine, &es);
-        if (es.running == 1 && es.queued == 0)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the engine did not start the request");
+    return wire_open_stream("/v1/chat/completions", AUTH,
+                            "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,"
+                            "\"ignore_eos\":true,\"stream\":true}");
 }
 
 static void test_disconnect_and_busy(void **state)
@@ -619,10 +429,10 @@ static void test_disconnect_and_busy(void **state)
     int a = open_stream(); // generating
     wait_running();
     int b = open_stream(); // queued (max_running 1)
-    resp r;
+    wire_resp r;
     post("/v1/chat/completions", CHAT_BODY(""), &r); // the queue is full
     expect_error(&r, 503, false);
-    assert_string_equal(header(&r, "Retry-After"), "1");
+    assert_string_equal(wire_header(&r, "Retry-After"), "1");
     free(r.body);
     close(a);
     close(b);
@@ -630,8 +440,8 @@ static void test_disconnect_and_busy(void **state)
     rp_engine_get_stats(engine, &after);
     assert_true(after.requests_cancelled >= before.requests_cancelled + 2);
     still_serving();
-    resp m;
-    request("GET", "/metrics", NULL, NULL, &m);
+    wire_resp m;
+    wire_request("GET", "/metrics", NULL, NULL, &m);
     assert_non_null(strstr(m.body, "rapid_requests_client_gone_total"));
     assert_null(strstr(m.body, "rapid_requests_client_gone_total 0\n"));
     assert_non_null(strstr(m.body, "rapid_requests_total{route=\"chat\",status=\"499\"}"));
@@ -650,12 +460,9 @@ static void test_shutdown_with_open_stream(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_routes_and_auth),
-        cmocka_unit_test(test_limits_and_bad_bodies),
-        cmocka_unit_test(test_chat_stream_matches_whole),
-        cmocka_unit_test(test_prefix_cache_and_status),
-        cmocka_unit_test(test_stop_and_length),
-        cmocka_unit_test(test_disconnect_and_busy),
+        cmocka_unit_test(test_routes_and_auth),           cmocka_unit_test(test_limits_and_bad_bodies),
+        cmocka_unit_test(test_chat_stream_matches_whole), cmocka_unit_test(test_prefix_cache_and_status),
+        cmocka_unit_test(test_stop_and_length),           cmocka_unit_test(test_disconnect_and_busy),
         cmocka_unit_test(test_shutdown_with_open_stream),
     };
     int rc = cmocka_run_group_tests(tests, setup, teardown);

@@ -2,7 +2,8 @@
  * wire_client.h - a raw HTTP/1.1 client over loopback sockets for the
  * in-process server tests: one request per connection (Connection: close),
  * the response read to the end, chunked bodies de-chunked, header lookup.
- * The test defines `wire_port` (the server's port) before including it.
+ * The test defines `wire_port` (the server's port) before including it
+ * (wire_server.h does).
  */
 #ifndef RP_TEST_WIRE_CLIENT_H
 #define RP_TEST_WIRE_CLIENT_H
@@ -121,9 +122,9 @@ static int wire_send_request(const char *method, const char *path, const char *h
     int fd = wire_dial();
     char head[1024];
     int hn = snprintf(head, sizeof(head),
-                      "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%sContent-Type: "
-                      "application/json\r\nContent-Length: %zu\r\n\r\n",
-                      method, path, headers ? headers : "", body ? strlen(body) : 0);
+                      "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%sContent-Length: %zu\r\n\r\n",
+                      method, path, headers ? headers : "", body ? "Content-Type: application/json\r\n" : "",
+                      body ? strlen(body) : 0);
     wire_send(fd, head, (size_t)hn);
     if (body)
         wire_send(fd, body, strlen(body));
