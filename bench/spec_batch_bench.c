@@ -24,13 +24,14 @@
 
 #define MAX_REQ 64
 
-static const char EDIT[] = "<|im_start|>user\nChange the value 0 to 0.0 in this file and return the whole file.\n\n"
-                           "```python\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
-                           "    return total / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n"
-                           "    total = 0\n    for v in values:\n        total += (v - m) ** 2\n"
-                           "    return total / len(values)\n```<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+static const char EDIT[] =
+    "<|im_start|>user\nChange the value 0 to 0.0 in this file and return the whole file.\n\n"
+    "```python\ndef mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+    "    return total / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n"
+    "    total = 0\n    for v in values:\n        total += (v - m) ** 2\n"
+    "    return total / len(values)\n```<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
 static const char *const FREE[] = {"The history of computing", "In this tutorial we", "Once upon a time",
-                                   "The quick brown fox", "# Utilities for", "Notes on the design of"};
+                                   "The quick brown fox",      "# Utilities for",     "Notes on the design of"};
 
 typedef struct job {
     rp_engine *e;
@@ -85,8 +86,7 @@ int main(int argc, char **argv)
             method = !strcmp(mth, "ngram") ? RP_ENGINE_SPEC_NGRAM
                      : !strcmp(mth, "mtp") ? RP_ENGINE_SPEC_MTP
                                            : RP_ENGINE_SPEC_AUTO;
-        }
-        else if (argv[i][0] != '-')
+        } else if (argv[i][0] != '-')
             model = argv[i];
         else {
             fprintf(stderr, "usage: spec-batch-bench [MODEL] [--requests 1,4,8,16] [--tokens T] [--runs R] "

@@ -6,12 +6,18 @@
 # (tokens after the first over the time after it). The text must be the same in both
 # (speculation only changes speed): the script checks it and fails otherwise.
 #
+# With --cpu it also compares decode CPU time (user + system) per token: each run's
+# CPU time less that of the same prompt with -n 1 (loading and prefill, the same with
+# and without speculation). With --threads 1 that is the work a step does whatever
+# the neighbours on a shared machine do to wall time (they still share caches).
+#
 # Usage: bench/spec_bench.sh [--runs N] [--threads T] [--rapid PATH] [--model PATH]
-#                            [--only ID,ID] [--spec 'FLAGS'] [--out FILE]
+#                            [--only ID,ID] [--spec 'FLAGS'] [--out FILE] [--cpu]
 #   --runs N      runs per configuration and task (default 3); each side's median is used
 #   --threads T   rapid run --threads (default: all cores)
 #   --spec FLAGS  flags of the speculative side (default: none, i.e. auto)
 #   --out FILE    also write the table (markdown) there
+#   --cpu         also the decode speed in tokens per CPU second (best with --threads 1)
 #
 # Tasks (rapid-tiny; -n is the cap, a reply may end sooner):
 #   edit_file117  rename `args` to `opts` across tools/train/stage1.py (117 lines), whole file back
@@ -31,6 +37,7 @@ model=
 only=
 spec=
 out=
+cpu=
 while [ $# -gt 0 ]; do
     case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -40,6 +47,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --spec) spec=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --cpu) cpu=1; shift ;;
     *) echo "spec_bench.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -83,34 +91,52 @@ flags_of() {
     esac
 }
 
-# One run: prints "TOKENS TOK_PER_S", keeps the text in $tmp/text.$2.
+# One run: prints "TOKENS TOK_PER_S CPU_SECONDS", keeps the text in $tmp/text.$2.
+# Side "base" is the prompt alone (-n 1, no speculation): loading and prefill.
 run_one() {
-    local task=$1 side=$2 extra
+    local task=$1 side=$2 extra flags
+    flags=$(flags_of "$task")
     if [ "$side" = on ]; then extra=$spec; else extra=--no-spec-decode; fi
+    if [ "$side" = base ]; then flags="$(echo "$flags" | sed 's/-n [0-9]*//') -n 1"; fi
+    local TIMEFORMAT='%3U %3S'
     # shellcheck disable=SC2086
-    "$rapid" run $model -f "$tmp/$task.txt" $(flags_of "$task") $threads $extra > "$tmp/text.$side" 2> "$tmp/err.$side"
-    grep -o 'generated: [0-9]* tokens, [0-9.]* tok/s' "$tmp/err.$side" | awk '{print $2, $4}'
+    { time "$rapid" run $model -f "$tmp/$task.txt" $flags $threads $extra > "$tmp/text.$side" 2> "$tmp/err.$side"; } 2> "$tmp/cpu.$side"
+    local c
+    c=$(awk 'NF == 2 {c = $1 + $2} END {print c}' "$tmp/cpu.$side")
+    grep -o 'generated: [0-9]* tokens, [0-9.]* tok/s' "$tmp/err.$side" | awk -v c="$c" '{print $2, $4, c}'
 }
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "binary: $rapid ($(git rev-parse --short HEAD 2>/dev/null || echo ?)), spec side: ${spec:-auto (default)}, runs: $runs"
-table="| task | tokens | decode tok/s, speculation | decode tok/s, --no-spec-decode | ratio | drafted/accepted (last run) |
+table="| task | tokens | decode tok/s, speculation | decode tok/s, --no-spec-decode | ratio | accepted/drafted (last run) |
 |---|---|---|---|---|---|"
+if [ -n "$cpu" ]; then
+    table="| task | tokens | decode tok/s, speculation | decode tok/s, --no-spec-decode | ratio | tok per CPU s, speculation | tok per CPU s, off | CPU ratio | accepted/drafted (last run) |
+|---|---|---|---|---|---|---|---|---|"
+fi
 ratios=
+cpu_ratios=
 for task in $tasks; do
     if [ -n "$only" ] && ! echo ",$only," | grep -q ",$task,"; then
         continue
     fi
     : > "$tmp/on.tps"
     : > "$tmp/off.tps"
+    : > "$tmp/on.cpu"
+    : > "$tmp/off.cpu"
+    : > "$tmp/base.cpu"
     for r in $(seq 1 "$runs"); do
         if [ $((r % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
+        if [ -n "$cpu" ]; then order="$order base"; fi
         for side in $order; do
             set -- $(run_one "$task" "$side")
-            echo "$2" >> "$tmp/$side.tps"
-            echo "$1" > "$tmp/$side.n"
+            echo "$3" >> "$tmp/$side.cpu"
+            if [ "$side" != base ]; then
+                echo "$2" >> "$tmp/$side.tps"
+                echo "$1" > "$tmp/$side.n"
+            fi
         done
         if ! cmp -s "$tmp/text.on" "$tmp/text.off"; then
             echo "spec_bench.sh: $task: the text differs with speculation" >&2
@@ -123,12 +149,26 @@ for task in $tasks; do
     ratios="$ratios $ratio"
     counts=$(grep -o 'spec accepted/drafted: [^|]*' "$tmp/err.on" | sed 's/spec accepted\/drafted: //; s/ *$//')
     row="| $task | $(cat "$tmp/on.n") | $on | $off | ${ratio}x | ${counts:-none} |"
+    if [ -n "$cpu" ]; then
+        # tokens after the first over the CPU seconds past the prompt's (medians)
+        base=$(median < "$tmp/base.cpu")
+        n=$(cat "$tmp/on.n")
+        con=$(median < "$tmp/on.cpu" | awk -v b="$base" -v n="$n" '{d = $1 - b; printf "%.1f", (d > 0 ? (n - 1) / d : 0)}')
+        coff=$(median < "$tmp/off.cpu" | awk -v b="$base" -v n="$n" '{d = $1 - b; printf "%.1f", (d > 0 ? (n - 1) / d : 0)}')
+        cratio=$(awk -v a="$con" -v b="$coff" 'BEGIN {printf "%.2f", (b > 0 ? a / b : 0)}')
+        cpu_ratios="$cpu_ratios $cratio"
+        row="| $task | $n | $on | $off | ${ratio}x | $con | $coff | ${cratio}x | ${counts:-none} |"
+    fi
     table="$table
 $row"
     echo "$row"
 done
 med=$(echo $ratios | tr ' ' '\n' | median)
-echo "median ratio over the tasks: ${med}x; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+summary="median ratio over the tasks: ${med}x"
+if [ -n "$cpu" ]; then
+    summary="$summary (CPU time: $(echo $cpu_ratios | tr ' ' '\n' | median)x)"
+fi
+echo "$summary; load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$out" ]; then
-    printf '%s\n\nmedian ratio over the tasks: %sx\n' "$table" "$med" > "$out"
+    printf '%s\n\n%s\n' "$table" "$summary" > "$out"
 fi

@@ -82,8 +82,9 @@ void rp_cli_spec_summary(const rp_engine_stats *es, const rp_gen_stats *gs, char
     for (int m = 0; m < RP_SPEC_N_METHODS && at < cap; m++) {
         if (!es->spec_methods[m])
             continue;
-        at += (size_t)snprintf(buf + at, cap - at, "%s%s %d/%d", any ? ", " : "spec accepted/drafted: ",
-                               rp_spec_method_name((rp_spec_method)m), gs->spec_accepted[m], gs->spec_drafted[m]);
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s %d/%d",
+                               any ? ", " : "spec accepted/drafted: ", rp_spec_method_name((rp_spec_method)m),
+                               gs->spec_accepted[m], gs->spec_drafted[m]);
         any = true;
     }
     if (!any)

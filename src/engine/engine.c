@@ -403,7 +403,6 @@ static void build_batch(rp_engine *e)
             g->n_step = 0;
             g->done = RP_GEN_RUNNING;
             g->done_msg = NULL;
-            g->spec.row = e->n_b_rows;
             g->spec.h_row = n_out;
             g->spec.h_pos = g->n_comp;
             for (int i = 0; i < take + n_draft; i++) {

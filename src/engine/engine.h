@@ -93,13 +93,13 @@ typedef enum rp_engine_spec_method {
     RP_ENGINE_SPEC_DRAFT = 4, // the draft model only (create fails without one)
 } rp_engine_spec_method;
 
-#define RP_ENGINE_SPEC_K_DEFAULT 16 // num_speculative_tokens when not given
+#define RP_ENGINE_SPEC_K_DEFAULT 32 // num_speculative_tokens when not given
 
 // Speculative decoding's configuration. Plain data; the zero value is `auto`
 // with the defaults, except `adaptive`, which rp_engine_params_default sets.
 typedef struct rp_engine_spec_params {
     rp_engine_spec_method method;
-    int k_max;      // num_speculative_tokens: most drafts per request and step, 1..RP_SPEC_K_MAX; 0 = 16
+    int k_max;      // num_speculative_tokens: most drafts per request and step, 1..RP_SPEC_K_MAX; 0 = 32
     bool adaptive;  // true: the controller picks method and length (0 included); false: every decode
                     // step drafts the most it can with the first method available (prompt lookup,
                     // MTP, draft model, in that order), for tests and fixed setups

@@ -22,34 +22,32 @@
 
 // Per request; engine thread only.
 typedef struct spec_gen {
-    bool on;           // this request may draft (the engine's speculation is on and its state was made)
-    rp_spec_ctl ctl;   // the adaptive controller
+    bool on;            // this request may draft (the engine's speculation is on and its state was made)
+    rp_spec_ctl ctl;    // the adaptive controller
     rp_spec_lookup *lk; // prompt lookup over toks[0, n_tok) (NULL: not for this request)
 
     // This step (spec_plan through spec_publish).
     rp_spec_method method;
-    int k;              // drafts planned: KV slots reserved for n_comp + 1 + k positions
-    int n_draft;        // drafts made (<= k): draft[0, n_draft), right after the decode token in the batch
-    int32_t *draft;     // (k_cap)
-    int n_shadow;       // prompt lookup's proposal when another method (or none) drafted: checked
-    int32_t *shadow;    // (k_cap)  against the emitted tokens, for free (rp_spec_ctl_observe)
-    int n_acc;          // drafts accepted at verification (-1: none verified this step)
-    int row;            // this step's first logits row (the decode token's)
+    int k;           // drafts planned: KV slots reserved for n_comp + 1 + k positions
+    int n_draft;     // drafts made (<= k): draft[0, n_draft), right after the decode token in the batch
+    int32_t *draft;  // (k_cap)
+    int n_shadow;    // prompt lookup's proposal when another method (or none) drafted: checked
+    int32_t *shadow; // (k_cap)  against the emitted tokens, for free (rp_spec_ctl_observe)
+    int n_acc;       // drafts accepted at verification (-1: none verified this step)
 
     // MTP: the MTP layer's KV is real for positions [0, mtp_done); the last
     // forward's hidden rows of this request start at row h_row, position h_pos.
-    bool mtp;           // kept up to date (catch-up every step); once off, off for good
+    bool mtp; // kept up to date (catch-up every step); once off, off for good
     int mtp_done, h_row, h_pos;
-    int mtp_idle;       // decode steps since MTP last drafted for it
-    int m_row;          // its row in the current MTP pass's outputs
+    int mtp_steps;  // decode steps it has kept MTP
+    double mtp_use; // decayed share of those steps that drafted with MTP (probes included)
+    int m_row;      // its row in the current MTP pass's outputs
 
-    // Draft model: its KV (own pool) holds toks[0, d_comp); drafts fed after them: d_fed.
-    bool dm;            // may use the draft model
+    // Draft model: its KV (own pool) holds toks[0, d_comp) (while drafting, the
+    // drafts fed after them too; cut back after verification).
+    bool dm; // may use the draft model
     rp_kv_seq dkv;
     int d_comp;
-
-    // Counted by this step's verification, folded into the stats at publish.
-    int st_drafted, st_accepted;
 } spec_gen;
 
 // A linear fit of forward time against tokens in the batch, T(n) = a + b n,
@@ -60,15 +58,15 @@ typedef struct spec_fit {
 
 // Engine-wide; engine thread only (create/destroy aside).
 typedef struct spec_engine {
-    bool on;                        // any method may draft
-    bool use[RP_SPEC_N_METHODS];    // methods in play
+    bool on;                     // any method may draft
+    bool use[RP_SPEC_N_METHODS]; // methods in play
     int k_cap, ngram_min, ngram_max;
-    int budget;                     // most drafts in one step, all requests together
+    int budget; // most drafts in one step, all requests together
     rp_spec_ctl_params ctl;
 
     // Verification.
-    float *work, *lp;               // (n_vocab) each
-    rp_json_match *jm;              // JSON mode: a matcher that runs ahead over drafts (made at first need)
+    float *work;       // (n_vocab) rp_spec_verify's scratch
+    rp_json_match *jm; // JSON mode: a matcher that runs ahead over drafts (made at first need)
 
     // MTP: the last forward's hidden rows, the MTP pass's batch and outputs.
     float *hidden;                  // (max_batch, dim) rows of the tokens wanting logits or hidden
@@ -82,17 +80,21 @@ typedef struct spec_engine {
     rp_gen **m_gens;                // (max_running) request of each sequence of a pass
 
     // Draft model.
-    rp_model *dm;                   // NULL: none
-    rp_model *dm_owned;             // loaded by the engine (else borrowed)
+    rp_model *dm;       // NULL: none
+    rp_model *dm_owned; // loaded by the engine (else borrowed)
     rp_tokenizer *dtok_owned;
     rp_kv_pool *dkv;
     int d_vocab, d_max_batch;
-    float *d_logits;                // (max_running, d_vocab)
+    float *d_logits; // (max_running, d_vocab)
 
     // Costs, in seconds.
-    spec_fit fit;                   // main forward time
+    spec_fit fit;                      // main forward time
     double t_draft[RP_SPEC_N_METHODS]; // decayed mean time to draft one token, per method (0: not measured)
-    double t_fwd;                   // the last forward's time
+    double t_upkeep;                   // the same for the MTP catch-up, per position caught up
+    rp_spec_ctl mtp_seen;              // every request's MTP verifications: what MTP drafting is worth
+                                       // here, for deciding at admission whether to keep MTP
+    int admissions;                    // first admissions (every MTP_TRIAL-th keeps MTP to try it again)
+    double t_fwd;                      // the last forward's time
 } spec_engine;
 
 /* ---- requests and the engine --------------------------------------------- */
@@ -110,12 +112,12 @@ struct rp_gen {
     // Engine thread only once queued.
     int32_t *toks; // (toks_cap) the prompt, then the generated tokens kept
     int toks_cap, n_tok, n_comp;
-    int n_gen;         // tokens sampled (a final end-of-generation one included)
-    int take;          // tokens fed this step (drafts included)
-    int disk_steps;    // admission steps spent reading its prefix from disk (rp_cache_prefetch)
-    rp_sampler *smp;   // from the first admission to retirement
-    rp_json_match *jm; // JSON mode: the same
-    rp_kv_seq kv;      // KV blocks (changed under e->mu: others read the pool's count)
+    int n_gen;          // tokens sampled (a final end-of-generation one included)
+    int take;           // tokens fed this step (drafts included)
+    int disk_steps;     // admission steps spent reading its prefix from disk (rp_cache_prefetch)
+    rp_sampler *smp;    // from the first admission to retirement
+    rp_json_match *jm;  // JSON mode: the same
+    rp_kv_seq kv;       // KV blocks (changed under e->mu: others read the pool's count)
     rp_gen_token *step; // (1 + k_cap) tokens this step produced, to emit
     int n_step;
     rp_gen_finish done;   // this step ended the request (RUNNING: it did not)

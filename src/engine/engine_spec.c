@@ -35,22 +35,31 @@
  * row of p, which exists only in the step that computed p, so a request that
  * may draft with MTP runs the MTP layer over every position it computes (one
  * batched pass per step, about one decoder layer per token). It is kept from
- * admission when drafting can pay at the concurrency then (or adaptive is
- * off), and dropped for good after MTP_IDLE decode steps without an MTP draft.
+ * admission when MTP drafting pays at the concurrency then, judged by what MTP
+ * drafts have been worth in this engine so far (every request's verifications,
+ * a prior before any) against what they cost, upkeep included; every
+ * MTP_TRIAL-th admission keeps it anyway, so a changed workload is noticed (and
+ * with adaptive off, always). It is dropped for good once, after
+ * MTP_STEPS_MIN steps, fewer than MTP_USE_MIN of its steps (a decayed share)
+ * draft with MTP.
  * The draft model costs nothing while unused: its KV catches up when picked.
  *
  * Costs: forward time T(n) = a + b n over the batch's tokens, fitted on steps
  * where every token wants logits (decode and drafts). For a request, the
  * plain step has the n0 tokens of everybody else's work: verify_per_token =
- * b / T(n0), draft_per_token[m] = measured time per drafted token / T(n0),
- * batch_tokens = the other decoding requests. A busy batch makes b / T(n0)
+ * b / T(n0), draft_per_token[m] = measured time per drafted token / T(n0)
+ * (for MTP plus the upkeep of one position), batch_tokens = the other
+ * decoding requests. A busy batch makes b / T(n0)
  * small against the others' tokens, and the controller stops drafting.
  */
 #include "engine_int.h"
 
 #include <stdio.h>
 
-#define MTP_IDLE 32        // decode steps without an MTP draft before a request stops keeping MTP
+#define MTP_USE_MIN 0.1    // a request stops keeping MTP when fewer of its steps than this draft with it,
+#define MTP_USE_DECAY 0.95 // as a decayed share (a controller's probe every 16 steps is not use),
+#define MTP_STEPS_MIN 32   // judged after this many steps
+#define MTP_TRIAL 16       // every this many first admissions, one keeps MTP whatever MTP's record says
 #define FIT_DECAY 0.97     // weight a step's time keeps per later step in the cost fit
 #define FIT_PRIOR 0.5      // pseudo-variance of the fit's prior slope (in tokens^2)
 #define DRAFT_DECAY 0.9    // the same for the time per drafted token
@@ -101,33 +110,44 @@ static void step_cost(const spec_engine *se, int n0, int others, rp_spec_cost *c
     memset(c, 0, sizeof(*c));
     c->batch_tokens = others > 0 ? others : 0;
     if (!fit_get(&se->fit, &a, &b) || !(a + b * n0 > 0.0)) {
-        c->verify_per_token = 0.5; // nothing measured yet: a guess the first steps correct
+        // Nothing measured yet: a cautious guess (a verified token costs most of a
+        // plain step, as on a CPU); the first steps replace it.
+        c->verify_per_token = 0.8;
         return;
     }
     double t0 = a + b * n0;
     c->verify_per_token = b / t0;
     for (int m = 0; m < RP_SPEC_N_METHODS; m++)
         c->draft_per_token[m] = se->t_draft[m] / t0;
+    // MTP drafts also carry the upkeep of the positions they make (about one catch-up row each).
+    c->draft_per_token[RP_SPEC_MTP] += se->t_upkeep / t0;
 }
 
-static void draft_time(spec_engine *se, rp_spec_method m, double seconds, int tokens)
+static void decayed_mean(double *mean, double seconds, int tokens)
 {
     if (tokens <= 0)
         return;
     double per = seconds / tokens;
-    se->t_draft[m] = se->t_draft[m] > 0.0 ? se->t_draft[m] * DRAFT_DECAY + per * (1.0 - DRAFT_DECAY) : per;
+    *mean = *mean > 0.0 ? *mean * DRAFT_DECAY + per * (1.0 - DRAFT_DECAY) : per;
 }
 
-// Whether drafting could beat plain decoding at all with n_running requests in
-// the batch, if every draft were accepted (MTP upkeep is not worth it otherwise).
-static bool could_pay(const spec_engine *se, rp_spec_method m, int n_running)
+static void draft_time(spec_engine *se, rp_spec_method m, double seconds, int tokens)
+{
+    decayed_mean(&se->t_draft[m], seconds, tokens);
+}
+
+// Whether MTP drafting pays with n_running requests in the batch, by what MTP
+// drafts have been worth in this engine so far (acceptance by position over
+// every request's verifications; the prior before any) against what they cost,
+// upkeep included.
+static bool mtp_pays(const spec_engine *se, int n_running)
 {
     rp_spec_cost c;
     step_cost(se, n_running, n_running - 1, &c);
-    double per = c.verify_per_token + c.draft_per_token[m];
+    double per = c.verify_per_token + c.draft_per_token[RP_SPEC_MTP];
     double bar = n_running * se->ctl.min_gain;
     for (int k = 1; k <= se->k_cap; k++)
-        if ((n_running + k) / (1.0 + k * per) > bar)
+        if ((n_running - 1 + rp_spec_ctl_expected(&se->mtp_seen, RP_SPEC_MTP, k)) / (1.0 + k * per) > bar)
             return true;
     return false;
 }
@@ -217,7 +237,12 @@ static void gen_start(rp_engine *e, rp_gen *g)
         rp_spec_lookup_destroy(sg->lk); // no memory: this request drafts without prompt lookup
         sg->lk = NULL;
     }
-    sg->mtp = se->use[RP_SPEC_MTP] && (!se->ctl.adaptive || could_pay(se, RP_SPEC_MTP, e->n_running + 1));
+    // (admit() calls this with g already counted among the running requests)
+    // Asked for MTP alone (method mtp): kept, the controller still decides each step.
+    bool only = !se->use[RP_SPEC_NGRAM] && !se->use[RP_SPEC_DRAFT];
+    sg->mtp = se->use[RP_SPEC_MTP] &&
+              (!se->ctl.adaptive || only || ++se->admissions % MTP_TRIAL == 0 || mtp_pays(se, e->n_running));
+    sg->mtp_use = 1.0; // the benefit of the doubt until MTP_STEPS_MIN steps have been seen
     sg->dm = se->use[RP_SPEC_DRAFT];
     sg->on = true;
     return;
@@ -278,10 +303,15 @@ static int reserve_drafts(rp_engine *e, rp_gen *g, int k)
     return k;
 }
 
-static void mtp_idle(rp_engine *e, rp_gen *g)
+// One decode step of a request keeping MTP; `used`: it drafts with MTP this step.
+static void mtp_step(rp_engine *e, rp_gen *g, bool used)
 {
-    if (g->spec.mtp && ++g->spec.mtp_idle > MTP_IDLE && e->spec.ctl.adaptive)
-        g->spec.mtp = false;
+    spec_gen *sg = &g->spec;
+    if (!sg->mtp)
+        return;
+    sg->mtp_use = sg->mtp_use * MTP_USE_DECAY + (used ? 1.0 - MTP_USE_DECAY : 0.0);
+    if (++sg->mtp_steps >= MTP_STEPS_MIN && sg->mtp_use < MTP_USE_MIN && e->spec.ctl.adaptive)
+        sg->mtp = false;
 }
 
 void spec_plan(rp_engine *e)
@@ -308,7 +338,7 @@ void spec_plan(rp_engine *e)
             continue;
         int lim = imin(imin(se->k_cap, g->max_tokens - g->n_gen - 1), budget);
         if (lim <= 0 || (g->jm && !json_scratch(e))) {
-            mtp_idle(e, g);
+            mtp_step(e, g, false);
             continue;
         }
         int avail[RP_SPEC_N_METHODS] = {0};
@@ -336,10 +366,7 @@ void spec_plan(rp_engine *e)
             sg->n_draft = k; // already in draft[]
         budget -= k;
         n0 += k;
-        if (m == RP_SPEC_MTP && k > 0)
-            sg->mtp_idle = 0;
-        else
-            mtp_idle(e, g);
+        mtp_step(e, g, m == RP_SPEC_MTP && k > 0);
     }
 }
 
@@ -398,7 +425,11 @@ static void mtp_run(rp_engine *e)
         sg->m_row = first ? nrow++ : -1;
         sg->mtp_done = end;
     }
-    if (n > 0 && mtp_pass(e, n, ns))
+    double t0 = rp_time_s();
+    bool ok = n > 0 && mtp_pass(e, n, ns);
+    if (ok && n <= 2 * ns) // the steady state's cost per position (a prompt's catch-up is a one-off)
+        decayed_mean(&se->t_upkeep, rp_time_s() - t0, n);
+    if (ok)
         for (int s = 0; s < ns; s++) {
             rp_gen *g = se->m_gens[s];
             if (g->spec.m_row >= 0 && mtp_drafting(g))
@@ -422,7 +453,7 @@ static void mtp_run(rp_engine *e)
         }
         if (n == 0)
             break;
-        double t0 = rp_time_s();
+        t0 = rp_time_s();
         if (!mtp_pass(e, n, n))
             break;
         draft_time(se, RP_SPEC_MTP, rp_time_s() - t0, n);
@@ -437,8 +468,6 @@ static void draft_model_run(rp_engine *e)
 {
     spec_engine *se = &e->spec;
     const int V = se->d_vocab < e->n_vocab ? se->d_vocab : e->n_vocab;
-    double t0 = rp_time_s();
-    int made = 0;
     for (rp_gen *g = e->r_head; g; g = g->next) {
         spec_gen *sg = &g->spec;
         if (sg->method == RP_SPEC_DRAFT && sg->k > 0 && // slots for x and k - 1 fed drafts
@@ -454,7 +483,7 @@ static void draft_model_run(rp_engine *e)
                 spec_gen *sg = &g->spec;
                 if (sg->method != RP_SPEC_DRAFT || sg->n_draft != j || sg->n_draft >= sg->k)
                     continue;
-                int t = g->n_comp; // x's position
+                int t = g->n_comp;                                               // x's position
                 int from = j == 0 ? sg->d_comp : t + j, to = j == 0 ? t : t + j; // positions fed
                 int take = imin(to - from + 1, se->d_max_batch - n);
                 if (take <= 0) { // the pass is full: next time
@@ -479,6 +508,7 @@ static void draft_model_run(rp_engine *e)
             if (n == 0)
                 break;
             rp_batch b = {n, se->m_tok, se->m_pos, se->m_seq, se->m_want, se->m_seqs, ns, NULL};
+            double t0 = rp_time_s();
             if (rp_model_forward(se->dm, se->dkv, &b, se->d_logits)) {
                 RP_LOGW("speculative decoding: the draft model failed (%s); it stops drafting for %d requests",
                         rp_error_message(), ns);
@@ -491,16 +521,18 @@ static void draft_model_run(rp_engine *e)
                 }
                 break;
             }
+            // What a draft costs in the steady state (a catch-up of one or two tokens per
+            // request, or a chain pass); the backlog of a request that has not drafted
+            // for a while is a one-off and does not count.
+            if (n <= 2 * ns)
+                draft_time(se, RP_SPEC_DRAFT, rp_time_s() - t0, nrow);
             for (int s = 0; s < ns; s++) {
                 rp_gen *g = se->m_gens[s];
-                if (g->spec.m_row < 0)
-                    continue;
-                add_draft(e, g, se->d_logits + (size_t)g->spec.m_row * se->d_vocab, V);
-                made++;
+                if (g->spec.m_row >= 0)
+                    add_draft(e, g, se->d_logits + (size_t)g->spec.m_row * se->d_vocab, V);
             }
         } while (again);
     }
-    draft_time(se, RP_SPEC_DRAFT, rp_time_s() - t0, made);
 }
 
 void spec_draft(rp_engine *e)
@@ -603,8 +635,11 @@ void spec_after_step(rp_engine *e)
             rp_spec_lookup_destroy(sg->lk); // no memory: this request goes on without prompt lookup
             sg->lk = NULL;
         }
-        if (sg->n_acc >= 0 && sg->n_draft > 0)
+        if (sg->n_acc >= 0 && sg->n_draft > 0) {
             rp_spec_ctl_observe(&sg->ctl, sg->method, sg->n_draft, sg->n_acc);
+            if (sg->method == RP_SPEC_MTP)
+                rp_spec_ctl_observe(&se->mtp_seen, RP_SPEC_MTP, sg->n_draft, sg->n_acc);
+        }
         if (sg->n_shadow > 0 && g->n_step > 0) { // what prompt lookup would have had accepted
             int j = 0, m = g->n_step;
             while (j < sg->n_shadow && j < m && sg->shadow[j] == g->step[j].id)
@@ -681,7 +716,11 @@ static rp_status draft_init(rp_engine *e, const rp_engine_spec_params *p)
     } else {
         rp_model_params mp;
         rp_model_params_default(&mp);
-        mp.n_threads = rp_backend_cpu_threads(rp_model_backend(e->m));
+        // A quarter of the model's threads: the draft model runs between the model's
+        // steps, and its pool's workers, spinning after each run, would take cores
+        // the model's pool is about to need.
+        int threads = rp_backend_cpu_threads(rp_model_backend(e->m)) / 4;
+        mp.n_threads = threads > 1 ? threads : 1;
         mp.quiet = true;
         if ((st = rp_model_load(p->draft_path, &mp, &se->dm_owned)) ||
             (st = rp_tok_load_file(p->draft_path, &se->dtok_owned)))
@@ -707,10 +746,12 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
         return RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers");
     se->k_cap = sp->k_max ? sp->k_max : RP_ENGINE_SPEC_K_DEFAULT;
     se->ngram_min = sp->ngram_min ? sp->ngram_min : DEFAULT_NGRAM_MIN;
-    se->ngram_max = sp->ngram_max ? sp->ngram_max : (se->ngram_min > DEFAULT_NGRAM_MAX ? se->ngram_min : DEFAULT_NGRAM_MAX);
+    se->ngram_max =
+        sp->ngram_max ? sp->ngram_max : (se->ngram_min > DEFAULT_NGRAM_MAX ? se->ngram_min : DEFAULT_NGRAM_MAX);
     rp_spec_ctl_params_default(&se->ctl);
     se->ctl.k_max = se->k_cap;
     se->ctl.adaptive = sp->adaptive;
+    rp_spec_ctl_init(&se->mtp_seen, &se->ctl); // (the parameters are valid: k_cap was checked)
     rp_engine_spec_method mth = sp->method;
     if (mth == RP_ENGINE_SPEC_OFF)
         return RP_OK;
@@ -737,8 +778,7 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     se->m_want = rp_malloc(MB * sizeof(bool));
     se->m_seqs = rp_malloc(R * sizeof(rp_kv_seq *));
     se->m_gens = rp_malloc(R * sizeof(rp_gen *));
-    bool ok = se->work && se->m_tok && se->m_pos && se->m_seq && se->m_want && se->m_seqs &&
-              se->m_gens;
+    bool ok = se->work && se->m_tok && se->m_pos && se->m_seq && se->m_want && se->m_seqs && se->m_gens;
     if (ok && se->use[RP_SPEC_MTP]) {
         se->hidden = rp_malloc_aligned(B * D * sizeof(float));
         se->m_in = rp_malloc_aligned(B * D * sizeof(float));

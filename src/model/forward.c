@@ -109,7 +109,8 @@ static rp_status head(rp_model *m, const float *norm, int n_out, const bool *wan
             if (!want[m->tmp_rows[i]])
                 continue;
             if (k != i)
-                st = o->copy(be, m->s.h + (size_t)k * c->dim, m->s.h + (size_t)i * c->dim, (size_t)c->dim * sizeof(float));
+                st = o->copy(be, m->s.h + (size_t)k * c->dim, m->s.h + (size_t)i * c->dim,
+                             (size_t)c->dim * sizeof(float));
             k++;
         }
         if (st)

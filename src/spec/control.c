@@ -3,9 +3,13 @@
  *
  * Pure arithmetic on a few dozen doubles per method: no allocation, no clock
  * (the engine measures time and passes costs in). Estimates are Bayesian-ish
- * shrinkage: a position's rate leans on its method's overall rate until it has
- * trials of its own, and the overall rate leans on a prior until the method has
- * been tried; old observations fade by `decay` per new one, so the controller
+ * shrinkage: a position's rate leans on the rate of the position before it
+ * until it has trials of its own (the first position on its method's overall
+ * rate, which leans on a prior until the method has been tried), so positions
+ * never drafted yet are expected to do as the deepest ones tried: a copied run
+ * whose first positions are all accepted makes longer drafts worth a try (with
+ * the overall rate instead, one early rejection would cap k where it stood).
+ * Old observations fade by `decay` per new one, so the controller
  * follows a request from prose (little accepted: k falls to 0) into a copied
  * file (everything accepted: k climbs to the cap) and back.
  */
@@ -70,9 +74,11 @@ double rp_spec_ctl_accept_rate(const rp_spec_ctl *c, rp_spec_method m, int k)
     if (!method_ok((int)m) || k < 1)
         return 0.0;
     const rp_spec_ctl_stat *s = &c->m[m];
-    double pooled = (s->all_successes + PRIOR_TRIALS * PRIOR_RATE[m]) / (s->all_trials + PRIOR_TRIALS);
-    int i = (k < RP_SPEC_POS ? k : RP_SPEC_POS) - 1;
-    return (s->successes[i] + POS_TRIALS * pooled) / (s->trials[i] + POS_TRIALS);
+    double rate = (s->all_successes + PRIOR_TRIALS * PRIOR_RATE[m]) / (s->all_trials + PRIOR_TRIALS);
+    int last = (k < RP_SPEC_POS ? k : RP_SPEC_POS) - 1;
+    for (int i = 0; i <= last; i++) // each position leans on the one before it (the first on the pooled rate)
+        rate = (s->successes[i] + POS_TRIALS * rate) / (s->trials[i] + POS_TRIALS);
+    return rate;
 }
 
 double rp_spec_ctl_expected(const rp_spec_ctl *c, rp_spec_method m, int k)

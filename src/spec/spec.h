@@ -138,8 +138,8 @@ typedef struct rp_spec_ctl_stat {
 //
 // Model: a draft token at position k (1-based) is accepted, given all before it
 // were, with probability a_k (estimated per method from the decayed counts,
-// shrunk toward the method's all-positions rate, which is itself shrunk toward a
-// prior). k drafts then yield E(k) = 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens
+// shrunk toward a_(k-1); a_1 toward the method's all-positions rate, which is
+// itself shrunk toward a prior). k drafts then yield E(k) = 1 + a_1 + a_1 a_2 + ... + a_1...a_k tokens
 // (the target adds one of its own), and the step costs 1 + k (verify_per_token
 // + draft_per_token[m]) while the rest of the batch yields batch_tokens. The
 // choice maximizes (batch_tokens + E(k)) / cost over methods and k, against

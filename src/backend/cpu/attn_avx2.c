@@ -4,7 +4,9 @@
  * The driver (cpu_backend.c) cuts each token's key range into chunks of
  * RP_ATTN_CHUNK keys at fixed positions and merges the chunks' partial softmax
  * results in chunk order; this file computes one chunk for all query heads of a
- * GQA group at once, so each K and V row is read once per group from memory:
+ * GQA group of a span of tokens (one sequence's consecutive positions, each with
+ * its own key range end) at once, so each K and V row is read once per span and
+ * group from memory:
  *
  *   scores: four keys at a time, each (head, key) dot over head_dim in two
  *           accumulators (even and odd 8-float slices), summed and reduced with
@@ -15,8 +17,8 @@
  *           chunk's keys in order, eight accumulators.
  *
  * Determinism: every (head, key) score, every chunk sum and every output lane
- * sees the same instruction sequence whatever the chunk's place, its length
- * and the thread that runs it (a short last group of keys reuses the chunk's
+ * sees the same instruction sequence whatever the chunk's place, its length, the
+ * other rows of its span and the thread that runs it (a short last group of keys reuses the chunk's
  * last row and drops the extra lanes; padded score lanes hold -inf and give
  * e = 0). All float arithmetic is written with intrinsics.
  *
@@ -100,9 +102,53 @@ RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+float rp_cpu_attn_softmax_avx2(float *s, int n, float *l)
+{
+    int npad = (n + 7) & ~7;
+    for (int p = n; p < npad; p++)
+        s[p] = -INFINITY;
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    for (int p = 0; p < npad; p += 8)
+        mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + p));
+    float m = hmax8(mx);
+    __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+    for (int p = 0; p < npad; p += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), mv));
+        _mm256_storeu_ps(s + p, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    *l = hsum8(sum);
+    return m;
+}
+
+// Softmax of one row's scores over its n keys, then o = Σ e[p] · V[p] in order, per
+// 64-float slice of head_dim in eight accumulators.
+RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int n, float *s, float *m_out, float *l_out,
+                          float *out)
+{
+    int hd = a->hd;
+    *m_out = rp_cpu_attn_softmax_avx2(s, n, l_out);
+    for (int o = 0; o < hd; o += 64) {
+        __m256 acc[8]; // (unrolled: the accumulators stay in registers)
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            acc[u] = _mm256_setzero_ps();
+        for (int p = 0; p < n; p++) {
+            __m256 w = _mm256_broadcast_ss(s + p);
+            const float *vr = vrow[p] + o;
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++)
+                acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * u), acc[u]);
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++)
+            _mm256_storeu_ps(out + o + 8 * u, acc[u]);
+    }
+}
+
 void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
 {
-    int n = a->p1 - a->p0, hd = a->hd, npad = (n + 7) & ~7;
+    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q;
     const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
     int blk = a->p0 / a->bs, off = a->p0 % a->bs;
     for (int p = 0; p < n; p++) {
@@ -114,46 +160,27 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
             blk++;
         }
     }
+    // Scores, four keys at a time for every row that has them: the four K rows are
+    // read once for all the span's tokens. Lanes past a row's end hold dots with
+    // other keys (or the chunk's last one repeated); row_finish makes them -inf.
     const __m128 scale = _mm_set1_ps(a->scale);
     for (int p = 0; p < n; p += 4) {
         const float *kr[4];
         for (int u = 0; u < 4; u++)
             kr[u] = krow[p + u < n ? p + u : n - 1];
-        for (int g = 0; g < a->n_q; g++)
-            _mm_storeu_ps(a->scores + (size_t)g * RP_ATTN_CHUNK + p, _mm_mul_ps(dot4(a->q + (size_t)g * hd, kr, hd), scale));
-    }
-    for (int g = 0; g < a->n_q; g++) {
-        float *s = a->scores + (size_t)g * RP_ATTN_CHUNK;
-        for (int p = n; p < npad; p++)
-            s[p] = -INFINITY;
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int p = 0; p < npad; p += 8)
-            mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + p));
-        float m = hmax8(mx);
-        __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
-        for (int p = 0; p < npad; p += 8) {
-            __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + p), mv));
-            _mm256_storeu_ps(s + p, e);
-            sum = _mm256_add_ps(sum, e);
-        }
-        a->m[g] = m;
-        a->l[g] = hsum8(sum);
-        for (int o = 0; o < hd; o += 64) {
-            __m256 acc[8]; // kept in registers: the loops over u are unrolled
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++)
-                acc[u] = _mm256_setzero_ps();
-            for (int p = 0; p < n; p++) {
-                __m256 w = _mm256_broadcast_ss(s + p);
-                const float *vr = vrow[p] + o;
-#pragma GCC unroll 8
-                for (int u = 0; u < 8; u++)
-                    acc[u] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * u), acc[u]);
-            }
-            float *out = a->o + (size_t)g * hd + o;
-#pragma GCC unroll 8
-            for (int u = 0; u < 8; u++)
-                _mm256_storeu_ps(out + 8 * u, acc[u]);
+        for (int i = 0; i < a->n_tok; i++) {
+            if (p >= a->end[i] - a->p0)
+                continue;
+            const float *q = a->q + (size_t)i * a->q_stride;
+            float *s = a->scores + (size_t)i * nq * RP_ATTN_CHUNK + p;
+            for (int g = 0; g < nq; g++)
+                _mm_storeu_ps(s + (size_t)g * RP_ATTN_CHUNK, _mm_mul_ps(dot4(q + (size_t)g * hd, kr, hd), scale));
         }
     }
+    for (int i = 0; i < a->n_tok; i++)
+        for (int g = 0; g < nq; g++) {
+            int r = i * nq + g;
+            row_finish(a, vrow, a->end[i] - a->p0, a->scores + (size_t)r * RP_ATTN_CHUNK, a->m + r, a->l + r,
+                       a->o + (size_t)r * hd);
+        }
 }

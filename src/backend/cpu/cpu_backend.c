@@ -7,9 +7,11 @@
  * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
  * bias and residual adds folded in); the other ops live here. Attention runs
  * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
- * 64, fixed-position key chunks through attn_avx2.c merged in chunk order. Every op splits its outputs over the thread pool and reduces
- * each output in a fixed order, so results do not depend on the batch or the
- * thread count (see backend.h).
+ * 64, fixed-position key chunks through attn_avx2.c (attn_avx512.c with
+ * AVX-512: the same bits) merged in chunk order (a sequence's consecutive
+ * tokens through each chunk together). Every op splits its outputs over the
+ * thread pool and reduces each output in a fixed order, so results do not
+ * depend on the batch or the thread count (see backend.h).
  *
  * Scratch memory (quantized activations, attention scores) grows by doubling
  * when a larger batch or context first appears, and is never freed per step.
@@ -30,6 +32,8 @@ typedef struct cpu_backend {
     size_t scores_per_thread;
     void *attn_part; // chunk partials of a split attention (see attn_split)
     size_t attn_part_size;
+    void *attn_span; // (n_tokens + 1) ints: the batch's spans (see attn_simd)
+    size_t attn_span_size;
 } cpu_backend;
 
 static cpu_backend *cpu(rp_backend *be)
@@ -61,6 +65,7 @@ static void cpu_destroy(rp_backend *be)
     rp_free_aligned(c->mm_scratch);
     rp_free_aligned(c->scores);
     rp_free_aligned(c->attn_part);
+    rp_free_aligned(c->attn_span);
     rp_free(c);
 }
 
@@ -248,10 +253,13 @@ typedef struct attn_job {
     float scale;
     float *out;
     // SIMD path only
-    atomic_long next;    // next work item
-    int64_t n_items;     // (token, kv head) pairs, or (token, kv head, chunk) triples when split
-    int64_t *item_base;  // split: (n_tokens + 1) first item of each token
-    float *part;         // split: per item, a chunk's m, l, o (attn_part_floats)
+    atomic_long next;   // next work item
+    int64_t n_items;    // (span, kv head) pairs, or (span, kv head, chunk) triples when split
+    const int *span;    // (n_spans + 1) first token of each span, then n_tokens
+    int64_t *item_base; // split: (n_spans + 1) first item of each span
+    size_t *part_base;  // split: (n_spans + 1) first float of each span's partials in part
+    float *part;        // split: per item, a chunk's m, l, o (attn_part_floats)
+    void (*chunk)(const rp_attn_chunk *a); // the kernel: AVX2, or AVX-512 (the same bits)
 } attn_job;
 
 // q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
@@ -337,71 +345,105 @@ static void attn_worker(void *ctx, int ith, int nth)
  * positions; a kernel computes one chunk for all query heads of a GQA group
  * (m = max score, l = Σ e^(s-m), o = Σ e^(s-m)·v), and the chunks are merged in
  * chunk order: M' = max(M, m), L = L·e^(M-M') + l·e^(m-M'), O likewise, out = O/L.
- * Work items are (token, kv head) pairs taken from a shared counter (tokens
- * of a prompt differ in cost); when there are few pairs (decode) each chunk is
- * its own item (attn_split) and the calling thread merges them afterwards. Both
- * ways run the same kernel on the same chunks and the same merge, so a token's
- * output depends only on its query and its sequence's K/V.
+ * Tokens of one sequence at consecutive positions (a prefill chunk, a decode
+ * token and its drafts) form spans of up to ATTN_SPAN tokens that go through
+ * each chunk together, so the chunk's K and V are read once for the span, not
+ * once per token: chunk c holds the span's tokens at positions >= c·RP_ATTN_CHUNK
+ * (a suffix of the span), each with its own end. Work items are (span, kv head)
+ * pairs taken from a shared counter (spans of a prompt differ in cost); when
+ * there are few pairs (decode) each chunk is its own item (attn_split) and the
+ * calling thread merges them afterwards. Both ways run the same kernel on the
+ * same chunks and the same merge for every row, so a token's output depends
+ * only on its query and its sequence's K/V, whatever its span.
+ *
+ * Partials of `rows` query rows (span tokens × group): m (rows), l (rows),
+ * o (rows, hd).
  */
-static size_t attn_part_floats(int group, int hd)
+#define ATTN_SPAN 16 // most tokens in a span
+
+static size_t attn_part_floats(int rows, int hd)
 {
-    return (size_t)group * (hd + 2);
+    return (size_t)rows * (hd + 2);
 }
 
 static size_t attn_thread_floats(int group, int hd)
 {
-    size_t n = (size_t)group * RP_ATTN_CHUNK + 2 * attn_part_floats(group, hd);
+    int rows = group * ATTN_SPAN;
+    size_t n = (size_t)rows * RP_ATTN_CHUNK + 2 * attn_part_floats(rows, hd);
     return (n + 15) & ~(size_t)15;
 }
 
-// Points a chunk's outputs at part: m (group), l (group), o (group, hd).
-static void attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t, int kvh, int chunk, float *scores, float *part)
+static int attn_n_chunks(int pos)
 {
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head, len = j->info->pos[t] + 1;
-    size_t stride = (size_t)j->n_kv_head * hd;
-    int p1 = (chunk + 1) * RP_ATTN_CHUNK;
+    return (pos + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+}
+
+// Chunk `chunk` of span [t0, t1) for kv head kvh, outputs into part (a partial of
+// (t1 - t0) * group rows) at the rows of the tokens it holds; returns its first row.
+static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kvh, int chunk, int *end, float *scores,
+                           float *part)
+{
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head, rows = (t1 - t0) * group;
+    const int32_t *pos = j->info->pos;
+    int p0 = chunk * RP_ATTN_CHUNK, i0 = 0;
+    while (pos[t0 + i0] < p0) // positions ascend: the tokens this chunk holds are a suffix
+        i0++;
+    int p1 = p0;
+    for (int i = i0; i < t1 - t0; i++) {
+        int e = pos[t0 + i] + 1 < p0 + RP_ATTN_CHUNK ? pos[t0 + i] + 1 : p0 + RP_ATTN_CHUNK;
+        end[i - i0] = e;
+        p1 = e > p1 ? e : p1;
+    }
+    int r0 = i0 * group;
     *a = (rp_attn_chunk){
-        .q = j->q + ((size_t)t * j->n_head + (size_t)kvh * group) * hd,
+        .q = j->q + ((size_t)(t0 + i0) * j->n_head + (size_t)kvh * group) * hd,
+        .q_stride = (size_t)j->n_head * hd,
         .k = j->kv->k + (size_t)kvh * hd,
         .v = j->kv->v + (size_t)kvh * hd,
-        .stride = stride,
-        .bt = j->info->block_table[t],
+        .stride = (size_t)j->n_kv_head * hd,
+        .bt = j->info->block_table[t0],
         .bs = j->info->block_size,
-        .p0 = chunk * RP_ATTN_CHUNK,
-        .p1 = p1 < len ? p1 : len,
+        .p0 = p0,
+        .p1 = p1,
+        .end = end,
+        .n_tok = t1 - t0 - i0,
         .n_q = group,
         .hd = hd,
         .scale = j->scale,
         .scores = scores,
-        .m = part,
-        .l = part + group,
-        .o = part + 2 * group,
+        .m = part + r0,
+        .l = part + rows + r0,
+        .o = part + 2 * (size_t)rows + (size_t)r0 * hd,
     };
+    return r0;
 }
 
-// run (the merge of chunks 0..c-1) becomes the merge of chunks 0..c; part is chunk c.
-static void attn_merge(int group, int hd, float *run, const float *part)
+// Rows [r0, rows) of run (the merge of chunks 0..c-1) become the merge of chunks
+// 0..c; part is chunk c.
+static void attn_merge(int rows, int r0, int hd, float *run, const float *part)
 {
-    for (int g = 0; g < group; g++) {
+    for (int g = r0; g < rows; g++) {
         float m0 = run[g], m1 = part[g], mx = m0 > m1 ? m0 : m1;
         float a = expf(m0 - mx), b = expf(m1 - mx);
         run[g] = mx;
-        run[group + g] = run[group + g] * a + part[group + g] * b;
-        float *o = run + 2 * group + (size_t)g * hd;
-        const float *p = part + 2 * group + (size_t)g * hd;
+        run[rows + g] = run[rows + g] * a + part[rows + g] * b;
+        float *o = run + 2 * (size_t)rows + (size_t)g * hd;
+        const float *p = part + 2 * (size_t)rows + (size_t)g * hd;
         for (int i = 0; i < hd; i++)
             o[i] = o[i] * a + p[i] * b;
     }
 }
 
-// out (group, hd) = O / L of a merged run.
-static void attn_finish(int group, int hd, const float *run, float *out)
+// The outputs of span [t0, t1), kv head kvh: O / L of a merged run.
+static void attn_finish(const attn_job *j, int t0, int t1, int kvh, const float *run)
 {
-    for (int g = 0; g < group; g++) {
-        float inv = 1.0f / run[group + g];
-        const float *o = run + 2 * group + (size_t)g * hd;
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head, rows = (t1 - t0) * group;
+    for (int g = 0; g < rows; g++) {
+        float inv = 1.0f / run[rows + g];
+        const float *o = run + 2 * (size_t)rows + (size_t)g * hd;
+        float *out = j->out + ((size_t)(t0 + g / group) * j->n_head + (size_t)kvh * group + g % group) * hd;
         for (int i = 0; i < hd; i++)
-            out[(size_t)g * hd + i] = o[i] * inv;
+            out[i] = o[i] * inv;
     }
 }
 
@@ -410,52 +452,59 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
     attn_job *j = ctx;
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    float *part = scores + (size_t)group * RP_ATTN_CHUNK, *run = part + attn_part_floats(group, hd);
+    float *part = scores + (size_t)group * ATTN_SPAN * RP_ATTN_CHUNK;
+    float *run = part + attn_part_floats(group * ATTN_SPAN, hd);
     rp_attn_chunk a;
+    int end[ATTN_SPAN];
     for (;;) {
         int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (w >= j->n_items)
             break;
-        int t = (int)(w / j->n_kv_head), kvh = (int)(w % j->n_kv_head);
-        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+        int s = (int)(w / j->n_kv_head), kvh = (int)(w % j->n_kv_head);
+        int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
+        int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
         for (int c = 0; c < n_chunks; c++) {
-            attn_chunk_init(j, &a, t, kvh, c, scores, c == 0 ? run : part);
-            rp_cpu_attn_chunk_avx2(&a);
+            int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
+            j->chunk(&a);
             if (c > 0)
-                attn_merge(group, hd, run, part);
+                attn_merge(rows, r0, hd, run, part);
         }
-        attn_finish(group, hd, run, j->out + ((size_t)t * j->n_head + (size_t)kvh * group) * hd);
+        attn_finish(j, t0, t1, kvh, run);
     }
 }
 
-// Split: item w is chunk c of (t, kvh) with w = item_base[t] + kvh * n_chunks(t) + c.
+// Split: item w is chunk c of (span s, kvh) with w = item_base[s] + kvh * n_chunks(s) + c;
+// its partial at part + part_base[s] + (kvh * n_chunks(s) + c) * attn_part_floats(rows(s), hd).
 static void attn_split_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
     rp_attn_chunk a;
+    int end[ATTN_SPAN];
     for (;;) {
         int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (w >= j->n_items)
             break;
-        int t = 0;
-        while (j->item_base[t + 1] <= w)
-            t++;
-        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
-        int64_t r = w - j->item_base[t];
-        attn_chunk_init(j, &a, t, (int)(r / n_chunks), (int)(r % n_chunks), scores,
-                        j->part + (size_t)w * attn_part_floats(group, hd));
-        rp_cpu_attn_chunk_avx2(&a);
+        int s = 0;
+        while (j->item_base[s + 1] <= w)
+            s++;
+        int t0 = j->span[s], t1 = j->span[s + 1];
+        int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
+        int64_t r = w - j->item_base[s];
+        float *part = j->part + j->part_base[s] + (size_t)r * attn_part_floats((t1 - t0) * group, hd);
+        attn_chunk_init(j, &a, t0, t1, (int)(r / n_chunks), (int)(r % n_chunks), end, scores, part);
+        j->chunk(&a);
     }
 }
 
-#define ATTN_SPLIT_MAX_TOKENS 16
+#define ATTN_SPLIT_MAX_SPANS 16
 
 static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
 {
     int nth = rp_pool_size(c->pool), hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    int n_tokens = j->info->n_tokens;
+    const rp_attn_info *info = j->info;
+    int n_tokens = info->n_tokens;
     size_t per = attn_thread_floats(group, hd);
     if (per > c->scores_per_thread) {
         float *s = rp_malloc_aligned(per * (size_t)nth * sizeof(float));
@@ -465,35 +514,56 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
         c->scores = s;
         c->scores_per_thread = per;
     }
+    rp_status st = grow(&c->attn_span, &c->attn_span_size, (size_t)(n_tokens + 1) * sizeof(int));
+    if (st)
+        return st;
+    int *span = c->attn_span, n_spans = 0;
+    for (int t = 0; t < n_tokens; t++)
+        if (t == 0 || t - span[n_spans - 1] == ATTN_SPAN || info->block_table[t] != info->block_table[t - 1] ||
+            info->pos[t] != info->pos[t - 1] + 1)
+            span[n_spans++] = t;
+    span[n_spans] = n_tokens;
+    j->span = span;
+    j->chunk = rp_cpu_simd_level() >= 2 ? rp_cpu_attn_chunk_avx512 : rp_cpu_attn_chunk_avx2;
     atomic_init(&j->next, 0);
-    bool split = (int64_t)n_tokens * j->n_kv_head < 4 * nth && n_tokens <= ATTN_SPLIT_MAX_TOKENS &&
-                 max_len > RP_ATTN_CHUNK;
+    bool split =
+        (int64_t)n_spans * j->n_kv_head < 4 * nth && n_spans <= ATTN_SPLIT_MAX_SPANS && max_len > RP_ATTN_CHUNK;
     if (!split) {
-        j->n_items = (int64_t)n_tokens * j->n_kv_head;
+        j->n_items = (int64_t)n_spans * j->n_kv_head;
         rp_pool_run(c->pool, attn_simd_worker, j);
         return RP_OK;
     }
-    int64_t base[ATTN_SPLIT_MAX_TOKENS + 1];
+    int64_t base[ATTN_SPLIT_MAX_SPANS + 1];
+    size_t part_base[ATTN_SPLIT_MAX_SPANS + 1];
     base[0] = 0;
-    for (int t = 0; t < n_tokens; t++)
-        base[t + 1] = base[t] + (int64_t)j->n_kv_head * ((j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK);
-    size_t pf = attn_part_floats(group, hd);
-    rp_status st = grow(&c->attn_part, &c->attn_part_size, (size_t)base[n_tokens] * pf * sizeof(float));
-    if (st)
+    part_base[0] = 0;
+    for (int s = 0; s < n_spans; s++) {
+        int64_t n = (int64_t)j->n_kv_head * attn_n_chunks(info->pos[span[s + 1] - 1]);
+        base[s + 1] = base[s] + n;
+        part_base[s + 1] = part_base[s] + (size_t)n * attn_part_floats((span[s + 1] - span[s]) * group, hd);
+    }
+    if ((st = grow(&c->attn_part, &c->attn_part_size, part_base[n_spans] * sizeof(float))))
         return st;
     j->item_base = base;
+    j->part_base = part_base;
     j->part = c->attn_part;
-    j->n_items = base[n_tokens];
+    j->n_items = base[n_spans];
     rp_pool_run(c->pool, attn_split_worker, j);
     float *run = c->scores; // the workers are done: thread 0's scratch is free
-    for (int t = 0; t < n_tokens; t++) {
-        int n_chunks = (j->info->pos[t] + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
+    for (int s = 0; s < n_spans; s++) {
+        int t0 = span[s], t1 = span[s + 1], rows = (t1 - t0) * group;
+        int n_chunks = attn_n_chunks(info->pos[t1 - 1]);
+        size_t pf = attn_part_floats(rows, hd);
         for (int kvh = 0; kvh < j->n_kv_head; kvh++) {
-            const float *p = j->part + (size_t)(base[t] + (int64_t)kvh * n_chunks) * pf;
+            const float *p = j->part + part_base[s] + (size_t)kvh * n_chunks * pf;
             memcpy(run, p, pf * sizeof(float));
-            for (int ch = 1; ch < n_chunks; ch++)
-                attn_merge(group, hd, run, p + (size_t)ch * pf);
-            attn_finish(group, hd, run, j->out + ((size_t)t * j->n_head + (size_t)kvh * group) * hd);
+            for (int ch = 1; ch < n_chunks; ch++) {
+                int i0 = 0;
+                while (info->pos[t0 + i0] < ch * RP_ATTN_CHUNK)
+                    i0++;
+                attn_merge(rows, i0 * group, hd, run, p + (size_t)ch * pf);
+            }
+            attn_finish(j, t0, t1, kvh, run);
         }
     }
     return RP_OK;

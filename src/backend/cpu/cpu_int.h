@@ -50,25 +50,38 @@ int rp_cpu_simd_level(void);
 // so the chunks (and their merge order) depend only on the token's position.
 #define RP_ATTN_CHUNK 128
 
-// One chunk of attention for the query heads of one GQA group: keys [p0, p1)
-// (p1 - p0 in 1..RP_ATTN_CHUNK) of a paged sequence. Read only except scores, m, l, o.
+// One chunk of attention for the query heads of one GQA group of n_tok tokens of
+// one paged sequence (a span: consecutive positions, as in a prefill chunk or a
+// decode token with its drafts): keys [p0, end[i]) for token i, end[i] - p0 in
+// 1..RP_ATTN_CHUNK. Query rows are token-major (row r = i * n_q + g). Read only
+// except scores, m, l, o.
 typedef struct rp_attn_chunk {
-    const float *q;        // (n_q, hd) the group's query heads
-    const float *k, *v;    // cache base plus the KV head's offset: slot s's row at k + s * stride
-    size_t stride;         // floats between slots (n_kv_head * hd)
-    const int32_t *bt;     // block table of the sequence
-    int bs;                // block size (slots per block)
-    int p0, p1;            // key range
-    int n_q, hd;           // heads in the group; head_dim (a multiple of 64)
-    float scale;           // applied to q·k
-    float *scores;         // scratch (n_q, RP_ATTN_CHUNK)
-    float *m, *l;          // out (n_q): chunk max of the scaled scores, Σ exp(s - m)
-    float *o;              // out (n_q, hd): Σ exp(s - m) · v, not normalized
+    const float *q;     // token i's n_q heads (n_q, hd) at q + i * q_stride
+    size_t q_stride;    // floats between tokens' query rows
+    const float *k, *v; // cache base plus the KV head's offset: slot s's row at k + s * stride
+    size_t stride;      // floats between slots (n_kv_head * hd)
+    const int32_t *bt;  // block table of the sequence
+    int bs;             // block size (slots per block)
+    int p0, p1;         // key range: p1 = the largest end[i]
+    const int *end;     // (n_tok) each token's key range end
+    int n_tok, n_q, hd; // tokens, heads in the group, head_dim (a multiple of 64)
+    float scale;        // applied to q·k
+    float *scores;      // scratch (n_tok * n_q, RP_ATTN_CHUNK)
+    float *m, *l;       // out (n_tok * n_q): chunk max of the scaled scores, Σ exp(s - m)
+    float *o;           // out (n_tok * n_q, hd): Σ exp(s - m) · v, not normalized
 } rp_attn_chunk;
 
-// Computes a chunk with AVX2/FMA (attn_avx2.c); the same bits for the same inputs
-// wherever and on whichever thread it runs. Thread-safe for distinct outputs.
+// Computes a chunk with AVX2/FMA (attn_avx2.c); a row's bits depend only on its query,
+// its key range and the K/V there (not on the other rows, on where the chunk sits or
+// on the thread). Thread-safe for distinct outputs.
 void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
+// The same bits with AVX-512 (attn_avx512.c): 16-lane dot products and value sums
+// whose lanes follow the AVX2 kernel's operations one for one.
+void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
+// The chunk kernels' softmax of one row (attn_avx2.c): scores s[0, n) of the row
+// (n <= RP_ATTN_CHUNK) become e = exp(s - m), s[n, n rounded up to 8) zeros (-inf
+// first); returns m, the max, and writes l = Σ e (eight lanes, then a fixed sum).
+float rp_cpu_attn_softmax_avx2(float *s, int n, float *l);
 // y[i] = e^x[i] for x[i] <= 0, n a multiple of 8 (attn_avx2.c's exp; for tests).
 void rp_cpu_attn_exp_avx2(const float *x, float *y, int n);
 

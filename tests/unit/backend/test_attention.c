@@ -4,7 +4,10 @@
  * by normalized error, over head_dim 64/128, GQA groups 1/2/4/8 and key lengths
  * 1..3000 in shuffled paged block tables; its exp against libm; and bitwise batch
  * invariance: a token's output alone, inside a batch of other sequences' tokens,
- * and on 1..3 threads (split or not split over key chunks) is the same.
+ * and on 1..3 threads (split or not split over key chunks) is the same, and so is
+ * its output inside a span (tokens of its sequence at consecutive positions, which
+ * go through each key chunk together: a prefill chunk, a decode token and drafts).
+ * The AVX-512 kernel gives the AVX2 kernel's bits.
  */
 #include "test_util.h"
 
@@ -256,6 +259,12 @@ static void test_simd_vs_scalar(void **state)
                 double *ref = malloc(sizeof(double) * qw);
                 assert_true(rp_cpu_force_simd("avx2"));
                 run_attn(be, &c, &b, o_simd);
+                if (rp_cpu_force_simd("avx512")) { // the same bits as AVX2
+                    float *o512 = malloc(sizeof(float) * qw * n);
+                    run_attn(be, &c, &b, o512);
+                    assert_memory_equal(o512, o_simd, sizeof(float) * qw * n);
+                    free(o512);
+                }
                 rp_cpu_force_scalar(true);
                 run_attn(be, &c, &b, o_scalar);
                 rp_cpu_force_scalar(false);
@@ -382,13 +391,97 @@ static void test_batch_invariance(void **state)
     }
 }
 
+// Spans: runs of one sequence's tokens at consecutive positions (from a prefill at
+// position 0, a verification step's 17 tokens across a chunk boundary, runs longer
+// than a span holds, two sequences' runs back to back, a run interrupted by another
+// sequence's token) against each token alone, bitwise, on 1 and 2 threads; and
+// against the float64 reference.
+static void test_spans(void **state)
+{
+    (void)state;
+    if (!have_simd()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    rp_cpu_force_scalar(false);
+    static const int groups[] = {1, 3, 8};
+    for (int ig = 0; ig < 3; ig++) {
+        int group = groups[ig], hd = ig == 1 ? 128 : 64;
+        cache c;
+        int lens[2] = {700, 300};
+        cache_init(&c, 2, lens, 2, group, hd, 2.0f);
+        enum { N = 64 }; // (a batch's most)
+        int seq[N], pos[N], n = 0;
+        for (int p = 0; p < 20; p++) // a prefill from position 0: 16 + 4
+            seq[n] = 0, pos[n++] = p;
+        for (int p = 120; p < 137; p++) // a decode token and 16 drafts across the chunk boundary at 128
+            seq[n] = 1, pos[n++] = p;
+        seq[n] = 0, pos[n++] = 500; // another sequence's token, then a run interrupted by it
+        for (int p = 250; p < 255; p++)
+            seq[n] = 1, pos[n++] = p;
+        seq[n] = 0, pos[n++] = 640;
+        for (int p = 255; p < 258; p++)
+            seq[n] = 1, pos[n++] = p;
+        for (int p = 682; p < 699; p++) // 17 tokens at the end of a long sequence: 16 + 1
+            seq[n] = 0, pos[n++] = p;
+        assert_true(n <= N);
+        batch all;
+        batch_init(&all, &c, n, seq, pos, NULL);
+        size_t qw = (size_t)c.n_head * hd;
+        float *o = malloc(sizeof(float) * qw * n), *one_o = malloc(sizeof(float) * qw);
+        double *ref = malloc(sizeof(double) * qw);
+        for (int nth = 1; nth <= 2; nth++) {
+            rp_backend *be;
+            assert_int_equal(rp_backend_cpu_create(nth, &be), RP_OK);
+            run_attn(be, &c, &all, o);
+            for (int t = 0; t < n; t++) {
+                batch one;
+                batch_init(&one, &c, 1, seq + t, pos + t, all.q + t * qw);
+                run_attn(be, &c, &one, one_o);
+                if (memcmp(one_o, o + t * qw, sizeof(float) * qw) != 0)
+                    fail_msg("group %d, %d threads: token %d (seq %d pos %d) differs in its span", group, nth, t,
+                             seq[t], pos[t]);
+                batch_deinit(&one);
+                if (nth == 1) {
+                    ref_attn(&c, &all, t, ref);
+                    assert_true(nerr(o + t * qw, ref, qw) < 1e-6);
+                }
+            }
+            // the AVX-512 kernel gives the AVX2 kernel's bits
+            if (rp_cpu_force_simd("avx512")) {
+                float *o2 = malloc(sizeof(float) * qw * n);
+                assert_true(rp_cpu_force_simd("avx2"));
+                run_attn(be, &c, &all, o2);
+                rp_cpu_force_scalar(false);
+                assert_memory_equal(o2, o, sizeof(float) * qw * n);
+                free(o2);
+            } else if (nth == 1 && ig == 0) {
+                print_message("no AVX-512: its kernel not compared\n");
+            }
+            // the verification span alone (one span: split over its key chunks)
+            batch ver;
+            batch_init(&ver, &c, 17, seq + 20, pos + 20, all.q + 20 * qw);
+            float *vo = malloc(sizeof(float) * qw * 17);
+            run_attn(be, &c, &ver, vo);
+            assert_memory_equal(vo, o + 20 * qw, sizeof(float) * qw * 17);
+            free(vo);
+            batch_deinit(&ver);
+            rp_backend_destroy(be);
+        }
+        free(o);
+        free(one_o);
+        free(ref);
+        batch_deinit(&all);
+        cache_deinit(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exp),
-        cmocka_unit_test(test_simd_vs_scalar),
-        cmocka_unit_test(test_fallback),
-        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_exp),      cmocka_unit_test(test_simd_vs_scalar),
+        cmocka_unit_test(test_fallback), cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,7 +132,7 @@ static void test_simd_vs_scalar(void **state)
     const int64_t rows_list[] = {1, 3, 8, 37};
     const int64_t ne0_k[] = {256, 768};
     const int64_t ne0_f[] = {8, 40, 100, 256, 777};
-    const int n_list[] = {1, 2, 3, 5, 9};
+    const int n_list[] = {1, 2, 3, 5, 9, 14};
     rp_pool *pool = NULL;
     assert_int_equal(rp_pool_create(2, &pool), RP_OK);
     for (int lv = 0; lv < N_LEVELS; lv++) {
@@ -154,7 +154,7 @@ static void test_simd_vs_scalar(void **state)
                     wmat_init(&m, type, rows, ne0);
                     float *wf = malloc((size_t)(rows * ne0) * sizeof(float));
                     rp_dequantize(type, m.data, wf, rows * ne0);
-                    for (size_t c = 0; c < 5; c++) {
+                    for (size_t c = 0; c < sizeof(n_list) / sizeof(n_list[0]); c++) {
                         int n = n_list[c];
                         float *x = malloc((size_t)(n * ne0) * sizeof(float));
                         fill_normal(x, n * ne0);
@@ -216,14 +216,14 @@ static void test_simd_vs_scalar(void **state)
     rp_pool_destroy(pool);
 }
 
-// y for a token is bitwise the same alone, at positions 0, 3, 7 of a batch of 8, with 1 or 2 threads.
+// y for a token is bitwise the same alone, at positions 0, 3, 7, 16 of a batch of 17, with 1 or 2 threads.
 // level: a name for rp_cpu_force_simd ("scalar" included).
 static void check_determinism(rp_dtype type, const char *level)
 {
     const int64_t rows = 37;
     // quantized: a partial group of blocks at the end; float: a partial SIMD step (328 = 5 * 64 + 8)
     const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : is_quant(type) ? 320 : 328;
-    const int n = 8;
+    const int n = 17;
     wmat m;
     wmat_init(&m, type, rows, ne0);
     float *x = malloc((size_t)(n * ne0) * sizeof(float));
@@ -238,8 +238,8 @@ static void check_determinism(rp_dtype type, const char *level)
     run_matmul(p1, &m, x, n, yb1);
     run_matmul(p2, &m, x, n, yb2);
     assert_memory_equal(yb1, yb2, (size_t)(n * rows) * sizeof(float));
-    const int pos[] = {0, 3, 7};
-    for (int k = 0; k < 3; k++) {
+    const int pos[] = {0, 3, 7, 16};
+    for (int k = 0; k < 4; k++) {
         for (int pi = 0; pi < 2; pi++) {
             run_matmul(pi ? p2 : p1, &m, x + pos[k] * ne0, 1, ys);
             if (memcmp(ys, yb1 + pos[k] * rows, (size_t)rows * sizeof(float)) != 0)
@@ -247,7 +247,7 @@ static void check_determinism(rp_dtype type, const char *level)
                          rp_dtype_name(type), level, pos[k], n, pi + 1);
         }
     }
-    // odd batch sizes tile differently (4 + 1, 3 + 2, ...): each prefix batch must agree too
+    // other batch sizes tile differently (3 + 1, 4 + 4 + 1, ...): each prefix batch must agree too
     for (int nb = 2; nb < n; nb++) {
         run_matmul(p2, &m, x, nb, yb2);
         assert_memory_equal(yb2, yb1, (size_t)(nb * rows) * sizeof(float));

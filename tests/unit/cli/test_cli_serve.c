@@ -149,7 +149,8 @@ static void test_listen_and_stop(void **state)
     assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"mtp\"} 1"));
     assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"draft\"} 0"));
     assert_non_null(strstr(resp, "rapid_spec_decode_draft_tokens_total{method=\"ngram\"} 0"));
-    assert_non_null(strstr(resp, "rapid_spec_decode_accepted_tokens_by_position_total{method=\"mtp\",position=\"16\"} 0"));
+    assert_non_null(
+        strstr(resp, "rapid_spec_decode_accepted_tokens_by_position_total{method=\"mtp\",position=\"16\"} 0"));
     ssize_t k;
 
     kill(pid, SIGTERM);

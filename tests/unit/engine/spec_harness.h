@@ -17,11 +17,11 @@
 #include <math.h>
 #include <pthread.h>
 
-#define SH_GEN_MAX 2048 // most tokens one request generates in these tests
+#define SH_GEN_MAX 2048     // most tokens one request generates in these tests
 #define SH_READ_GUARD 300.0 // a read that sees nothing this long means the engine hangs
 
-static rp_model *SH_M;        // rapid-tiny (MTP), max_batch 64: long prompts take several chunks
-static rp_model *SH_D;        // rapid-tiny-draft
+static rp_model *SH_M; // rapid-tiny (MTP), max_batch 64: long prompts take several chunks
+static rp_model *SH_D; // rapid-tiny-draft
 static rp_tokenizer *SH_TOK, *SH_DTOK;
 
 typedef struct sh_prompt {
@@ -61,7 +61,8 @@ static void sh_teardown(void)
 // One user turn in the model's chat format (thinking off), tokenized.
 static sh_prompt sh_chat(const char *user)
 {
-    static const char pre[] = "<|im_start|>user\n", post[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    static const char pre[] = "<|im_start|>user\n",
+                      post[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
     size_t len = strlen(pre) + strlen(user) + strlen(post);
     char *text = malloc(len + 1);
     assert_non_null(text);
@@ -91,16 +92,17 @@ typedef struct sh_config {
 // whether it drafts is not asserted (that would be asserting timings).
 enum { SH_OFF, SH_NGRAM, SH_MTP, SH_DRAFT, SH_AUTO, SH_ADAPTIVE, SH_N_CONFIGS };
 static const sh_config SH_CONFIGS[SH_N_CONFIGS] = {
-    {"off", RP_ENGINE_SPEC_OFF, true, false},      {"ngram", RP_ENGINE_SPEC_NGRAM, false, false},
-    {"mtp", RP_ENGINE_SPEC_MTP, false, false},     {"draft", RP_ENGINE_SPEC_DRAFT, false, true},
-    {"auto", RP_ENGINE_SPEC_AUTO, false, true},    {"adaptive", RP_ENGINE_SPEC_AUTO, true, true},
+    {"off", RP_ENGINE_SPEC_OFF, true, false},   {"ngram", RP_ENGINE_SPEC_NGRAM, false, false},
+    {"mtp", RP_ENGINE_SPEC_MTP, false, false},  {"draft", RP_ENGINE_SPEC_DRAFT, false, true},
+    {"auto", RP_ENGINE_SPEC_AUTO, false, true}, {"adaptive", RP_ENGINE_SPEC_AUTO, true, true},
 };
 
 static rp_engine *sh_engine(const sh_config *c, int k_max, int max_running, int kv_tokens, int kv_block)
 {
     rp_engine_params ep;
     rp_engine_params_default(&ep);
-    ep.n_ctx = kv_tokens > 0 && kv_tokens < 4096 ? kv_tokens : 4096; // not the model's 32k: a pool that size is mostly page faults
+    ep.n_ctx = kv_tokens > 0 && kv_tokens < 4096 ? kv_tokens
+                                                 : 4096; // not the model's 32k: a pool that size is mostly page faults
     ep.max_running = max_running;
     ep.kv_tokens = kv_tokens;
     ep.kv_block = kv_block;

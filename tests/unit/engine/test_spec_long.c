@@ -7,8 +7,9 @@
  * Greedy, each with speculation - prompt lookup, MTP and the draft model each
  * pinned, and `auto` - alone and eight at a time, must give byte for byte the
  * tokens (and finish reasons) of the same request without speculation; each
- * configuration must have drafted and had drafts accepted. A sampled run of
- * the mix, eight at a time, must match too (same seeds, same text).
+ * configuration must have drafted and had drafts accepted. Sampled and JSON
+ * runs of the mix, eight at a time, must match too (same seeds, same text), and
+ * so must a small draft cap.
  */
 #include "spec_harness.h"
 
@@ -46,7 +47,8 @@ static const char *const TEXTS[N_P] = {
     "Rename the key `name` to `title` in every object.\n\n```json\n[{\"id\": 1, \"name\": \"a\"}, {\"id\": 2, "
     "\"name\": \"b\"}, {\"id\": 3, \"name\": \"c\"}, {\"id\": 4, \"name\": \"d\"}]\n```",
     "Extract the name and the age as a JSON object: \"Maria Lopez is 34 and lives in Porto.\"",
-    "Add the field `\"active\": true` to every object and return the JSON.\n\n```json\n[{\"user\": \"ann\", \"id\": 7}, "
+    "Add the field `\"active\": true` to every object and return the JSON.\n\n```json\n[{\"user\": \"ann\", \"id\": "
+    "7}, "
     "{\"user\": \"bob\", \"id\": 8}, {\"user\": \"cy\", \"id\": 9}]\n```",
     "Convert this list to a JSON object mapping each name to its score: ann 3, bob 5, cy 8, dee 1.",
     "Return the JSON object {\"ok\": true, \"items\": [1, 2, 3]} with every number doubled.",
@@ -101,15 +103,26 @@ static int cap(int c)
     return c == SH_MTP || c == SH_DRAFT || c == SH_AUTO ? 4 : 0;
 }
 
-static void reference(bool sampled)
+enum { GREEDY, SAMPLED, JSON };
+
+// The references: the mix without speculation, greedy, sampled (temperature 0.7,
+// top-p 0.9, a seed per request) or in JSON mode (half of it sampled).
+static void reference(int mode)
 {
     rp_engine *e = sh_engine(&SH_CONFIGS[SH_OFF], 0, 8, 0, 0);
     for (int i = 0; i < N_P; i++) {
-        REF[i].gp = sh_greedy(&P[i], i == 0 ? GEN_FILE : GEN);
-        if (sampled) {
+        REF[i].gp = sh_greedy(&P[i], i == 0 && mode != JSON ? GEN_FILE : GEN);
+        if (mode == SAMPLED) {
             REF[i].gp.sample.temperature = 0.7f;
             REF[i].gp.sample.top_p = 0.9f;
             REF[i].gp.sample.seed = 31 + (uint64_t)i;
+        } else if (mode == JSON) {
+            REF[i].gp.json = true;
+            REF[i].gp.n_logprobs = 2;
+            if (i % 2) {
+                REF[i].gp.sample.temperature = 1.0f;
+                REF[i].gp.sample.seed = (uint64_t)i;
+            }
         }
     }
     sh_run(e, REF, N_P, false);
@@ -117,16 +130,16 @@ static void reference(bool sampled)
     int stops = 0;
     for (int i = 0; i < N_P; i++)
         stops += REF[i].finish == RP_GEN_STOP;
-    print_message("reference: %d of %d end with an end-of-generation token; the file's reply has %d tokens\n", stops,
+    print_message("reference: %d of %d end with an end-of-generation token; the first reply has %d tokens\n", stops,
                   N_P, REF[0].n);
 }
 
-// The mix under configuration c: one at a time, then eight at a time.
-static void compare(int c, bool alone)
+// The mix under configuration c (draft cap k, 0: c's default): one at a time, then eight at a time.
+static void compare(int c, int k, bool alone)
 {
     const sh_config *cf = &SH_CONFIGS[c];
     for (int pass = alone ? 0 : 1; pass < 2; pass++) {
-        rp_engine *e = sh_engine(cf, cap(c), pass == 0 ? 1 : 8, 0, 0);
+        rp_engine *e = sh_engine(cf, k ? k : cap(c), pass == 0 ? 1 : 8, 0, 0);
         for (int i = 0; i < N_P; i++)
             GOT[i].gp = REF[i].gp;
         if (pass == 0) {
@@ -137,7 +150,7 @@ static void compare(int c, bool alone)
         }
         for (int i = 0; i < N_P; i++)
             sh_same(&GOT[i], &REF[i], cf->name, i);
-        print_message("%s, %s:\n", cf->name, pass == 0 ? "alone" : "eight at a time");
+        print_message("%s%s, %s:\n", cf->name, k ? " (cap 3)" : "", pass == 0 ? "alone" : "eight at a time");
         sh_drafted(GOT, N_P, cf);
         rp_engine_stats es;
         rp_engine_get_stats(e, &es);
@@ -148,17 +161,24 @@ static void compare(int c, bool alone)
 
 static void test_greedy_mix(void **state)
 {
-    reference(false);
+    reference(GREEDY);
     for (int c = SH_NGRAM; c < SH_N_CONFIGS; c++)
-        compare(c, true);
+        compare(c, 0, true);
+    compare(SH_NGRAM, 3, false); // a small cap: many short verifications
 }
 
 static void test_sampled_mix(void **state)
 {
-    reference(true);
-    compare(SH_NGRAM, false);
-    compare(SH_AUTO, false);
-    compare(SH_ADAPTIVE, false);
+    reference(SAMPLED);
+    for (int c = SH_NGRAM; c < SH_N_CONFIGS; c++)
+        compare(c, 0, false);
+}
+
+static void test_json_mix(void **state)
+{
+    reference(JSON);
+    for (int c = SH_NGRAM; c < SH_N_CONFIGS; c++)
+        compare(c, 0, false);
 }
 
 int main(void)
@@ -166,6 +186,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_mix),
         cmocka_unit_test(test_sampled_mix),
+        cmocka_unit_test(test_json_mix),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

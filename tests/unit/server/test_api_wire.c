@@ -395,9 +395,11 @@ static void test_busy_and_disconnect(void **state)
     rp_engine_stats before, after;
     rp_engine_get_stats(engine, &before);
     // One generating (an OpenAI stream that ignores EOS), one Anthropic stream queued behind it.
+    // Sampled at temperature 2: a greedy reply falls into a loop that speculation copies 30
+    // tokens a step, and the generation would reach the context's end before the requests below.
     int a = wire_open_stream("/v1/chat/completions", BEARER,
                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,"
-                             "\"ignore_eos\":true,\"stream\":true}");
+                             "\"ignore_eos\":true,\"temperature\":2,\"seed\":1,\"stream\":true}");
     wait_running(); // the queue's one place is free again
     int b = wire_open_stream("/v1/messages", XKEY, MSG_BODY(",\"stream\":true"));
     wire_resp r;

@@ -412,12 +412,14 @@ static void test_stop_and_length(void **state)
     free(sq);
 }
 
-// Opens a chat stream that generates until the client goes away; returns the socket.
+// Opens a chat stream that generates until the client goes away (or the context is full:
+// sampled at temperature 2, so speculation cannot copy a greedy loop there in a few steps);
+// returns the socket.
 static int open_stream(void)
 {
     return wire_open_stream("/v1/chat/completions", AUTH,
                             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,"
-                            "\"ignore_eos\":true,\"stream\":true}");
+                            "\"ignore_eos\":true,\"temperature\":2,\"seed\":1,\"stream\":true}");
 }
 
 static void test_disconnect_and_busy(void **state)

@@ -64,16 +64,18 @@ static void test_expected_math(void **state)
     assert_true(fabs(rp_spec_ctl_expected(&c, RP_SPEC_NGRAM, 0) - 1.0) < 1e-12);
     assert_true(fabs(rp_spec_ctl_expected(&c, RP_SPEC_NGRAM, 2) - 1.75) < 1e-12);
     // One observation: 2 drafted, 1 accepted. Pooled (1 + 2*0.5) / (2 + 2) = 0.5 (decay scales zeros);
-    // position 1: (1 + 0.5) / (1 + 1) = 3/4; position 2: (0 + 0.5) / (1 + 1) = 1/4.
+    // position 1: (1 + 0.5) / (1 + 1) = 3/4; position 2 leans on position 1: (0 + 0.75) / (1 + 1) = 3/8;
+    // position 3, never tried, is position 2's.
     rp_spec_ctl_observe(&c, RP_SPEC_NGRAM, 2, 1);
     assert_true(fabs(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 1) - 0.75) < 1e-12);
-    assert_true(fabs(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 2) - 0.25) < 1e-12);
-    assert_true(fabs(rp_spec_ctl_expected(&c, RP_SPEC_NGRAM, 2) - (1 + 0.75 + 0.75 * 0.25)) < 1e-12);
+    assert_true(fabs(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 2) - 0.375) < 1e-12);
+    assert_true(fabs(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 3) - 0.375) < 1e-12);
+    assert_true(fabs(rp_spec_ctl_expected(&c, RP_SPEC_NGRAM, 2) - (1 + 0.75 + 0.75 * 0.375)) < 1e-12);
     // Out-of-range arguments are ignored / zero.
     rp_spec_ctl_observe(&c, (rp_spec_method)9, 3, 3);
     rp_spec_ctl_observe(&c, RP_SPEC_NGRAM, 0, 0);
     rp_spec_ctl_observe(&c, RP_SPEC_NGRAM, 2, 5); // clamped to 2 of 2
-    assert_true(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 2) > 0.25);
+    assert_true(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 2) > 0.375);
     assert_true(rp_spec_ctl_accept_rate(&c, (rp_spec_method)9, 1) == 0.0);
     assert_true(rp_spec_ctl_accept_rate(&c, RP_SPEC_NGRAM, 0) == 0.0);
 }

@@ -106,9 +106,9 @@ static int trial(rp_sampler *s, mode md, rp_spec_rule rule, stats *st)
             memcpy(logits + K * V, TARGET[ctx], sizeof(TARGET[ctx]));
             int na;
             int32_t next;
-            assert_int_equal(
-                rp_spec_verify_rule(s, logits, draft, md == SPEC_SAMPLED ? q : NULL, K, work, &na, &next, rule, NULL, NULL),
-                RP_OK);
+            assert_int_equal(rp_spec_verify_rule(s, logits, draft, md == SPEC_SAMPLED ? q : NULL, K, work, &na, &next,
+                                                 rule, NULL, NULL),
+                             RP_OK);
             assert_true(na >= 0 && na <= K && next >= 0 && next < V);
             st->drafted += K;
             st->accepted += na;
