@@ -4,7 +4,8 @@
  * Decoding one token reads every weight once, so one stream's ceiling is
  * (memory read bandwidth) / (weight bytes per token). This program measures
  * both in one run, on the same threads, interleaved: a bandwidth reading (one
- * multi-threaded AVX2 pass summing a 1 GiB buffer, far larger than the caches)
+ * multi-threaded AVX2 pass summing a 1 GiB buffer on 2 MiB pages, far larger than
+ * the caches)
  * on the model's threads before and after each of --runs decode runs (the same prompt prefilled, then
  * -n greedy tokens). On a shared VM the read bandwidth moves from run to run, so
  * the ceiling is the median of all readings, and the decode speed the median of
@@ -57,7 +58,7 @@ typedef struct bw_meter {
 static bool bw_init(bw_meter *b, rp_pool *pool)
 {
     memset(b, 0, sizeof(*b));
-    if (!(b->buf = rp_malloc_aligned(BW_BYTES)))
+    if (!(b->buf = rp_malloc_huge(BW_BYTES))) // on 2 MiB pages, as the weights: the memory's speed, not the TLB's
         return false;
     for (size_t i = 0; i < BW_BYTES / sizeof(float); i++)
         b->buf[i] = (float)(i & 1023);
@@ -77,7 +78,7 @@ static double bw_read(bw_meter *b)
 
 static void bw_deinit(bw_meter *b)
 {
-    rp_free_aligned(b->buf);
+    rp_free_huge(b->buf, BW_BYTES);
 }
 
 static int cmp_double(const void *a, const void *b)
