@@ -18,6 +18,59 @@
 #include "model_int.h"
 
 #include <math.h>
+#include <stdio.h>
+
+/* ---- the decode profile (RP_PROFILE=1, model_int.h) ---- */
+
+static const char *const prof_names[RP_PROF_N] = {"embed", "rmsnorm", "qkv matmul", "rope", "attention",
+                                                  "wo matmul", "gate/up matmul", "down matmul", "norm+lm_head"};
+
+// The clock after the backend has finished what it was given.
+static double prof_now(rp_model *m)
+{
+    m->be->ops->synchronize(m->be);
+    return rp_time_s();
+}
+
+static void prof_add(rp_model *m, int kind, size_t wbytes, double t0)
+{
+    double dt = prof_now(m) - t0;
+    m->prof->t[kind] += dt;
+    m->prof->bytes[kind] += (double)wbytes;
+    m->prof->calls[kind]++;
+}
+
+void rp_model_prof_print(const rp_model *m)
+{
+    const rp_prof *p = m->prof;
+    if (!p || p->forwards == 0)
+        return;
+    double f = (double)p->forwards, sum = 0;
+    fprintf(stderr, "decode profile: %lld one-token forwards, %.3f ms each\n", (long long)p->forwards,
+            1e3 * p->total / f);
+    for (int k = 0; k < RP_PROF_N; k++) {
+        if (!p->calls[k])
+            continue;
+        sum += p->t[k];
+        fprintf(stderr, "  %-15s %8.3f ms/token %5.1f%%  %6.1f us/call", prof_names[k], 1e3 * p->t[k] / f,
+                100 * p->t[k] / p->total, 1e6 * p->t[k] / (double)p->calls[k]);
+        if (p->bytes[k] > 0)
+            fprintf(stderr, "  %7.2f MB/token  %6.2f GB/s", p->bytes[k] / f / 1e6, p->bytes[k] / p->t[k] / 1e9);
+        fputc('\n', stderr);
+    }
+    fprintf(stderr, "  %-15s %8.3f ms/token %5.1f%%\n", "(between ops)", 1e3 * (p->total - sum) / f,
+            100 * (p->total - sum) / p->total);
+}
+
+// Runs one op (returning its error); with the profile on and one token, adds its time to `kind`.
+#define OP(kind, wbytes, call)                                                                                         \
+    do {                                                                                                               \
+        double t0_ = prof ? prof_now(m) : 0;                                                                           \
+        if ((st = (call)))                                                                                             \
+            return st;                                                                                                 \
+        if (prof)                                                                                                      \
+            prof_add(m, kind, wbytes, t0_);                                                                            \
+    } while (0)
 
 static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_attn_info *ai, int n,
                                const int32_t *pos)
@@ -27,28 +80,27 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
     const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
     rp_scratch *s = &m->s;
+    bool prof = m->prof && n == 1 && l < c->n_layer; // the MTP layer is not profiled
     rp_status st;
-#define TRY(call)                                                                                                      \
-    if ((st = (call)))                                                                                                 \
-    return st
-    TRY(o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
+    OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
     rp_matmul_desc qkv[3] = {{&L->wq, s->q, L->bq, NULL}, {&L->wk, s->k, L->bk, NULL}, {&L->wv, s->v, L->bv, NULL}};
-    TRY(o->matmul_group(be, qkv, 3, s->h, n));
+    OP(RP_PROF_QKV, L->wq.nbytes + L->wk.nbytes + L->wv.nbytes, o->matmul_group(be, qkv, 3, s->h, n));
     if (L->q_norm) {
-        TRY(o->rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
-        TRY(o->rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
+        OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
+        OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
     }
-    TRY(o->rope(be, s->q, pos, n, c->n_head, c->head_dim, m->inv_freq, c->rope_style));
-    TRY(o->rope(be, s->k, pos, n, c->n_kv_head, c->head_dim, m->inv_freq, c->rope_style));
+    OP(RP_PROF_ROPE, 0, o->rope(be, s->q, pos, n, c->n_head, c->head_dim, m->inv_freq, c->rope_style));
+    OP(RP_PROF_ROPE, 0, o->rope(be, s->k, pos, n, c->n_kv_head, c->head_dim, m->inv_freq, c->rope_style));
     float scale = (float)(1.0 / sqrt((double)c->head_dim));
-    TRY(o->attention(be, s->q, s->k, s->v, kv, ai, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
+    OP(RP_PROF_ATTN, 0,
+       o->attention(be, s->q, s->k, s->v, kv, ai, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
     rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
-    TRY(o->matmul_group(be, &wo, 1, s->att, n));
-    TRY(o->rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
-    TRY(o->matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
+    OP(RP_PROF_WO, L->wo.nbytes, o->matmul_group(be, &wo, 1, s->att, n));
+    OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
+    OP(RP_PROF_GATE_UP, L->w_gate.nbytes + L->w_up.nbytes,
+       o->matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
     rp_matmul_desc down = {&L->w_down, s->h, NULL, s->x}; // x += (silu(gate) * up)·Wdownᵀ
-    TRY(o->matmul_group(be, &down, 1, s->gate, n));
-#undef TRY
+    OP(RP_PROF_DOWN, L->w_down.nbytes, o->matmul_group(be, &down, 1, s->gate, n));
     return RP_OK;
 }
 
@@ -143,12 +195,19 @@ rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, fl
     if (st)
         return st;
     rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
-    st = m->be->ops->get_rows(m->be, &m->tok_embd, b->tokens, n, m->s.x);
-    for (int l = 0; l < c->n_layer && !st; l++)
-        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
-    if (st)
-        return st;
-    return head(m, m->out_norm, n_out, hidden_rows ? b->want_logits : NULL, logits, hidden);
+    bool prof = m->prof && n == 1;
+    double t0 = prof ? prof_now(m) : 0;
+    OP(RP_PROF_EMBED, 0, m->be->ops->get_rows(m->be, &m->tok_embd, b->tokens, n, m->s.x));
+    for (int l = 0; l < c->n_layer; l++)
+        if ((st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos)))
+            return st;
+    OP(RP_PROF_HEAD, n_out > 0 && logits ? m->output.nbytes : 0,
+       head(m, m->out_norm, n_out, hidden_rows ? b->want_logits : NULL, logits, hidden));
+    if (prof) {
+        m->prof->total += prof_now(m) - t0;
+        m->prof->forwards++;
+    }
+    return RP_OK;
 }
 
 /*

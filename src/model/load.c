@@ -4,9 +4,14 @@
  * Both formats are read through one view of a tensor (name, type, shape with
  * ne[0] contiguous, data in the file's mapping). The loader asks for each
  * tensor the architecture needs by name, checks its shape against the config,
- * and hands it to the backend; nothing is copied except what --quant quantizes
- * and the small norm/bias vectors (converted to f32). Tensors nobody asked for
- * are listed and skipped.
+ * and hands it to the backend. The matrices a decode step streams whole (all but
+ * an untied embedding table, which is read a row at a time) live in the model's
+ * weight arena: anonymous memory on 2 MiB pages, filled in load order, where
+ * --quant quantizes into and where float weights are copied from the mapping
+ * (rp_model_params.mmap_weights keeps them mapped instead): a pass over the
+ * weights through 4 KiB pages of the file's mapping measured 20-25% slower (one
+ * TLB miss per 4 KiB; bench/RESULTS.md). The small norm/bias vectors are
+ * converted to f32. Tensors nobody asked for are listed and skipped.
  *
  * The MTP block (when the config announces one) uses llama.cpp's GGUF names:
  * its decoder layer is block n_layer (`blk.N.attn_q.weight`, ...) and its own
@@ -54,14 +59,6 @@ static rp_status push_ptr(void ***arr, int *n, int *cap, void *p)
     return RP_OK;
 }
 
-rp_status rp_model_keep(rp_model *m, void *host_buffer)
-{
-    rp_status st = push_ptr(&m->owned, &m->n_owned, &m->cap_owned, host_buffer);
-    if (st)
-        rp_free_aligned(host_buffer);
-    return st;
-}
-
 static rp_status shape_error(const source *src, const char *name, const int64_t *ne, int n_dims, int64_t e0,
                              int64_t e1)
 {
@@ -70,8 +67,48 @@ static rp_status shape_error(const source *src, const char *name, const int64_t 
                   (long long)e0, (long long)e1);
 }
 
+/* ---- the weight arena ---- */
+
+#define ARENA_CHUNK ((size_t)64 << 20)
+
+// `bytes` of 64-byte aligned room in the weight arena (chunks of rp_malloc_huge memory,
+// bump allocated), owned by the model; NULL when out of memory.
+static void *arena_alloc(rp_model *m, size_t bytes)
+{
+    bytes = (bytes + 63) & ~(size_t)63;
+    rp_arena_chunk *c = m->n_arena ? &m->arena[m->n_arena - 1] : NULL;
+    if (c && c->size - c->used >= bytes) {
+        void *p = c->base + c->used;
+        c->used += bytes;
+        return p;
+    }
+    if (m->n_arena == m->cap_arena) {
+        int nc = m->cap_arena ? 2 * m->cap_arena : 8;
+        rp_arena_chunk *na = rp_realloc(m->arena, (size_t)nc * sizeof(*na));
+        if (!na)
+            return NULL;
+        m->arena = na;
+        m->cap_arena = nc;
+    }
+    size_t size = bytes > ARENA_CHUNK ? bytes : ARENA_CHUNK;
+    uint8_t *base = rp_malloc_huge(size);
+    if (!base)
+        return NULL;
+    m->arena[m->n_arena++] = (rp_arena_chunk){base, size, bytes};
+    return base;
+}
+
+void rp_model_arena_free(rp_model *m)
+{
+    for (int i = 0; i < m->n_arena; i++)
+        rp_free_huge(m->arena[i].base, m->arena[i].size);
+    rp_free(m->arena);
+    m->arena = NULL;
+    m->n_arena = m->cap_arena = 0;
+}
+
 rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
-                               const void *data, bool quantizable, rp_tensor *out)
+                               const void *data, bool quantizable, bool streamed, rp_tensor *out)
 {
     rp_backend *be = m->be;
     rp_dtype q = m->params.quant;
@@ -80,10 +117,9 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(q, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' too large to quantize", name);
-        uint8_t *buf = rp_malloc_aligned(total);
+        uint8_t *buf = arena_alloc(m, total);
         float *row = rp_malloc((size_t)ne0 * sizeof(float));
         if (!buf || !row) {
-            rp_free_aligned(buf);
             rp_free(row);
             return RP_ERR(RP_ERR_NOMEM, "out of memory quantizing '%s'", name);
         }
@@ -95,13 +131,19 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
             st = rp_quantize(q, row, buf + (size_t)r * row_bytes, ne0);
         }
         rp_free(row);
-        if (st || (st = rp_model_keep(m, buf))) {
-            if (st != RP_ERR_NOMEM)
-                rp_free_aligned(buf);
+        if (st)
             return st;
-        }
         data = buf;
         type = q;
+    } else if (streamed && !m->params.mmap_weights && m->huge_pages) {
+        size_t row_bytes, total;
+        if (!rp_dtype_row_bytes(type, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
+            return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape", name);
+        uint8_t *buf = arena_alloc(m, total);
+        if (!buf)
+            return RP_ERR(RP_ERR_NOMEM, "out of memory copying '%s' to the weight arena", name);
+        memcpy(buf, data, total);
+        data = buf;
     }
     if (!be->ops->supports_type(be, type))
         return RP_ERR(RP_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported by the %s backend", name,
@@ -201,7 +243,7 @@ static rp_status get_weight(source *src, const char *canonical, int layer, int64
     bool found;
     rp_status st = get(src, canonical, layer, e0, e1, true, &t, &found);
     if (!st)
-        st = rp_model_make_weight(src->m, t.name, t.type, e0, e1, t.data, true, out);
+        st = rp_model_make_weight(src->m, t.name, t.type, e0, e1, t.data, true, true, out);
     return st ? rp_error_prefix(st, "%s", src->path) : RP_OK;
 }
 
@@ -280,15 +322,18 @@ static rp_status load_tensors(source *src)
     rp_model_config *c = &m->cfg;
     int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
     rp_status st;
-    if ((st = get_weight(src, "token_embd.weight", -1, c->dim, c->n_vocab, &m->tok_embd)) ||
-        (st = get_vector(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
-        return st;
-    src_tensor t;
-    bool has_output;
+    src_tensor t, e;
+    bool has_output, found;
     if ((st = get(src, "output.weight", -1, c->dim, c->n_vocab, false, &t, &has_output)))
         return st;
+    // An untied embedding table is read a row per token: it stays where it is (unless quantized).
+    if ((st = get(src, "token_embd.weight", -1, c->dim, c->n_vocab, true, &e, &found)) ||
+        (st = rp_model_make_weight(m, e.name, e.type, c->dim, c->n_vocab, e.data, true, !has_output, &m->tok_embd)))
+        return rp_error_prefix(st, "%s", src->path);
+    if ((st = get_vector(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
+        return st;
     if (has_output) {
-        if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_vocab, t.data, true, &m->output)))
+        if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_vocab, t.data, true, true, &m->output)))
             return st;
         c->tied_embeddings = false;
     } else {

@@ -7,6 +7,7 @@
 #include "../safetensors/safetensors.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 void rp_model_params_default(rp_model_params *p)
 {
@@ -77,6 +78,7 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     }
     if ((st = rp_backend_cpu_create(m->params.n_threads, &m->be)))
         goto fail;
+    m->huge_pages = rp_huge_pages_enabled();
     double t0 = rp_time_s();
     if (rp_dir_exists(path))
         st = rp_model_load_hf(m, path);
@@ -86,6 +88,11 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
         st = RP_ERR(RP_ERR_IO, "%s: no such model folder or file", path);
     if (st || (st = alloc_scratch(m)))
         goto fail;
+    const char *prof = getenv("RP_PROFILE");
+    if (prof && strcmp(prof, "1") == 0 && !(m->prof = rp_calloc(1, sizeof(*m->prof)))) {
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     const rp_model_config *c = &m->cfg;
     snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB",
              c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab,
@@ -103,6 +110,10 @@ void rp_model_destroy(rp_model *m)
 {
     if (!m)
         return;
+    if (m->prof) {
+        rp_model_prof_print(m);
+        rp_free(m->prof);
+    }
     rp_backend *be = m->be;
     if (be) {
         float *bufs[] = {m->s.x, m->s.h, m->s.q, m->s.k, m->s.v, m->s.att, m->s.gate, m->s.up, m->s.logits, m->s.cat};
@@ -113,9 +124,7 @@ void rp_model_destroy(rp_model *m)
             be->ops->free(be, m->dev_owned[i]);
         rp_backend_destroy(be);
     }
-    for (int i = 0; i < m->n_owned; i++)
-        rp_free_aligned(m->owned[i]);
-    rp_free(m->owned);
+    rp_model_arena_free(m);
     rp_free(m->dev_owned);
     rp_free(m->layers);
     rp_free(m->inv_freq);

@@ -85,6 +85,9 @@ typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
     bool quiet;           // no load messages
+    // Float matrices stay in the file's mapping (4 KiB pages) instead of being copied
+    // to the weight arena on 2 MiB pages: no copy at load, slower decode (load.c).
+    bool mmap_weights;
     // Called on the loading thread after each layer's weights are ready with the
     // fraction done (0, 1]; NULL: none. For progress bars.
     void (*progress)(void *ctx, double fraction);

@@ -50,6 +50,36 @@ typedef struct rp_scratch {
     float *cat;    // (max_batch, 2*dim) the MTP's concatenated input; NULL without MTP
 } rp_scratch;
 
+// The decode profile (RP_PROFILE=1 in the environment when the model is loaded): wall
+// time of each op of the forwards that carry one token, after a synchronize, printed to
+// stderr when the model is destroyed. Off by default: a forward then reads no clock.
+enum {
+    RP_PROF_EMBED,
+    RP_PROF_NORM,
+    RP_PROF_QKV,
+    RP_PROF_ROPE,
+    RP_PROF_ATTN,
+    RP_PROF_WO,
+    RP_PROF_GATE_UP,
+    RP_PROF_DOWN,
+    RP_PROF_HEAD,
+    RP_PROF_N
+};
+
+typedef struct rp_prof {
+    double t[RP_PROF_N];     // seconds
+    double bytes[RP_PROF_N]; // weight bytes read
+    int64_t calls[RP_PROF_N];
+    int64_t forwards;
+    double total; // seconds in the profiled forwards
+} rp_prof;
+
+// One chunk of the weight arena (load.c): rp_malloc_huge memory, bump allocated.
+typedef struct rp_arena_chunk {
+    uint8_t *base;
+    size_t size, used;
+} rp_arena_chunk;
+
 struct rp_model {
     char *path;
     rp_model_config cfg;
@@ -57,8 +87,9 @@ struct rp_model {
     rp_backend *be;
     rp_gguf *gguf;       // when loaded from GGUF
     rp_st_set *st;       // when loaded from safetensors
-    void **owned;        // host buffers owned by the model (quantized or converted weights)
-    int n_owned, cap_owned;
+    rp_arena_chunk *arena; // the weight arena (load.c): quantized and copied weights
+    int n_arena, cap_arena;
+    bool huge_pages;       // rp_huge_pages_enabled() at load
     void **dev_owned;    // backend buffers owned by the model (norms, biases)
     int n_dev_owned, cap_dev_owned;
     rp_tensor tok_embd;  // (n_vocab, dim)
@@ -74,7 +105,11 @@ struct rp_model {
     size_t weight_bytes;     // every weight loaded, MTP included
     size_t mtp_weight_bytes; // of which the MTP block's
     char desc[256];
+    rp_prof *prof; // NULL unless RP_PROFILE=1 (forward.c)
 };
+
+// forward.c: the profile's report (stderr)
+void rp_model_prof_print(const rp_model *m);
 
 // config.c
 rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config *cfg);
@@ -85,9 +120,14 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg);
 void rp_config_inv_freq(const rp_model_config *cfg, const float *freq_factors, float *inv_freq);
 
 // load.c
-rp_status rp_model_keep(rp_model *m, void *host_buffer); // takes ownership
+// A weight matrix for the backend from the file's data: quantized to params.quant when
+// `quantizable` (into the weight arena), else, when `streamed` (read whole every step),
+// copied into the arena unless params.mmap_weights or the kernel has no huge pages;
+// otherwise the tensor aliases `data`.
 rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
-                               const void *data, bool quantizable, rp_tensor *out);
+                               const void *data, bool quantizable, bool streamed, rp_tensor *out);
+// Unmaps the weight arena (rp_model_destroy).
+void rp_model_arena_free(rp_model *m);
 rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data,
                                float **out);
 rp_status rp_model_load_hf(rp_model *m, const char *dir);

@@ -670,6 +670,11 @@ int rp_backend_cpu_threads(const rp_backend *be)
     return rp_pool_size(((const cpu_backend *)be)->pool);
 }
 
+rp_pool *rp_backend_cpu_pool(rp_backend *be)
+{
+    return cpu(be)->pool;
+}
+
 void rp_backend_destroy(rp_backend *be)
 {
     if (be)
