@@ -444,6 +444,7 @@ int rp_cli_run(int argc, char **argv)
     rp_model_params_default(&mp);
     mp.n_threads = o.threads;
     mp.quant = o.quant;
+    mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
     if (rp_model_load(o.model, &mp, &model)) {
         fail(NULL);
         goto done;

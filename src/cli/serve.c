@@ -309,6 +309,7 @@ int rp_cli_serve(int argc, char **argv)
     rp_model_params_default(&mp);
     mp.n_threads = o.threads;
     mp.quant = o.quant;
+    mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
     if (tty) { // the bar replaces the loader's own lines
         mp.quiet = true;
         mp.progress = load_progress;

@@ -8,7 +8,8 @@
  * an untied embedding table, which is read a row at a time) live in the model's
  * weight arena: anonymous memory on 2 MiB pages, filled in load order, where
  * --quant quantizes into and where float weights are copied from the mapping
- * (rp_model_params.mmap_weights keeps them mapped instead): a pass over the
+ * (rp_model_params.mmap_weights keeps them mapped instead, and copy_limit caps
+ * the bytes copied, the rest staying mapped): a pass over the
  * weights through 4 KiB pages of the file's mapping measured 20-25% slower (one
  * TLB miss per 4 KiB; bench/RESULTS.md). The small norm/bias vectors are
  * converted to f32. Tensors nobody asked for are listed and skipped.
@@ -139,12 +140,16 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(type, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape", name);
+        if (m->params.copy_limit && m->copied_bytes + total > m->params.copy_limit)
+            goto make; // over the limit: this one stays in the mapping
+        m->copied_bytes += total;
         uint8_t *buf = arena_alloc(m, total);
         if (!buf)
             return RP_ERR(RP_ERR_NOMEM, "out of memory copying '%s' to the weight arena", name);
         memcpy(buf, data, total);
         data = buf;
     }
+make:
     if (!be->ops->supports_type(be, type))
         return RP_ERR(RP_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported by the %s backend", name,
                       rp_dtype_name(type), be->ops->name);

@@ -88,6 +88,10 @@ typedef struct rp_model_params {
     // Float matrices stay in the file's mapping (4 KiB pages) instead of being copied
     // to the weight arena on 2 MiB pages: no copy at load, slower decode (load.c).
     bool mmap_weights;
+    // At most this many bytes of float matrices are copied to the weight arena (0: no
+    // limit); the rest stay mapped. The CLI passes half the memory available at start,
+    // so a model that does not fit twice still loads (and runs from the page cache).
+    uint64_t copy_limit;
     // Called on the loading thread after each layer's weights are ready with the
     // fraction done (0, 1]; NULL: none. For progress bars.
     void (*progress)(void *ctx, double fraction);

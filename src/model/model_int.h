@@ -89,6 +89,7 @@ struct rp_model {
     rp_st_set *st;       // when loaded from safetensors
     rp_arena_chunk *arena; // the weight arena (load.c): quantized and copied weights
     int n_arena, cap_arena;
+    uint64_t copied_bytes; // float weights copied into the arena so far (params.copy_limit)
     bool huge_pages;       // rp_huge_pages_enabled() at load
     void **dev_owned;    // backend buffers owned by the model (norms, biases)
     int n_dev_owned, cap_dev_owned;

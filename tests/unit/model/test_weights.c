@@ -93,6 +93,53 @@ static void test_arena_vs_mapping(void **state)
     check_model(path, RP_DTYPE_Q4_0);
 }
 
+// copy_limit: float matrices are copied until the limit, the rest stay mapped;
+// the logits do not change. The limit here is one layer's matrices.
+static void test_copy_limit(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3"));
+    rp_model *b = load(path, RP_DTYPE_F32, true);
+    const rp_layer *L0 = &b->layers[0];
+    uint64_t limit = L0->wq.nbytes + L0->wk.nbytes + L0->wv.nbytes + L0->wo.nbytes + L0->w_gate.nbytes +
+                     L0->w_up.nbytes + L0->w_down.nbytes;
+    rp_model_params p;
+    rp_model_params_default(&p);
+    p.n_threads = 2;
+    p.quiet = true;
+    p.copy_limit = limit;
+    rp_model *a = NULL;
+    if (rp_model_load(path, &p, &a))
+        fail_msg("loading %s: %s", path, rp_error_message());
+    const rp_model_config *c = rp_model_get_config(a);
+    int n_copied = 0, n_mapped = 0;
+    for (int l = 0; l < c->n_layer; l++) {
+        const rp_layer *L = &a->layers[l];
+        const rp_tensor *t[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+            bool in = in_arena(a, t[i]->data);
+            n_copied += in;
+            n_mapped += !in;
+        }
+    }
+    assert_true(a->copied_bytes <= limit);
+    assert_true(n_mapped > 0);             // the limit stopped the copy
+    assert_true(n_copied > 0 || !a->huge_pages); // and some were copied before it
+    print_message("  copy_limit %llu: %d matrices copied, %d mapped\n", (unsigned long long)limit, n_copied, n_mapped);
+    int V = c->n_vocab;
+    int32_t ids[N_PROMPT];
+    prompt_ids(a, ids);
+    float *la = malloc((size_t)N_PROMPT * V * sizeof(float)), *lb = malloc((size_t)N_PROMPT * V * sizeof(float));
+    harness_prefill_all(a, ids, N_PROMPT, 5, la);
+    harness_prefill_all(b, ids, N_PROMPT, 5, lb);
+    assert_memory_equal(la, lb, (size_t)N_PROMPT * V * sizeof(float));
+    free(la);
+    free(lb);
+    rp_model_destroy(a);
+    rp_model_destroy(b);
+}
+
 static void test_malloc_huge(void **state)
 {
     size_t sizes[] = {1, 4096, (size_t)2 << 20, ((size_t)3 << 20) + 5};
@@ -185,6 +232,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arena_vs_mapping),
+        cmocka_unit_test(test_copy_limit),
         cmocka_unit_test(test_malloc_huge),
         cmocka_unit_test(test_load_out_of_memory),
         cmocka_unit_test(test_profile),
