@@ -52,6 +52,9 @@ static void run_usage(FILE *f)
                "      --presence-penalty X, --frequency-penalty X   OpenAI-style penalties (default 0)\n"
                "      --seed S            random seed for sampling (default 0)\n"
                "      --quant q8|q4       quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "      --mmap              keep float weights in the file's mapping: no copy at load, less\n"
+               "                          memory, decode ~20%% slower (default: weights up to half the\n"
+               "                          available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N         CPU threads (default: all cores)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"
@@ -93,7 +96,7 @@ typedef struct run_opts {
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
     const char *cache_dir;
     int n_predict, threads, ctx;
-    bool ignore_eos, raw, think;
+    bool ignore_eos, raw, think, mmap;
     rp_dtype quant;
     rp_sample_params sp;
     rp_engine_spec_params spec;
@@ -112,6 +115,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_FREQ,
         O_SEED,
         O_QUANT,
+        O_MMAP,
         O_CTX,
         O_IGNORE,
         O_SYSTEM,
@@ -139,6 +143,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"frequency-penalty", required_argument, 0, O_FREQ},
         {"seed", required_argument, 0, O_SEED},
         {"quant", required_argument, 0, O_QUANT},
+        {"mmap", no_argument, 0, O_MMAP},
         {"ctx", required_argument, 0, O_CTX},
         {"ignore-eos", no_argument, 0, O_IGNORE},
         {"system", required_argument, 0, O_SYSTEM},
@@ -194,6 +199,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             o->sp.seed = v;
             break;
         }
+        case O_MMAP: o->mmap = true; break;
         case O_QUANT:
             if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
                 o->quant = RP_DTYPE_Q8_0;
@@ -445,6 +451,7 @@ int rp_cli_run(int argc, char **argv)
     mp.n_threads = o.threads;
     mp.quant = o.quant;
     mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
+    mp.mmap_weights = o.mmap;
     if (rp_model_load(o.model, &mp, &model)) {
         fail(NULL);
         goto done;

@@ -63,6 +63,9 @@ static void serve_usage(FILE *f)
                "                             \"prompt_lookup_max\": N}\n"
                "      --draft-model PATH     a smaller model with the same tokenizer that drafts tokens\n"
                "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "      --mmap                 keep float weights in the file's mapping: no copy at load, less\n"
+               "                             memory, decode ~20%% slower (default: weights up to half the\n"
+               "                             available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N            CPU threads (default: all cores)\n"
                "  -q, --quiet                no per-request log lines\n"
                "  -h, --help                 this help\n");
@@ -85,7 +88,7 @@ typedef struct serve_opts {
     rp_engine_params ep;
     int threads;
     rp_dtype quant;
-    bool no_disk_cache;
+    bool no_disk_cache, mmap;
 } serve_opts;
 
 // 0 parsed, 2 bad usage, -1 help printed.
@@ -105,6 +108,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_TOOLP,
         O_REASP,
         O_QUANT,
+        O_MMAP,
         O_KVMEM,
         O_CHUNK,
         O_CDIR,
@@ -139,6 +143,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"tool-parser", required_argument, 0, O_TOOLP},
         {"reasoning-parser", required_argument, 0, O_REASP},
         {"quant", required_argument, 0, O_QUANT},
+        {"mmap", no_argument, 0, O_MMAP},
         {"threads", required_argument, 0, 't'},
         {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},
@@ -201,6 +206,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             o->sp.reasoning_parser = optarg;
             break;
         }
+        case O_MMAP: o->mmap = true; break;
         case O_QUANT:
             if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
                 o->quant = RP_DTYPE_Q8_0;
@@ -310,6 +316,7 @@ int rp_cli_serve(int argc, char **argv)
     mp.n_threads = o.threads;
     mp.quant = o.quant;
     mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
+    mp.mmap_weights = o.mmap;
     if (tty) { // the bar replaces the loader's own lines
         mp.quiet = true;
         mp.progress = load_progress;
