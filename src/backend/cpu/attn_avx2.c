@@ -146,11 +146,9 @@ RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int 
     }
 }
 
-void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
+void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow)
 {
-    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q;
-    const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
-    int blk = a->p0 / a->bs, off = a->p0 % a->bs;
+    int n = a->p1 - a->p0, blk = a->p0 / a->bs, off = a->p0 % a->bs;
     for (int p = 0; p < n; p++) {
         size_t slot = (size_t)a->bt[blk] * a->bs + off;
         krow[p] = a->k + slot * a->stride;
@@ -160,6 +158,13 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
             blk++;
         }
     }
+}
+
+void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
+{
+    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q;
+    const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
+    rp_cpu_attn_kv_rows(a, krow, vrow);
     // Scores, four keys at a time for every row that has them: the four K rows are
     // read once for all the span's tokens. Lanes past a row's end hold dots with
     // other keys (or the chunk's last one repeated); row_finish makes them -inf.

@@ -105,16 +105,7 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
 {
     int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q, rows = a->n_tok * nq;
     const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
-    int blk = a->p0 / a->bs, off = a->p0 % a->bs;
-    for (int p = 0; p < n; p++) {
-        size_t slot = (size_t)a->bt[blk] * a->bs + off;
-        krow[p] = a->k + slot * a->stride;
-        vrow[p] = a->v + slot * a->stride;
-        if (++off == a->bs) {
-            off = 0;
-            blk++;
-        }
-    }
+    rp_cpu_attn_kv_rows(a, krow, vrow);
     // Scores as the AVX2 kernel computes them (lanes past a row's end are dots with
     // other keys, made -inf by the softmax).
     const __m128 scale = _mm_set1_ps(a->scale);

@@ -78,6 +78,9 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
 // The same bits with AVX-512 (attn_avx512.c): 16-lane dot products and value sums
 // whose lanes follow the AVX2 kernel's operations one for one.
 void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
+// The chunk's K and V rows through the block table: krow[p], vrow[p] for key
+// position p0 + p, p in [0, p1 - p0) (attn_avx2.c; both chunk kernels use it).
+void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow);
 // The chunk kernels' softmax of one row (attn_avx2.c): scores s[0, n) of the row
 // (n <= RP_ATTN_CHUNK) become e = exp(s - m), s[n, n rounded up to 8) zeros (-inf
 // first); returns m, the max, and writes l = Σ e (eight lanes, then a fixed sum).
