@@ -108,6 +108,18 @@ void rp_model_arena_free(rp_model *m)
     m->n_arena = m->cap_arena = 0;
 }
 
+// A copy of `total` bytes of weights in the arena (counted against copy_limit);
+// NULL when out of memory.
+static const void *copy_to_arena(rp_model *m, const void *data, size_t total)
+{
+    uint8_t *buf = arena_alloc(m, total);
+    if (!buf)
+        return NULL;
+    memcpy(buf, data, total);
+    m->copied_bytes += total;
+    return buf;
+}
+
 rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
                                const void *data, bool quantizable, bool streamed, rp_tensor *out)
 {
@@ -140,16 +152,11 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(type, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape", name);
-        if (m->params.copy_limit && m->copied_bytes + total > m->params.copy_limit)
-            goto make; // over the limit: this one stays in the mapping
-        m->copied_bytes += total;
-        uint8_t *buf = arena_alloc(m, total);
-        if (!buf)
+        if (!m->params.copy_limit || m->copied_bytes + total <= m->params.copy_limit) // else it stays mapped
+            data = copy_to_arena(m, data, total);
+        if (!data)
             return RP_ERR(RP_ERR_NOMEM, "out of memory copying '%s' to the weight arena", name);
-        memcpy(buf, data, total);
-        data = buf;
     }
-make:
     if (!be->ops->supports_type(be, type))
         return RP_ERR(RP_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported by the %s backend", name,
                       rp_dtype_name(type), be->ops->name);
