@@ -193,17 +193,30 @@ class Qwen3MTP(nn.Module):
         hm = self.mtp_hidden(h[:, :-1], ids[:, 1:], cos[: T - 1], sin[: T - 1])
         return logits, self.logits(hm)
 
-    def loss(self, ids, labels, mtp_weight=0.3):
+    def loss(self, ids, labels, mtp_weight=0.3, weights=None):
         """labels[b, t] = target for position t (x[t+1] or -100).  MTP row t targets
-        labels[t+1] (= x[t+2]).  Returns (total, main, mtp)."""
+        labels[t+1] (= x[t+2]).  weights[b, t] (optional) scales position t's loss;
+        the mean is still over the labelled positions.  Returns (total to minimize,
+        main, mtp), the last two unweighted means for the logs."""
         logits, mlog = self(ids)
-        V = logits.shape[-1]
-        main = F.cross_entropy(logits.float().reshape(-1, V), labels.reshape(-1), ignore_index=-100)
+        main, main_plain = _ce(logits, labels, weights)
         if mlog is None:
-            return main, main.detach(), None
-        mt = labels[:, 1:]
-        mtp = F.cross_entropy(mlog.float().reshape(-1, V), mt.reshape(-1), ignore_index=-100)
-        return main + mtp_weight * mtp, main.detach(), mtp.detach()
+            return main, main_plain, None
+        mtp, mtp_plain = _ce(mlog, labels[:, 1:], None if weights is None else weights[:, 1:])
+        return main + mtp_weight * mtp, main_plain, mtp_plain
+
+
+def _ce(logits, labels, weights):
+    """(weighted mean, detached plain mean) of the cross-entropy over labelled
+    positions (label -100 is ignored)."""
+    V = logits.shape[-1]
+    lab = labels.reshape(-1)
+    per = F.cross_entropy(logits.float().reshape(-1, V), lab, ignore_index=-100, reduction="none")
+    n = (lab != -100).sum().clamp(min=1)
+    plain = per.sum() / n
+    if weights is None:
+        return plain, plain.detach()
+    return (per * weights.reshape(-1)).sum() / n, plain.detach()
 
 
 def count_params(m):

@@ -58,7 +58,31 @@ def _gen_chunk(arg):
     return out
 
 
-def build_sft(tok, train_texts, n, seed, max_len, mix=None):
+def edit_weights(prompt_ids, target_ids, w, n=4):
+    """Loss weights for one answer's tokens, moved toward its edit points: a token
+    whose n-gram (itself and the n-1 answer tokens before it) does not occur in the
+    prompt cannot be produced by copying (a renamed identifier, a changed value, the
+    comma that a dropped key removes) and weighs w times a copied one; the weights
+    are scaled so that they sum to the number of tokens, so each answer keeps its
+    share of the batch.  The first n-1 tokens, where the answer's form is decided
+    (a fence, a tool call, a think block), weigh like edit points."""
+    t = np.asarray(target_ids, np.int64)
+    p = np.asarray(prompt_ids, np.int64)
+    out = np.full(len(t), float(w), np.float32)
+    if w == 1 or len(t) < n or len(p) < n:
+        return np.ones(len(t), np.float32)
+
+    def grams(a):  # a[i..i+n-1] packed into one int64 (ids < 2^13 = vocabulary size)
+        g = np.zeros(len(a) - n + 1, np.int64)
+        for k in range(n):
+            g = (g << 13) | a[k : len(a) - n + 1 + k]
+        return g
+
+    out[n - 1 :][np.isin(grams(t), grams(p))] = 1.0
+    return out * (len(t) / out.sum())
+
+
+def build_sft(tok, train_texts, n, seed, max_len, mix=None, edit_weight=1.0):
     global _CTX, _MIX
     _CTX = tasks.Files(train_texts)
     _MIX = mix
@@ -75,17 +99,19 @@ def build_sft(tok, train_texts, n, seed, max_len, mix=None):
         if len(ids) + 1 > max_len:
             continue
         labels = [-100] * (len(pe.ids) - 1) + te.ids + [-100]
-        rows.append((np.asarray(ids, np.int32), np.asarray(labels, np.int32)))
+        wt = np.zeros(len(ids), np.float32)
+        wt[len(pe.ids) - 1 : len(ids) - 1] = edit_weights(pe.ids, te.ids, edit_weight)
+        rows.append((np.asarray(ids, np.int32), np.asarray(labels, np.int32), wt))
         kinds[k] = kinds.get(k, 0) + 1
     return rows, kinds, len(_CTX.items)
 
 
 def bucketize(rows):
     b = {L: [] for L in BUCKETS}
-    for ids, lab in rows:
+    for r in rows:
         for L in BUCKETS:
-            if len(ids) <= L:
-                b[L].append((ids, lab))
+            if len(r[0]) <= L:
+                b[L].append(r)
                 break
     return {L: v for L, v in b.items() if v}
 
@@ -94,10 +120,12 @@ def make_batch(items, L, dev):
     B = len(items)
     x = np.full((B, L), ENDOFTEXT, np.int64)
     y = np.full((B, L), -100, np.int64)
-    for i, (ids, lab) in enumerate(items):
+    w = np.zeros((B, L), np.float32)
+    for i, (ids, lab, wt) in enumerate(items):
         x[i, : len(ids)] = ids
         y[i, : len(lab)] = lab
-    return torch.from_numpy(x).to(dev, non_blocking=True), torch.from_numpy(y).to(dev, non_blocking=True)
+        w[i, : len(wt)] = wt
+    return tuple(torch.from_numpy(a).to(dev, non_blocking=True) for a in (x, y, w))
 
 
 # ---------------------------------------------------------------- evaluation
@@ -274,6 +302,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mix", default="", help="task weights, e.g. rename=40,json=24 (tasks.TRAIN_MIX for the defaults)")
     ap.add_argument("--task-files", type=int, default=0, help="generate tasks from at most this many training files (0 = all)")
+    ap.add_argument("--edit-weight", type=float, default=1.0, help="loss weight of answer tokens a copy of the prompt cannot produce, relative to copied ones (1 = plain mean)")
     ap.add_argument("--skip-fixtures", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -296,9 +325,13 @@ def main():
     if cap:
         train_code = train_code[:: max(1, len(train_code) // cap)]
     log(f"stage3: training phrasings never produce an evaluation phrasing ({tasks.check_eval_disjoint()} distinct phrasings sampled)")
-    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len, tasks.parse_mix(args.mix))
+    rows, kinds, nfiles = build_sft(tok, train_code, args.examples, args.seed + 1, args.max_len, tasks.parse_mix(args.mix), args.edit_weight)
     buckets = bucketize(rows)
     sft_tokens = sum(len(r[0]) for r in rows)
+    if args.edit_weight != 1:
+        edits = sum(int((r[2] > 1.0001).sum()) for r in rows)
+        answer = sum(int((r[1] != -100).sum()) for r in rows)
+        log(f"stage3: {edits} of {answer} answer tokens are up-weighted edit points (weight {args.edit_weight:g} relative to copied ones)")
     log(f"stage3: {len(rows)} SFT rows from {nfiles} files, {sft_tokens / 1e6:.1f}M tokens, kinds {kinds}, buckets { {L: len(v) for L, v in buckets.items()} } ({time.time() - t0:.0f}s)")
     eval_ctx = tasks.Files(held_code)
     evs = tasks.eval_sets(eval_ctx)
@@ -337,7 +370,7 @@ def main():
         B = max(1, args.tokens_per_step // L)
         off = torch.randint(0, len(replay_t) - L - 1, (B,), device=dev)
         x = replay_t[off[:, None] + torch.arange(L + 1, device=dev)[None, :]]
-        return x[:, :-1].contiguous(), x[:, 1:].contiguous()
+        return x[:, :-1].contiguous(), x[:, 1:].contiguous(), None
 
     logf = open(os.path.join(args.out, "stage3_log.jsonl"), "w")
     budget = args.minutes * 60
@@ -346,20 +379,20 @@ def main():
     while p < 1.0 and step < args.max_steps:
         p = max((time.time() - start) / budget, step / args.max_steps)
         is_replay = rng.random() < args.replay
-        x, y = replay_batch() if is_replay else sft_batch()
+        x, y, w = replay_batch() if is_replay else sft_batch()
         lr = lr_at(p, args.lr, warm=0.03, floor=0.0)
         for g_ in opt_m.param_groups:
             g_["lr"] = lr
         for g_ in opt_d.param_groups:
             g_["lr"] = lr_at(p, args.draft_lr, warm=0.03, floor=0.0)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss, lm, lt = main_m.loss(x, y, args.mtp_weight)
+            loss, lm, lt = main_m.loss(x, y, args.mtp_weight, w)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(main_m.parameters(), 1.0)
         opt_m.step()
         opt_m.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            dl, _, _ = draft_m.loss(x, y)
+            dl, _, _ = draft_m.loss(x, y, weights=w)
         dl.backward()
         torch.nn.utils.clip_grad_norm_(draft_m.parameters(), 1.0)
         opt_d.step()
@@ -384,7 +417,7 @@ def main():
     ev["agreement"] = agreement(main_m, draft_m, held_t, dev)
     ev["copy_8k"] = long_copy(main_m, held_t, dev, 8192)
     ev["copy_16k"] = long_copy(main_m, held_t, dev, 16384)
-    ev["train"] = {"steps": step, "seconds": train_s, "sft_rows": len(rows), "sft_tokens": sft_tokens, "kinds": kinds}
+    ev["train"] = {"steps": step, "seconds": train_s, "sft_rows": len(rows), "sft_tokens": sft_tokens, "kinds": kinds, "edit_weight": args.edit_weight}
     ev["eval_seconds"] = time.time() - te
     log("stage3 eval: " + json.dumps({k: ({a: b for a, b in v.items() if a != "items"} if isinstance(v, dict) else v) for k, v in ev.items()}))
     for k in ("rename", "json", "tool_call", "edit"):
