@@ -41,6 +41,35 @@ RP_INLINE float hsum16(__m512 v)
     return _mm_cvtss_f32(s);
 }
 
+/* hsum16 of four vectors at once: the same additions on each (lane i + lane i+8, then
+ * i + i+4, i + i+2, i + i+1; float addition is commutative, so operand order does not
+ * matter), so the sums are bit for bit hsum16's; written to out[0..3]. */
+RP_INLINE void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
+{
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(3, 2, 3, 2)));
+    v = _mm512_add_ps(v, _mm512_movehdup_ps(v));
+    const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, v)));
+}
+
+// A tile's outputs: s[r * NT + t] summed into y[t * ldy + r], four at a time where it can.
+RP_INLINE void store_tile_sums(const __m512 *s, float *y, size_t ldy, const int NR, const int NT)
+{
+    int k = 0;
+    for (; k + 4 <= NR * NT; k += 4) {
+        float o[4];
+        hsum16x4(s[k], s[k + 1], s[k + 2], s[k + 3], o);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            y[(size_t)((k + j) % NT) * ldy + (size_t)((k + j) / NT)] = o[j];
+    }
+    for (; k < NR * NT; k++)
+        y[(size_t)(k % NT) * ldy + (size_t)(k / NT)] = hsum16(s[k]);
+}
+
 /* ---- float weights ---- */
 
 enum { W_F32, W_F16, W_BF16 };
@@ -205,14 +234,14 @@ RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
             }
         }
     }
+    __m512 sum[RP_MM_MAX_NR * RP_MM_MAX_NT];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            __m512 s =
+        for (int t = 0; t < NT; t++)
+            sum[r * NT + t] =
                 _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
-            y[t * ldy + r] = hsum16(s);
-        }
+    store_tile_sums(sum, y, ldy, NR, NT);
 }
 
 #define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
@@ -419,7 +448,8 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
-DEFINE_KERNEL(k_bf16, tile_bf16_, 0, 3)
+DEFINE_KERNEL(k_bf16_rows, tile_bf16_, 0, 3)
+DEFINE_KERNEL_2ROW(k_bf16, tile_bf16_, 0)
 DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
 DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)
 
