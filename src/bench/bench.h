@@ -195,8 +195,9 @@ rp_status rp_bench_compare(const char *a_path, const char *b_path, FILE *out, co
                            const char *svg_path);
 
 // Joins result files of the same configuration (one per run, as bench/run.sh
-// makes them) into one: records concatenated with their runs renumbered in
-// input order, the summary recomputed, the first file's environment kept and
+// makes them) into one: records and the Rapid server's per-run counts ("server")
+// concatenated with their runs renumbered in input order, the summary
+// recomputed, the first file's environment kept and
 // every input's start time and load listed. Errors: RP_ERR_IO, RP_ERR_INVALID
 // (an invalid file, or labels that differ).
 rp_status rp_bench_merge(const char *const *in_paths, size_t n, const char *out_path);

@@ -161,15 +161,25 @@ rp_status rp_bench_doc_write(const char *path, const json_t *doc)
 
 /* ---- merge ---------------------------------------------------------------------- */
 
+// Appends a copy of `item` (a record or a server entry) to `to`, its "run" moved by offset.
+// Returns non-zero when out of memory.
+static int append_shifted(json_t *to, const json_t *item, int offset)
+{
+    json_t *c = json_deep_copy(item);
+    return !c ||
+           json_object_set_new(c, "run", json_integer(offset + json_integer_value(json_object_get(item, "run")))) ||
+           json_array_append_new(to, c);
+}
+
 rp_status rp_bench_merge(const char *const *in_paths, size_t n, const char *out_path)
 {
     if (n == 0)
         return RP_ERR(RP_ERR_INVALID, "nothing to merge");
     rp_status st = RP_OK;
-    json_t *out = NULL, *records = json_array(), *inputs = json_array(), *doc = NULL;
+    json_t *out = NULL, *records = json_array(), *server = json_array(), *inputs = json_array(), *doc = NULL;
     const char *label = NULL;
     char *label_copy = NULL;
-    if (!records || !inputs)
+    if (!records || !server || !inputs)
         goto oom;
     int offset = 0;
     for (size_t f = 0; f < n; f++) {
@@ -194,10 +204,13 @@ rp_status rp_bench_merge(const char *const *in_paths, size_t n, const char *out_
         json_t *rec;
         json_array_foreach(recs, i, rec)
         {
-            json_t *c = json_deep_copy(rec);
-            if (!c ||
-                json_object_set_new(c, "run", json_integer(offset + json_integer_value(json_object_get(rec, "run")))) ||
-                json_array_append_new(records, c))
+            if (append_shifted(records, rec, offset))
+                goto oom;
+        }
+        // what a Rapid server counted per (task, run), renumbered like the records
+        json_array_foreach(json_object_get(doc, "server"), i, rec)
+        {
+            if (append_shifted(server, rec, offset))
                 goto oom;
         }
         const json_t *env = json_object_get(doc, "environment");
@@ -217,6 +230,7 @@ rp_status rp_bench_merge(const char *const *in_paths, size_t n, const char *out_
             goto oom;
     }
     if (json_object_set(env, "merged_from", inputs) || json_object_set(out, "records", records) ||
+        (json_array_size(server) && json_object_set(out, "server", server)) ||
         json_object_set_new(out, "summary", rp_bench_summary(records)))
         goto oom;
     st = rp_bench_doc_write(out_path, out);
@@ -227,6 +241,7 @@ fail:
     json_decref(doc);
     json_decref(out);
     json_decref(records);
+    json_decref(server);
     json_decref(inputs);
     rp_free(label_copy);
     return st;

@@ -12,7 +12,7 @@
 #define RP_MM_TILES_H
 
 #define DEFINE_KERNEL(name, tile, wt, MAXNT)                                                                           \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y, \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
                      size_t ldy)                                                                                       \
     {                                                                                                                  \
         if (nt == 1) {                                                                                                 \
@@ -44,8 +44,8 @@
  * pair of rows meets the tokens two at a time, so each activation load serves both rows
  * and each weight load two tokens; other requests go to name##_rows, a DEFINE_KERNEL of
  * the same tile. The per-(row, token) sequence is the tile's, the same for every shape. */
-#define DEFINE_KERNEL_2ROW(name, tile, wt)                                                                            \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y, \
+#define DEFINE_KERNEL_2ROW(name, tile, wt)                                                                             \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
                      size_t ldy)                                                                                       \
     {                                                                                                                  \
         if (nr == 2 && nt > 1) {                                                                                       \

@@ -117,6 +117,25 @@ static void test_run_compare_merge(void **state)
     json_decref(doc);
     assert_int_equal(rapid("bench merge --out %s %s %s", m, a, b), 1);
     assert_contains(err, "differs");
+    // A Rapid server's counts ("server") are joined too, runs renumbered like the records.
+    const char *s1 = test_write_text(
+        "s1.json", "{\"format\": \"rapid-bench/1\", \"label\": \"x\", \"records\": [{\"scenario\": \"concurrency\", "
+                   "\"task\": \"n1\", \"run\": 0, \"ok\": true}], \"server\": [{\"scenario\": \"concurrency\", "
+                   "\"task\": \"n1\", \"run\": 0, \"engine\": {\"steps\": 7}}]}");
+    char s1p[512];
+    snprintf(s1p, sizeof(s1p), "%s", s1);
+    const char *s2 = test_write_text(
+        "s2.json", "{\"format\": \"rapid-bench/1\", \"label\": \"x\", \"records\": [{\"scenario\": \"concurrency\", "
+                   "\"task\": \"n1\", \"run\": 0, \"ok\": true}], \"server\": [{\"scenario\": \"concurrency\", "
+                   "\"task\": \"n1\", \"run\": 0, \"engine\": {\"steps\": 9}}]}");
+    assert_int_equal(rapid("bench merge --out %s %s %s", m, s1p, s2), 0);
+    assert_int_equal(rp_bench_doc_load(m, &doc), RP_OK);
+    const json_t *srv_counts = json_object_get(doc, "server");
+    assert_int_equal(json_array_size(srv_counts), 2);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(srv_counts, 1), "run")), 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(json_array_get(srv_counts, 1), "engine"), "steps")), 9);
+    json_decref(doc);
     // Every request refused: exit 1, the file holds the reasons.
     char refused[64];
     snprintf(refused, sizeof(refused), "http://127.0.0.1:%d", closed_port());
