@@ -30,6 +30,8 @@ bool rp_cli_parse_bytes(const char *s, uint64_t *out);
 bool rp_cli_parse_kv_memory(const char *s, uint64_t *out);
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 uint64_t rp_cli_mem_available(void);
+// --quant: "q8"/"q8_0" or "q4"/"q4_0" into *out. False for anything else.
+bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
 // spec_opts.c
 // Reads --speculative-config's JSON object into p (only the keys given change).

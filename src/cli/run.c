@@ -200,14 +200,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             break;
         }
         case O_MMAP: o->mmap = true; break;
-        case O_QUANT:
-            if (strcmp(optarg, "q8") == 0 || strcmp(optarg, "q8_0") == 0)
-                o->quant = RP_DTYPE_Q8_0;
-            else if (strcmp(optarg, "q4") == 0 || strcmp(optarg, "q4_0") == 0)
-                o->quant = RP_DTYPE_Q4_0;
-            else
-                ok = false;
-            break;
+        case O_QUANT: ok = rp_cli_parse_quant(optarg, &o->quant); break;
         case O_CTX: ok = parse_int(optarg, 1, 1 << 24, &o->ctx); break;
         case O_IGNORE: o->ignore_eos = true; break;
         case O_SYSTEM: o->system = optarg; break;

@@ -1,6 +1,7 @@
 /*
- * sizes.c - byte sizes on the command line ("512M", "4GiB", "0.25" of the
- * memory available) for the KV cache and the prefix cache's disk budget.
+ * sizes.c - sizes on the command line: bytes ("512M", "4GiB", "0.25" of the
+ * memory available) for the KV cache and the prefix cache's disk budget, and
+ * the weight type of --quant.
  */
 #include "cli.h"
 
@@ -11,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool rp_cli_parse_bytes(const char *s, uint64_t *out)
 {
@@ -70,4 +72,15 @@ bool rp_cli_parse_kv_memory(const char *s, uint64_t *out)
         return true;
     }
     return rp_cli_parse_bytes(s, out);
+}
+
+bool rp_cli_parse_quant(const char *s, rp_dtype *out)
+{
+    if (strcmp(s, "q8") == 0 || strcmp(s, "q8_0") == 0)
+        *out = RP_DTYPE_Q8_0;
+    else if (strcmp(s, "q4") == 0 || strcmp(s, "q4_0") == 0)
+        *out = RP_DTYPE_Q4_0;
+    else
+        return false;
+    return true;
 }
