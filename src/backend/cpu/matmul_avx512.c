@@ -244,8 +244,6 @@ RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
     store_tile_sums(sum, y, ldy, NR, NT);
 }
 
-#define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
-
 /* ---- Q8_0 / Q4_0 weights × Q8_0 activations ---- */
 
 enum { W_Q8_0, W_Q4_0 };
@@ -448,8 +446,54 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
-DEFINE_KERNEL(k_bf16_rows, tile_bf16_, 0, 3)
-DEFINE_KERNEL_2ROW(k_bf16, tile_bf16_, 0)
+/* BF16: a pass over a row takes as many tokens as keep their activation rows within
+ * ~24 KiB of L1 (2 to 6; 6 tiles use 24 accumulators), so each weight load serves them
+ * all. Where only two fit (long rows) and two rows are asked for, a two-row tile lets
+ * each activation load serve both rows as well. Measured on rapid-tiny's and a 0.5B
+ * model's shapes (bench/RESULTS.md). */
+static void k_bf16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                   size_t ldy)
+{
+    int64_t fit = (24 << 10) / ((ne0 + 31) / 32 * 32 * (int64_t)sizeof(float));
+    int maxnt = fit < 2 ? 2 : fit > 6 ? 6 : (int)fit;
+    if (nr == 2 && (nt == 1 || maxnt == 2)) {
+        int t = 0;
+        for (; t + 2 <= nt; t += 2)
+            tile_bf16(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2);
+        if (t < nt)
+            tile_bf16(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 1);
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *wr = w + (size_t)r * ws;
+        for (int t = 0; t < nt;) {
+            int m = nt - t < maxnt ? nt - t : maxnt;
+            const uint8_t *xt = x + (size_t)t * xs;
+            float *yt = y + (size_t)t * ldy + r;
+            switch (m) {
+            case 1:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 1);
+                break;
+            case 2:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 2);
+                break;
+            case 3:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 3);
+                break;
+            case 4:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 4);
+                break;
+            case 5:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 5);
+                break;
+            default:
+                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 6);
+                break;
+            }
+            t += m;
+        }
+    }
+}
 DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
 DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)
 

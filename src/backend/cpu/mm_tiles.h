@@ -40,23 +40,4 @@
         }                                                                                                              \
     }
 
-/* For a tile that holds two rows x two tokens in registers: with more than one token a
- * pair of rows meets the tokens two at a time, so each activation load serves both rows
- * and each weight load two tokens; other requests go to name##_rows, a DEFINE_KERNEL of
- * the same tile. The per-(row, token) sequence is the tile's, the same for every shape. */
-#define DEFINE_KERNEL_2ROW(name, tile, wt)                                                                             \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
-                     size_t ldy)                                                                                       \
-    {                                                                                                                  \
-        if (nr == 2 && nt > 1) {                                                                                       \
-            int t = 0;                                                                                                 \
-            for (; t + 2 <= nt; t += 2)                                                                                \
-                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2, wt);                          \
-            if (t < nt)                                                                                                \
-                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 1, wt);                          \
-            return;                                                                                                    \
-        }                                                                                                              \
-        name##_rows(w, ws, nr, x, xs, nt, ne0, y, ldy);                                                                \
-    }
-
 #endif

@@ -114,7 +114,7 @@ void rp_quant_row_q8_K(const float *x, rp_block_q8_K *y, int64_t n);
 // of operations whatever nr and nt are (bitwise determinism across batch sizes).
 // Kernels accept nr <= RP_MM_MAX_NR and nt <= RP_MM_MAX_NT.
 #define RP_MM_MAX_NR 2
-#define RP_MM_MAX_NT 4
+#define RP_MM_MAX_NT 8
 typedef void (*rp_mm_kernel)(const uint8_t *w, size_t wstride, int nr, const uint8_t *x, size_t xstride, int nt,
                              int64_t ne0, float *y, size_t ldy);
 
