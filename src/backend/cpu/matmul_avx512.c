@@ -454,9 +454,16 @@ DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
 static void k_bf16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
                    size_t ldy)
 {
+    if (nt == 1) { // decode: called once per row, so nothing more than the tile
+        if (nr == 2)
+            tile_bf16(w, ws, x, xs, ne0, y, ldy, 2, 1);
+        else
+            tile_bf16(w, ws, x, xs, ne0, y, ldy, 1, 1);
+        return;
+    }
     int64_t fit = (24 << 10) / ((ne0 + 31) / 32 * 32 * (int64_t)sizeof(float));
     int maxnt = fit < 2 ? 2 : fit > 6 ? 6 : (int)fit;
-    if (nr == 2 && (nt == 1 || maxnt == 2)) {
+    if (nr == 2 && maxnt == 2) {
         int t = 0;
         for (; t + 2 <= nt; t += 2)
             tile_bf16(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2);
