@@ -446,63 +446,16 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
-/* BF16: a pass over a row takes as many tokens as keep their activation rows within
- * ~24 KiB of L1 (2 to 6; 6 tiles use 24 accumulators), so each weight load serves them
- * all. Where only two fit (long rows) and two rows are asked for, a two-row tile lets
- * each activation load serve both rows as well. Measured on rapid-tiny's and a 0.5B
- * model's shapes (bench/RESULTS.md). */
-static void k_bf16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
-                   size_t ldy)
-{
-    if (nt == 1) { // decode: called once per row, so nothing more than the tile
-        if (nr == 2)
-            tile_bf16(w, ws, x, xs, ne0, y, ldy, 2, 1);
-        else
-            tile_bf16(w, ws, x, xs, ne0, y, ldy, 1, 1);
-        return;
-    }
-    int64_t fit = (24 << 10) / ((ne0 + 31) / 32 * 32 * (int64_t)sizeof(float));
-    int maxnt = fit < 2 ? 2 : fit > 6 ? 6 : (int)fit;
-    if (nr == 2 && maxnt == 2) {
-        int t = 0;
-        for (; t + 2 <= nt; t += 2)
-            tile_bf16(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2);
-        if (t < nt)
-            tile_bf16(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 1);
-        return;
-    }
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *wr = w + (size_t)r * ws;
-        for (int t = 0; t < nt;) {
-            int m = nt - t < maxnt ? nt - t : maxnt;
-            const uint8_t *xt = x + (size_t)t * xs;
-            float *yt = y + (size_t)t * ldy + r;
-            switch (m) {
-            case 1:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 1);
-                break;
-            case 2:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 2);
-                break;
-            case 3:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 3);
-                break;
-            case 4:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 4);
-                break;
-            case 5:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 5);
-                break;
-            default:
-                tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, 1, 6);
-                break;
-            }
-            t += m;
-        }
-    }
-}
-DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
-DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)
+/* Tokens per pass over a weight row (DEFINE_KERNEL_FIT): BF16 up to 6 (24 accumulators)
+ * whose activations (floats, padded to 32) stay within 24 KiB of L1; Q8_0 / Q4_0 up to
+ * 8 (16 accumulators) within 128 KiB (their 256-byte groups per 128 elements): their
+ * weights cost more to unpack, so more tokens per unpacked group pay even from L2. */
+#define BF16_ACT_BYTES(ne0) ((ne0 + 31) / 32 * 32 * (int64_t)sizeof(float))
+#define Q_ACT_BYTES(ne0) (act_groups(ne0) * ACT_GROUP_BYTES)
+#define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
+DEFINE_KERNEL_FIT(k_bf16, tile_bf16_, 0, 6, BF16_ACT_BYTES, 24 << 10)
+DEFINE_KERNEL_FIT(k_q8_0, tile_q32, W_Q8_0, 8, Q_ACT_BYTES, 128 << 10)
+DEFINE_KERNEL_FIT(k_q4_0, tile_q32, W_Q4_0, 8, Q_ACT_BYTES, 128 << 10)
 
 rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype)
 {

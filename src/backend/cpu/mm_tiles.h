@@ -40,4 +40,72 @@
         }                                                                                                              \
     }
 
+/* For tiles that keep every (row, token) sum in registers without reloading the weights:
+ * a pass over one row takes as many tokens as keep their activation rows within BUDGET
+ * bytes (XBYTES(ne0): one activation row's bytes; from 2 up to MAXNT, at most 8), so
+ * each weight load serves them all. Where only two fit (long rows) and two rows are asked
+ * for, two-row tiles let each activation load serve both rows too. Decode (one token)
+ * goes straight to its tile: it is called once per row. */
+#define DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, XBYTES, BUDGET)                                                       \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
+                     size_t ldy)                                                                                       \
+    {                                                                                                                  \
+        if (nt == 1) {                                                                                                 \
+            if (nr == 2)                                                                                               \
+                tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                             \
+            else                                                                                                       \
+                tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                             \
+            return;                                                                                                    \
+        }                                                                                                              \
+        int64_t fit = (BUDGET) / XBYTES(ne0);                                                                          \
+        int maxnt = fit < 2 ? 2 : fit > (MAXNT) ? (MAXNT) : (int)fit;                                                  \
+        if (nr == 2 && maxnt == 2) {                                                                                   \
+            int t = 0;                                                                                                 \
+            for (; t + 2 <= nt; t += 2)                                                                                \
+                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2, wt);                          \
+            if (t < nt)                                                                                                \
+                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 1, wt);                          \
+            return;                                                                                                    \
+        }                                                                                                              \
+        for (int r = 0; r < nr; r++) {                                                                                 \
+            const uint8_t *wr = w + (size_t)r * ws;                                                                    \
+            for (int t = 0; t < nt;) {                                                                                 \
+                int m = nt - t < maxnt ? nt - t : maxnt;                                                               \
+                const uint8_t *xt = x + (size_t)t * xs;                                                                \
+                float *yt = y + (size_t)t * ldy + r;                                                                   \
+                switch (m) { /* cases past MAXNT are never taken and compile to nothing */                             \
+                case 1:                                                                                                \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 1, wt);                                                      \
+                    break;                                                                                             \
+                case 2:                                                                                                \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 2, wt);                                                      \
+                    break;                                                                                             \
+                case 3:                                                                                                \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 3, wt);                                                      \
+                    break;                                                                                             \
+                case 4:                                                                                                \
+                    tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 4, wt);                                                      \
+                    break;                                                                                             \
+                case 5:                                                                                                \
+                    if ((MAXNT) >= 5)                                                                                  \
+                        tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 5, wt);                                                  \
+                    break;                                                                                             \
+                case 6:                                                                                                \
+                    if ((MAXNT) >= 6)                                                                                  \
+                        tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 6, wt);                                                  \
+                    break;                                                                                             \
+                case 7:                                                                                                \
+                    if ((MAXNT) >= 7)                                                                                  \
+                        tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 7, wt);                                                  \
+                    break;                                                                                             \
+                default:                                                                                               \
+                    if ((MAXNT) >= 8)                                                                                  \
+                        tile(wr, ws, xt, xs, ne0, yt, ldy, 1, 8, wt);                                                  \
+                    break;                                                                                             \
+                }                                                                                                      \
+                t += m;                                                                                                \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
 #endif
