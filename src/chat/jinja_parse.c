@@ -399,6 +399,9 @@ static jj_node *parse_postfix(parser *P, jj_node *n)
                 return pfail(P, "expected a subscript");
             jj_node *key = args.v[0];
             if (args.n > 1) {
+                for (int i = 0; i < args.n; i++)
+                    if (args.v[i]->kind == JN_SLICE) // x[1:2, 3]: Python's extended slicing, which no template needs
+                        return pfail(P, "a slice cannot be part of a subscript tuple");
                 key = node(P, JN_TUPLE, line);
                 if (!key)
                     return NULL;

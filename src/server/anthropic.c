@@ -595,7 +595,7 @@ static void tool_id(const char *call_id, char *out, size_t cap)
 // The arguments' JSON text as an object ({} if it is not one; the parsers only emit objects).
 static json_t *tool_input(const char *args, size_t len)
 {
-    json_t *v = json_loadb(args, len, 0, NULL);
+    json_t *v = rp_json_load_args(args, len);
     if (json_is_object(v))
         return v;
     json_decref(v);

@@ -327,6 +327,15 @@ bool rp_json_parse_bytes(const char *data, size_t len, json_t **out, rp_api_erro
     return true;
 }
 
+json_t *rp_json_load_args(const char *text, size_t len)
+{
+    json_error_t err;
+    json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &err);
+    if (!v && json_error_code(&err) == json_error_numeric_overflow)
+        v = json_loadb(text, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
+    return v;
+}
+
 /* ---- field readers ----------------------------------------------------------- */
 
 static const char *type_name(const json_t *v)

@@ -209,7 +209,7 @@ static bool normalize_tool_calls(const json_t *calls, const char *where, json_t 
         const json_t *args = json_object_get(fn, "arguments");
         json_t *a;
         if (json_is_string(args)) {
-            a = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+            a = rp_json_load_args(json_string_value(args), json_string_length(args));
             if (!a)
                 a = json_copy((json_t *)args); // not JSON: the template gets the text as it is
         } else if (args && !json_is_null(args)) {

@@ -159,7 +159,7 @@ static bool item_function_call(conv *c, const json_t *it, const char *p, rp_api_
     if (!json_is_string(call_id) || !json_is_string(name) || json_string_length(name) == 0 || !json_is_string(args))
         return rp_api_fail(e, 400, p, "invalid_value",
                            "'%s' (a function_call) needs string 'call_id', 'name' and 'arguments'", p);
-    json_t *a = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+    json_t *a = rp_json_load_args(json_string_value(args), json_string_length(args));
     if (!a)
         a = json_copy((json_t *)args); // not JSON: the template gets the text as it is
     json_t *call =

@@ -276,6 +276,10 @@ bool rp_http_client_gone(rp_http_req *r);
 bool rp_http_parse_json(rp_http_req *r, json_t **out, rp_api_error *e);
 // The same on a byte string (fields.c; unit-tested directly).
 bool rp_json_parse_bytes(const char *data, size_t len, json_t **out, rp_api_error *e);
+// Tool-call arguments' JSON text as a value; NULL when it is not JSON. JSON allows
+// integers of any length and jansson holds 64 bits: a text with a longer one is read
+// with every number as a real rather than lost.
+json_t *rp_json_load_args(const char *text, size_t len);
 
 /* ---- replies --------------------------------------------------------------- */
 

@@ -106,6 +106,10 @@ static void test_errors_and_messages(void **state)
     expect_status("{% for %}", RP_ERR_INVALID);
     expect_status("{{ 'a' | nosuch }}", RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "nosuch"));
+    // a slice inside a subscript tuple (found by fuzz_template: it reached evaluation with no object)
+    expect_status("{{ x[::, 1] }}", RP_ERR_INVALID);
+    assert_non_null(strstr(rp_error_message(), "a slice cannot be part of a subscript tuple"));
+    expect_status("{{ x[1, 2:3] }}", RP_ERR_INVALID);
     // transformers passes these itself: chat_template_kwargs may not replace them
     rp_chat_template *t;
     assert_int_equal(rp_chat_template_create("x", 1, &t), RP_OK);

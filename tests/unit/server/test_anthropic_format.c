@@ -88,6 +88,17 @@ static void test_message_body(void **state)
     json_decref(b);
     rp_drv_result_deinit(&res);
 
+    // An integer past 64 bits (valid JSON) keeps the input: a real, the other keys as they are.
+    result_init(&res, NULL, NULL, RP_DRV_STOP);
+    add_call(&res, "call_y", "f", "{\"n\": 155555555555555555555555555555, \"s\": \"x\"}");
+    b = body_of(&r, true, &res);
+    json_t *in = json_object_get(json_array_get(json_object_get(b, "content"), 0), "input");
+    assert_true(json_is_real(json_object_get(in, "n")));
+    assert_true(json_real_value(json_object_get(in, "n")) > 1.5e29);
+    assert_string_equal(str(in, "s"), "x");
+    json_decref(b);
+    rp_drv_result_deinit(&res);
+
     // A stop sequence is named.
     result_init(&res, "abc", NULL, RP_DRV_STOP_STRING);
     res.info.stop_string = "END";
