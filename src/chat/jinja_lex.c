@@ -336,18 +336,19 @@ static bool lex_tag(lexer *L, bool var, bool *line_starting)
             size_t j = i;
             char num[128];
             size_t k = 0;
-            bool is_float = false;
+            bool is_float = false, too_long = false;
 #define DIGITS()                                                                                                       \
     while (j < L->len && ((s[j] >= '0' && s[j] <= '9') || (s[j] == '_' && j + 1 < L->len && s[j + 1] >= '0' &&     \
                                                               s[j + 1] <= '9' && j > i))) {                            \
-        if (s[j] != '_' && k < sizeof(num) - 1)                                                                        \
-            num[k++] = s[j];                                                                                           \
+        if (s[j] != '_')                                                                                               \
+            PUT(s[j]);                                                                                                 \
         j++;                                                                                                           \
     }
+#define PUT(c) (k < sizeof(num) - 1 ? (void)(num[k++] = (c)) : (void)(too_long = true))
             DIGITS();
             if (j + 1 < L->len && s[j] == '.' && s[j + 1] >= '0' && s[j + 1] <= '9') {
                 is_float = true;
-                num[k++] = '.';
+                PUT('.');
                 j++;
                 DIGITS();
             }
@@ -357,16 +358,18 @@ static bool lex_tag(lexer *L, bool var, bool *line_starting)
                     m++;
                 if (m < L->len && s[m] >= '0' && s[m] <= '9') {
                     is_float = true;
-                    if (k < sizeof(num) - 3)
-                        num[k++] = 'e';
+                    PUT('e');
                     if (s[j + 1] == '-' || s[j + 1] == '+')
-                        num[k++] = s[j + 1];
+                        PUT(s[j + 1]);
                     j = m;
                     DIGITS();
                 }
             }
 #undef DIGITS
+#undef PUT
             num[k] = 0;
+            if (too_long) // past the buffer a literal would lose digits, and so change its value
+                return lex_fail(L, L->line, "number literal longer than 127 characters"), false;
             jj_token *t = push_tok(L, is_float ? JT_FLOAT : JT_INT, L->line);
             if (!t)
                 return false;

@@ -110,6 +110,16 @@ static void test_errors_and_messages(void **state)
     expect_status("{{ x[::, 1] }}", RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "a slice cannot be part of a subscript tuple"));
     expect_status("{{ x[1, 2:3] }}", RP_ERR_INVALID);
+    // number literals longer than the lexer's buffer (found by fuzz_template: a one-byte overflow)
+    char lit[400];
+    snprintf(lit, sizeof(lit), "{{ %0200d.5 }}", 1);
+    expect_status(lit, RP_ERR_INVALID);
+    assert_non_null(strstr(rp_error_message(), "number literal longer than 127 characters"));
+    snprintf(lit, sizeof(lit), "{{ 1.%0150de5 }}", 1);
+    expect_status(lit, RP_ERR_INVALID);
+    snprintf(lit, sizeof(lit), "{{ %0127d }}", 0);
+    expect_status(lit, RP_ERR_INVALID); // fits the buffer, but not in 64 bits
+    assert_non_null(strstr(rp_error_message(), "integer literal too large"));
     // transformers passes these itself: chat_template_kwargs may not replace them
     rp_chat_template *t;
     assert_int_equal(rp_chat_template_create("x", 1, &t), RP_OK);
