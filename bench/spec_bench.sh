@@ -15,7 +15,9 @@
 #                            [--only ID,ID] [--spec 'FLAGS'] [--out FILE] [--cpu]
 #   --runs N      runs per configuration and task (default 3); each side's median is used
 #   --threads T   rapid run --threads (default: all cores)
-#   --spec FLAGS  flags of the speculative side (default: none, i.e. auto)
+#   --spec FLAGS  flags of the speculative side (default: none, i.e. auto), split into
+#                 words as the shell would (quotes kept together), e.g.
+#                 --spec "--speculative-config '{\"num_speculative_tokens\": 64}'"
 #   --out FILE    also write the table (markdown) there
 #   --cpu         also the decode speed in tokens per CPU second (best with --threads 1)
 #
@@ -36,6 +38,7 @@ rapid=build/rapid
 model=
 only=
 spec=
+spec_args=()
 out=
 cpu=
 while [ $# -gt 0 ]; do
@@ -45,7 +48,15 @@ while [ $# -gt 0 ]; do
     --rapid) rapid=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
-    --spec) spec=$2; shift 2 ;;
+    --spec)
+        spec=$2
+        # the flags as words, quotes honoured (a JSON argument stays one word)
+        if ! eval "spec_args=($2)"; then
+            echo "spec_bench.sh: cannot split --spec '$2' into words" >&2
+            exit 2
+        fi
+        shift 2
+        ;;
     --out) out=$2; shift 2 ;;
     --cpu) cpu=1; shift ;;
     *) echo "spec_bench.sh: unknown argument $1" >&2; exit 2 ;;
@@ -94,13 +105,17 @@ flags_of() {
 # One run: prints "TOKENS TOK_PER_S CPU_SECONDS", keeps the text in $tmp/text.$2.
 # Side "base" is the prompt alone (-n 1, no speculation): loading and prefill.
 run_one() {
-    local task=$1 side=$2 extra flags
+    local task=$1 side=$2 flags extra=(--no-spec-decode)
     flags=$(flags_of "$task")
-    if [ "$side" = on ]; then extra=$spec; else extra=--no-spec-decode; fi
+    if [ "$side" = on ]; then extra=("${spec_args[@]}"); fi
     if [ "$side" = base ]; then flags="$(echo "$flags" | sed 's/-n [0-9]*//') -n 1"; fi
     local TIMEFORMAT='%3U %3S'
     # shellcheck disable=SC2086
-    { time "$rapid" run $model -f "$tmp/$task.txt" $flags $threads $extra > "$tmp/text.$side" 2> "$tmp/err.$side"; } 2> "$tmp/cpu.$side"
+    if ! { time "$rapid" run $model -f "$tmp/$task.txt" $flags $threads "${extra[@]}" > "$tmp/text.$side" 2> "$tmp/err.$side"; } 2> "$tmp/cpu.$side"; then
+        echo "spec_bench.sh: $task ($side): rapid run failed:" >&2
+        tail -3 "$tmp/err.$side" >&2
+        return 1
+    fi
     local c
     c=$(awk 'NF == 2 {c = $1 + $2} END {print c}' "$tmp/cpu.$side")
     grep -o 'generated: [0-9]* tokens, [0-9.]* tok/s' "$tmp/err.$side" | awk -v c="$c" '{print $2, $4, c}'
@@ -131,7 +146,9 @@ for task in $tasks; do
         if [ $((r % 2)) -eq 1 ]; then order="on off"; else order="off on"; fi
         if [ -n "$cpu" ]; then order="$order base"; fi
         for side in $order; do
-            set -- $(run_one "$task" "$side")
+            # (run_one's failure ends the script: an assignment keeps its status for set -e)
+            res=$(run_one "$task" "$side")
+            set -- $res
             echo "$3" >> "$tmp/$side.cpu"
             if [ "$side" != base ]; then
                 echo "$2" >> "$tmp/$side.tps"

@@ -343,7 +343,7 @@ void spec_plan(rp_engine *e)
         }
         int avail[RP_SPEC_N_METHODS] = {0};
         if (sg->lk) {
-            int n = rp_spec_lookup_propose(sg->lk, se->ngram_min, lim, sg->draft, NULL);
+            int n = rp_spec_lookup_follow(sg->lk, se->ngram_min, lim, sg->draft, NULL);
             avail[RP_SPEC_NGRAM] = cut_drafts(e, g, sg->draft, n);
         }
         if (sg->mtp)

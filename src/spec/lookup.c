@@ -15,6 +15,22 @@
  *     only lose a match, never propose a wrong continuation.
  * Appending costs N hash steps and N probes per token; memory is 4(N+1) bytes
  * per token plus 16 bytes per distinct n-gram, both grown by doubling.
+ *
+ * Following a copy (rp_spec_lookup_follow): a text being copied with edits (a
+ * file returned whole with a name changed) has n-grams that occur in several
+ * places, and the most recent occurrence of the longest one is often not the place
+ * being copied (the file repeats itself; the copy so far repeats the file), so its
+ * continuation is wrong while the copy is not. Candidates are therefore judged by
+ * their agreement: how many tokens before them equal the sequence's end (up to
+ * AGREE_MAX): the longest n-gram's occurrences (the most recent CHAIN_MAX, through
+ * prev) and the copy pointer, i.e. where the last proposal that agreed at length
+ * (COPY_MIN) or came from the pointer itself came from, moved on by the tokens
+ * emitted since. While the copy goes on the pointer agrees the most and wins
+ * (ties too); where the copy broke (an edit), the pointer's neighbourhood is searched
+ * for the token just emitted, from RESYNC_BACK before the point where the copy
+ * would stand to RESYNC_AHEAD after it (an old name of up to RESYNC_AHEAD more
+ * tokens than the new one skipped), so drafting resumes one token after the edit
+ * instead of once an n-gram through the new text recurs.
  */
 #include "spec.h"
 
@@ -24,7 +40,15 @@ typedef struct entry {
     int32_t used;
 } entry;
 
+#define AGREE_MAX 64    // agreement is counted up to this many tokens
+#define CHAIN_MAX 8     // occurrences of the longest n-gram compared by agreement
+#define RESYNC_BACK 4   // the resync window around where a broken copy would stand
+#define RESYNC_AHEAD 16 // (old text up to this many tokens longer than the new)
+#define COPY_DROP 64    // a copy pointer not used for this many tokens is dropped
+#define COPY_MIN 16     // the agreement that makes a place the copy pointer
+
 struct rp_spec_lookup {
+    int32_t src, at; // copy pointer: tokens[src] was aligned with tokens[at] (src < 0: none)
     int n_max;       // N
     int32_t *tokens; // (cap)
     int32_t *prev;   // (cap * N)
@@ -107,6 +131,7 @@ rp_status rp_spec_lookup_create(int max_ngram, rp_spec_lookup **out)
     if (!x)
         return RP_ERR(RP_ERR_NOMEM, "prompt lookup: out of memory");
     x->n_max = max_ngram;
+    x->src = -1;
     *out = x;
     return RP_OK;
 }
@@ -166,6 +191,8 @@ void rp_spec_lookup_truncate(rp_spec_lookup *x, int n_tokens)
 {
     if (n_tokens < 0)
         n_tokens = 0;
+    if (x->at >= n_tokens)
+        x->src = -1;
     while (x->len > n_tokens) {
         int32_t i = --x->len;
         uint64_t h = 0;
@@ -179,28 +206,118 @@ void rp_spec_lookup_truncate(rp_spec_lookup *x, int n_tokens)
     }
 }
 
+// The tokens after position j (< end), going on with the period end - j past the end.
+static int continuation(const rp_spec_lookup *x, int32_t j, int max_tokens, int32_t *out)
+{
+    int32_t end = x->len - 1, period = end - j;
+    for (int k = 0; k < max_tokens; k++)
+        out[k] = j + 1 + k <= end ? x->tokens[j + 1 + k] : out[k - period];
+    return max_tokens;
+}
+
+// The longest n (n_max down to min_ngram) whose last n tokens occurred earlier:
+// returns n (0: none) and *j, where its most recent earlier occurrence ends.
+static int longest_match(const rp_spec_lookup *x, int min_ngram, int32_t *j)
+{
+    int32_t end = x->len - 1;
+    const int32_t *t = x->tokens;
+    for (int g = end < x->n_max ? end : x->n_max; g >= min_ngram; g--) {
+        *j = x->prev[(size_t)end * x->n_max + g - 1];
+        if (*j < g - 1) // no earlier occurrence (or not enough tokens before it to be one)
+            continue;
+        if (memcmp(t + *j - g + 1, t + end - g + 1, (size_t)g * sizeof(int32_t)) != 0)
+            continue; // a hash collision
+        return g;
+    }
+    return 0;
+}
+
 int rp_spec_lookup_propose(const rp_spec_lookup *x, int min_ngram, int max_tokens, int32_t *out, int *match_len)
+{
+    if (match_len)
+        *match_len = 0;
+    if (max_tokens <= 0 || x->len < 2)
+        return 0;
+    int32_t j;
+    int g = longest_match(x, min_ngram < 1 ? 1 : min_ngram, &j);
+    if (!g)
+        return 0;
+    if (match_len)
+        *match_len = g;
+    return continuation(x, j, max_tokens, out);
+}
+
+// How many tokens up to AGREE_MAX before and at j (< end) equal those at the end.
+static int agreement(const rp_spec_lookup *x, int32_t j)
+{
+    const int32_t *t = x->tokens;
+    int32_t end = x->len - 1;
+    int n = 0;
+    while (n < AGREE_MAX && j - n >= 0 && t[j - n] == t[end - n])
+        n++;
+    return n;
+}
+
+// The copy pointer's candidate: where the copy stands now if it goes on, else the
+// best agreeing place in the resync window around it (nearest on ties). -1: none.
+static int32_t copy_candidate(const rp_spec_lookup *x, int *agree)
+{
+    int32_t end = x->len - 1;
+    *agree = 0;
+    if (x->src < 0)
+        return -1;
+    int32_t p = x->src + (end - x->at), best = -1;
+    if (p >= 0 && p < end && x->tokens[p] == x->tokens[end]) {
+        *agree = agreement(x, p);
+        return p;
+    }
+    for (int32_t d = 0; d <= RESYNC_AHEAD; d++) // nearest first: p, p + 1, p - 1, p + 2, ...
+        for (int side = 0; side < 2; side++) {
+            int32_t q = side ? p - d : p + d;
+            if ((side && (d == 0 || d > RESYNC_BACK)) || q < 0 || q >= end)
+                continue;
+            int a = x->tokens[q] == x->tokens[end] ? agreement(x, q) : 0;
+            if (a > *agree) {
+                *agree = a;
+                best = q;
+            }
+        }
+    return best;
+}
+
+int rp_spec_lookup_follow(rp_spec_lookup *x, int min_ngram, int max_tokens, int32_t *out, int *match_len)
 {
     if (match_len)
         *match_len = 0;
     int32_t end = x->len - 1;
     if (max_tokens <= 0 || end < 1)
         return 0;
-    if (min_ngram < 1)
-        min_ngram = 1;
-    const int32_t *t = x->tokens;
-    for (int g = end < x->n_max ? end : x->n_max; g >= min_ngram; g--) {
-        int32_t j = x->prev[(size_t)end * x->n_max + g - 1];
-        if (j < g - 1) // no earlier occurrence (or not enough tokens before it to be one)
-            continue;
-        if (memcmp(t + j - g + 1, t + end - g + 1, (size_t)g * sizeof(int32_t)) != 0)
-            continue; // a hash collision
-        int32_t period = end - j;
-        for (int k = 0; k < max_tokens; k++)
-            out[k] = j + 1 + k <= end ? t[j + 1 + k] : out[k - period];
-        if (match_len)
-            *match_len = g;
-        return max_tokens;
+    if (x->src >= 0 && end - x->at > COPY_DROP)
+        x->src = -1;
+    int agree;
+    int32_t best = copy_candidate(x, &agree), j;
+    bool from_copy = best >= 0;
+    int g = longest_match(x, min_ngram < 1 ? 1 : min_ngram, &j);
+    // the longest n-gram's earlier occurrences, most recent first, against the pointer
+    for (int c = 0; g && c < CHAIN_MAX && j >= g - 1; c++) {
+        int a = agreement(x, j);
+        if (a > agree) {
+            agree = a;
+            best = j;
+            from_copy = false;
+        }
+        j = x->prev[(size_t)j * x->n_max + g - 1];
     }
-    return 0;
+    if (best < 0)
+        return 0;
+    // The pointer moves with the copy, or to a place that agrees at length (a copy
+    // under way); a short match elsewhere (right after an edit) leaves it where the
+    // copy broke, for the resync.
+    if (from_copy || agree >= COPY_MIN) {
+        x->src = best;
+        x->at = end;
+    }
+    if (match_len)
+        *match_len = agree;
+    return continuation(x, best, max_tokens, out);
 }

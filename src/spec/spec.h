@@ -24,7 +24,7 @@
  *
  * One step of one request, as the engine is meant to run it (x = the last
  * emitted token, its KV not yet written):
- *   1. available[NGRAM] = rp_spec_lookup_propose(...) tokens, [MTP] = the cap if
+ *   1. available[NGRAM] = rp_spec_lookup_follow(...) tokens, [MTP] = the cap if
  *      the model has MTP, [DRAFT] = the cap with a draft model; then
  *      rp_spec_ctl_choose gives the method and k (0: a plain step).
  *   2. Draft k tokens: prompt lookup's proposal; or k chained MTP steps (the
@@ -97,6 +97,20 @@ int rp_spec_lookup_len(const rp_spec_lookup *x);
 // were written (0: no match, or max_tokens <= 0) and sets *match_len (may be
 // NULL) to the n matched (0 when none). Never allocates.
 int rp_spec_lookup_propose(const rp_spec_lookup *x, int min_ngram, int max_tokens, int32_t *out, int *match_len);
+
+// The engine's proposal: rp_spec_lookup_propose's, made for a text being copied
+// with edits. Each candidate place is judged by its agreement, the number of
+// tokens (up to 64) before and at it that equal the sequence's end; the one that
+// agrees most wins (the most recent on ties). Candidates: the 8 most recent
+// earlier occurrences of the longest n-gram match (n >= min_ngram), and the copy
+// pointer (it wins ties): the place of the last proposal that came from it or
+// agreed on 16 tokens or more, moved on by the tokens emitted since (where the
+// copy goes on), or where the copy broke (the emitted tokens differ
+// from the pointer's: an edit), the best agreeing place from 4 tokens before to
+// 16 after where it would stand, which needs only the token just emitted to
+// agree, so a copy resumes one token after an edit. Sets *match_len (may be NULL) to the agreement (0: no proposal).
+// A pointer unused for 64 tokens, or past a truncation, is dropped.
+int rp_spec_lookup_follow(rp_spec_lookup *x, int min_ngram, int max_tokens, int32_t *out, int *match_len);
 
 /* ---- the adaptive controller --------------------------------------------- */
 

@@ -10,11 +10,14 @@
  *           accumulators, the even 8-float slices of each 16 and the odd ones; one
  *           16-lane accumulator holds both (lanes 0-7 and 8-15 of each 16 loaded
  *           elements), so one FMA does the work of two. The halves are then
- *           added and reduced with the AVX2 kernel's hadd tree.
+ *           added and reduced with the AVX2 kernel's hadd tree. Four rows (query
+ *           heads of the group, then the span's next tokens) go together, so
+ *           each key register loaded feeds four FMAs.
  *   softmax: the AVX2 kernel's (rp_cpu_attn_softmax_avx2).
  *   values: o[j] = Σ e[p] · V[p][j] in key order is one FMA chain per element j;
- *           16 elements per register instead of 8, two rows at a time (eight
- *           independent chains for head_dim 64, and each V row read once for both).
+ *           16 elements per register instead of 8, four rows at a time (sixteen
+ *           independent chains for head_dim 64, and each V row read once for the
+ *           four; rows with fewer keys drop out of the group where theirs end).
  *
  * All float arithmetic is written with intrinsics.
  */
@@ -24,80 +27,78 @@
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
-// Dots of one query head with four key rows: {q·k0, q·k1, q·k2, q·k3}, as attn_avx2.c's dot4.
-RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
+#define ROWS 4 // query rows computed together: each K or V row loaded serves all of them
+
+// Dots of R query rows (q[r]: one head's query) with four key rows, into out[r][0..4)
+// times scale: the AVX2 kernel's dot4 for every row, its lanes one for one (each
+// row's accumulators see the same FMAs in the same order); the key loads are shared.
+RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd, __m128 scale, float *const *out)
 {
-    __m512 a[4];
+    __m512 a[ROWS][4];
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; u++)
-        a[u] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++)
+            a[r][u] = _mm512_setzero_ps();
     for (int i = 0; i < hd; i += 16) {
-        __m512 qv = _mm512_loadu_ps(q + i);
+        __m512 k[4];
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
-            a[u] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(kr[u] + i), a[u]);
-    }
-    __m256 s[4];
+            k[u] = _mm512_loadu_ps(kr[u] + i);
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; u++) // the AVX2 kernel's a0 + a1
-        s[u] = _mm256_add_ps(_mm512_castps512_ps256(a[u]), _mm512_extractf32x8_ps(a[u], 1));
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-// o = Σ e[p] · V[p] over p < n for one row, 64 elements of head_dim at a time.
-RP_INLINE void values1(const float *const *vrow, int hd, const float *e, int n, float *out)
-{
-    for (int o = 0; o < hd; o += 64) {
-        __m512 acc[4];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            acc[u] = _mm512_setzero_ps();
-        for (int p = 0; p < n; p++) {
-            __m512 w = _mm512_set1_ps(e[p]);
-            const float *vr = vrow[p] + o;
+        for (int r = 0; r < R; r++) {
+            __m512 qv = _mm512_loadu_ps(q[r] + i);
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
-                acc[u] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vr + 16 * u), acc[u]);
+                a[r][u] = _mm512_fmadd_ps(qv, k[u], a[r][u]);
         }
+    }
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            _mm512_storeu_ps(out + o + 16 * u, acc[u]);
+    for (int r = 0; r < R; r++) {
+        __m256 s[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) // the AVX2 kernel's a0 + a1
+            s[u] = _mm256_add_ps(_mm512_castps512_ps256(a[r][u]), _mm512_extractf32x8_ps(a[r][u], 1));
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+        __m128 d = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(out[r], _mm_mul_ps(d, scale));
     }
 }
 
-// values1 for two rows (ea over na keys, eb over nb >= na keys) sharing the V loads.
-RP_INLINE void values2(const float *const *vrow, int hd, const float *ea, int na, const float *eb, int nb, float *oa,
-                       float *ob)
+// o[r] = Σ e[r][p] · V[p] over p < cnt[r] for R rows (cnt non-decreasing), 64
+// elements of head_dim at a time: per element one FMA chain in key order, as the
+// AVX2 kernel's; each V row is loaded once for every row that has it.
+RP_INLINE void values(const float *const *vrow, int hd, const float *const *e, const int *cnt, int R, float *const *o)
 {
-    for (int o = 0; o < hd; o += 64) {
-        __m512 A[4], B[4];
+    for (int c = 0; c < hd; c += 64) {
+        __m512 acc[ROWS][4];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++)
-            A[u] = B[u] = _mm512_setzero_ps();
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[r][u] = _mm512_setzero_ps();
         int p = 0;
-        for (; p < na; p++) {
-            __m512 wa = _mm512_set1_ps(ea[p]), wb = _mm512_set1_ps(eb[p]);
-            const float *vr = vrow[p] + o;
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++) {
-                __m512 v = _mm512_loadu_ps(vr + 16 * u);
-                A[u] = _mm512_fmadd_ps(wa, v, A[u]);
-                B[u] = _mm512_fmadd_ps(wb, v, B[u]);
+        for (int r0 = 0; r0 < R; r0++) // keys every row from r0 on has
+            for (; p < cnt[r0]; p++) {
+                const float *vr = vrow[p] + c;
+                __m512 v[4];
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++)
+                    v[u] = _mm512_loadu_ps(vr + 16 * u);
+#pragma GCC unroll 4
+                for (int r = r0; r < R; r++) {
+                    __m512 w = _mm512_set1_ps(e[r][p]);
+#pragma GCC unroll 4
+                    for (int u = 0; u < 4; u++)
+                        acc[r][u] = _mm512_fmadd_ps(w, v[u], acc[r][u]);
+                }
             }
-        }
-        for (; p < nb; p++) {
-            __m512 wb = _mm512_set1_ps(eb[p]);
-            const float *vr = vrow[p] + o;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++)
-                B[u] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(vr + 16 * u), B[u]);
-        }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            _mm512_storeu_ps(oa + o + 16 * u, A[u]);
-            _mm512_storeu_ps(ob + o + 16 * u, B[u]);
-        }
+                _mm512_storeu_ps(o[r] + c + 16 * u, acc[r][u]);
     }
 }
 
@@ -107,31 +108,49 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
     const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
     rp_cpu_attn_kv_rows(a, krow, vrow);
     // Scores as the AVX2 kernel computes them (lanes past a row's end are dots with
-    // other keys, made -inf by the softmax).
+    // other keys, made -inf by the softmax), ROWS rows at a time. A row's key count
+    // never falls with the row (positions ascend): the rows that have key p are
+    // those from the first token whose range reaches it on.
     const __m128 scale = _mm_set1_ps(a->scale);
+    int t0 = 0;
     for (int p = 0; p < n; p += 4) {
         const float *kr[4];
         for (int u = 0; u < 4; u++)
             kr[u] = krow[p + u < n ? p + u : n - 1];
-        for (int i = 0; i < a->n_tok; i++) {
-            if (p >= a->end[i] - a->p0)
-                continue;
-            const float *q = a->q + (size_t)i * a->q_stride;
-            float *s = a->scores + (size_t)i * nq * RP_ATTN_CHUNK + p;
-            for (int g = 0; g < nq; g++)
-                _mm_storeu_ps(s + (size_t)g * RP_ATTN_CHUNK, _mm_mul_ps(dot4(q + (size_t)g * hd, kr, hd), scale));
+        while (t0 < a->n_tok && p >= a->end[t0] - a->p0)
+            t0++;
+        for (int r = t0 * nq; r < rows; r += ROWS) {
+            const float *q[ROWS];
+            float *out[ROWS];
+            int R = rows - r < ROWS ? rows - r : ROWS;
+            for (int j = 0; j < R; j++) {
+                q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
+                out[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK + p;
+            }
+            switch (R) { // (R a constant in each: the accumulators stay in registers)
+            case 1: dots(q, 1, kr, hd, scale, out); break;
+            case 2: dots(q, 2, kr, hd, scale, out); break;
+            case 3: dots(q, 3, kr, hd, scale, out); break;
+            default: dots(q, ROWS, kr, hd, scale, out); break;
+            }
         }
     }
     for (int r = 0; r < rows; r++)
         a->m[r] = rp_cpu_attn_softmax_avx2(a->scores + (size_t)r * RP_ATTN_CHUNK, a->end[r / nq] - a->p0, a->l + r);
-    // Rows in pairs; a row's key count never falls with the row (positions ascend).
-    for (int r = 0; r < rows; r += 2) {
-        const float *e = a->scores + (size_t)r * RP_ATTN_CHUNK;
-        int na = a->end[r / nq] - a->p0;
-        if (r + 1 < rows)
-            values2(vrow, hd, e, na, e + RP_ATTN_CHUNK, a->end[(r + 1) / nq] - a->p0, a->o + (size_t)r * hd,
-                    a->o + (size_t)(r + 1) * hd);
-        else
-            values1(vrow, hd, e, na, a->o + (size_t)r * hd);
+    for (int r = 0; r < rows; r += ROWS) {
+        const float *e[ROWS];
+        float *o[ROWS];
+        int cnt[ROWS], R = rows - r < ROWS ? rows - r : ROWS;
+        for (int j = 0; j < R; j++) {
+            e[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
+            o[j] = a->o + (size_t)(r + j) * hd;
+            cnt[j] = a->end[(r + j) / nq] - a->p0;
+        }
+        switch (R) {
+        case 1: values(vrow, hd, e, cnt, 1, o); break;
+        case 2: values(vrow, hd, e, cnt, 2, o); break;
+        case 3: values(vrow, hd, e, cnt, 3, o); break;
+        default: values(vrow, hd, e, cnt, ROWS, o); break;
+        }
     }
 }

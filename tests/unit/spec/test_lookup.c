@@ -7,6 +7,12 @@
  * (many matches), with random truncations and re-appends, must give the same
  * proposal after every operation. Plus hand cases, a copied file, bad
  * arguments and allocation failures.
+ *
+ * rp_spec_lookup_follow (the copy pointer): on random sequences its proposal is
+ * the continuation of a place that agrees with the end as much as it says, and at
+ * least as much as propose's match; a file that repeats itself is copied without
+ * a wrong proposal where propose makes some; a copy with a name renamed resumes
+ * drafting one token after each edit, where propose has nothing or a wrong guess.
  */
 #include "test_util.h"
 
@@ -38,6 +44,14 @@ static int reference(const int32_t *t, int len, int n_max, int min_ngram, int k,
             return k;
         }
     return 0;
+}
+
+// The continuation from place j (< len - 1), periodic past the end, as the index writes it.
+static bool reference_from(const int32_t *t, int len, int j, int k, int32_t *out)
+{
+    for (int i = 0; i < k; i++)
+        out[i] = j + 1 + i <= len - 1 ? t[j + 1 + i] : out[i - (len - 1 - j)];
+    return true;
 }
 
 static void check_same(const rp_spec_lookup *x, const int32_t *t, int len, int n_max)
@@ -223,6 +237,150 @@ static void test_long(void **state)
     free(t);
 }
 
+// Agreement of place j with the end of t[0, len), as lookup.c counts it (up to 64).
+static int agree_ref(const int32_t *t, int len, int j)
+{
+    int n = 0;
+    while (n < 64 && j - n >= 0 && t[j - n] == t[len - 1 - n])
+        n++;
+    return n;
+}
+
+static void test_follow_random(void **state)
+{
+    (void)state;
+    enum { CAP = 2000 };
+    int32_t *t = malloc(CAP * sizeof(int32_t));
+    int32_t a[20], b[20], c[20];
+    for (int alpha = 2; alpha <= 20; alpha *= 3) {
+        rp_spec_lookup *x;
+        assert_int_equal(rp_spec_lookup_create(4, &x), RP_OK);
+        int len = 0;
+        for (int step = 0; step < 400; step++) {
+            if (rnd() % 8 || len == 0) { // append 1..6 tokens: often a copy of an earlier stretch
+                int n = 1 + (int)(rnd() % 6), from = len ? (int)(rnd() % (uint32_t)len) : 0;
+                if (len + n > CAP)
+                    n = CAP - len;
+                for (int i = 0; i < n; i++)
+                    t[len + i] = rnd() % 3 && from + i < len ? t[from + i] : (int32_t)(rnd() % (uint32_t)alpha);
+                assert_int_equal(rp_spec_lookup_append(x, t + len, n), RP_OK);
+                len += n;
+            } else {
+                len -= (int)(rnd() % (uint32_t)(len < 8 ? len + 1 : 8));
+                rp_spec_lookup_truncate(x, len);
+            }
+            int k = 1 + (int)(rnd() % 20), min = 1 + (int)(rnd() % 3), mp, mf;
+            int np = rp_spec_lookup_propose(x, min, k, a, &mp);
+            int nf = rp_spec_lookup_follow(x, min, k, b, &mf);
+            assert_true(nf == 0 || nf == k);
+            assert_true(np == 0 || (nf == k && mf >= mp));
+            if (nf == 0) {
+                assert_int_equal(mf, 0);
+                continue;
+            }
+            bool found = false; // some earlier place agrees mf tokens and continues as proposed
+            for (int j = len - 2; j >= 0 && !found; j--)
+                found = agree_ref(t, len, j) == mf && reference_from(t, len, j, k, c) && !memcmp(b, c, k * 4u);
+            if (!found)
+                fail_msg("alphabet %d len %d: follow proposes from no place agreeing %d tokens", alpha, len, mf);
+        }
+        rp_spec_lookup_destroy(x);
+    }
+    free(t);
+}
+
+// Copies the output `want` through x (which holds the prompt) with follow (or
+// propose), drafts of up to 16 tokens; each step keeps the agreeing drafts plus
+// the target's token. Returns the steps; *wrong counts proposals whose first token
+// was wrong, *idle the steps that gained nothing from a draft (none, or wrong).
+static int copy_through(rp_spec_lookup *x, bool follow, const int32_t *want, int n_want, int *wrong, int *idle)
+{
+    int at = 2, steps = 0;
+    int32_t out[16];
+    *wrong = *idle = 0;
+    assert_int_equal(rp_spec_lookup_append(x, want, 2), RP_OK);
+    while (at < n_want) {
+        int m, n = follow ? rp_spec_lookup_follow(x, 2, 16, out, &m) : rp_spec_lookup_propose(x, 2, 16, out, &m);
+        int ok = 0;
+        while (ok < n && at + ok < n_want && out[ok] == want[at + ok])
+            ok++;
+        *wrong += n > 0 && ok == 0;
+        *idle += ok == 0;
+        int take = ok + 1 < n_want - at ? ok + 1 : n_want - at;
+        assert_int_equal(rp_spec_lookup_append(x, want + at, take), RP_OK);
+        at += take;
+        steps++;
+    }
+    return steps;
+}
+
+// A file whose 12-token blocks recur with other text after them: the most recent
+// occurrence of an n-gram is often the wrong place; the copy pointer is not.
+static void test_follow_repeats(void **state)
+{
+    (void)state;
+    enum { F = 600 };
+    int32_t file[F], block[12];
+    for (int i = 0; i < 12; i++)
+        block[i] = 50 + i;
+    for (int i = 0; i < F; i++)
+        file[i] = i % 60 < 12 ? block[i % 60] : (int32_t)(100 + rnd() % 900);
+    int wrong[2], idle, steps[2];
+    for (int f = 0; f < 2; f++) {
+        rp_spec_lookup *x;
+        assert_int_equal(rp_spec_lookup_create(8, &x), RP_OK);
+        assert_int_equal(rp_spec_lookup_append(x, file, F), RP_OK);
+        steps[f] = copy_through(x, f, file, F, &wrong[f], &idle);
+        rp_spec_lookup_destroy(x);
+    }
+    print_message("  repeats: propose %d steps, %d wrong; follow %d steps, %d wrong\n", steps[0], wrong[0], steps[1],
+                  wrong[1]);
+    assert_true(wrong[0] > 0); // (the case is one where the most recent occurrence misleads)
+    assert_int_equal(wrong[1], 0);
+    assert_true(steps[1] <= F / 16 + 4);
+}
+
+// The source names something with three tokens (700 701 702); the output is the
+// source with two (800 801) in their place. An edit costs follow the steps of
+// the new name's tokens and of the token after it (the model's own, with nothing
+// drafted): then it proposes the source's continuation again.
+static void test_follow_rename(void **state)
+{
+    (void)state;
+    enum { F = 700 };
+    int32_t file[F], out[F];
+    int n_out = 0, edits = 0;
+    for (int i = 0; i < F; i++)
+        file[i] = i % 50 == 20 ? 700 : (int32_t)(100 + rnd() % 500);
+    for (int i = 0; i + 2 < F; i++)
+        if (file[i] == 700) {
+            file[i + 1] = 701;
+            file[i + 2] = 702;
+        }
+    for (int i = 0; i < F;)
+        if (file[i] == 700) {
+            out[n_out++] = 800;
+            out[n_out++] = 801;
+            i += 3;
+            edits++;
+        } else {
+            out[n_out++] = file[i++];
+        }
+    int wrong[2], idle[2], steps[2];
+    for (int f = 0; f < 2; f++) {
+        rp_spec_lookup *x;
+        assert_int_equal(rp_spec_lookup_create(8, &x), RP_OK);
+        assert_int_equal(rp_spec_lookup_append(x, file, F), RP_OK);
+        steps[f] = copy_through(x, f, out, n_out, &wrong[f], &idle[f]);
+        rp_spec_lookup_destroy(x);
+    }
+    print_message("  rename (%d edits): propose %d steps (%d without a useful draft), follow %d (%d)\n", edits,
+                  steps[0], idle[0], steps[1], idle[1]);
+    assert_true(idle[1] <= 2 * edits + 1);
+    assert_true(idle[0] > idle[1] + edits / 2); // (propose waits for a 2-gram through the new text)
+    assert_true(steps[1] < steps[0]);
+}
+
 static void test_bad_args_and_oom(void **state)
 {
     (void)state;
@@ -264,6 +422,9 @@ int main(void)
         cmocka_unit_test(test_copy),
         cmocka_unit_test(test_random_against_reference),
         cmocka_unit_test(test_long),
+        cmocka_unit_test(test_follow_random),
+        cmocka_unit_test(test_follow_repeats),
+        cmocka_unit_test(test_follow_rename),
         cmocka_unit_test(test_bad_args_and_oom),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
