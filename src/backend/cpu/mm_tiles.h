@@ -45,18 +45,12 @@
  * bytes (XBYTES(ne0): one activation row's bytes; from 2 up to MAXNT, at most 8), so
  * each weight load serves them all. Where only two fit (long rows) and two rows are asked
  * for, two-row tiles let each activation load serve both rows too. Decode (one token)
- * goes straight to its tile: it is called once per row. */
+ * goes straight to its tile, in a function of its own (it is called once per row, so
+ * the batched path's stack frame would cost it). */
 #define DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, XBYTES, BUDGET)                                                       \
-    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
-                     size_t ldy)                                                                                       \
+    static __attribute__((noinline)) void name##_multi(const uint8_t *w, size_t ws, int nr, const uint8_t *x,          \
+                                                       size_t xs, int nt, int64_t ne0, float *y, size_t ldy)           \
     {                                                                                                                  \
-        if (nt == 1) {                                                                                                 \
-            if (nr == 2)                                                                                               \
-                tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                             \
-            else                                                                                                       \
-                tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                             \
-            return;                                                                                                    \
-        }                                                                                                              \
         int64_t fit = (BUDGET) / XBYTES(ne0);                                                                          \
         int maxnt = fit < 2 ? 2 : fit > (MAXNT) ? (MAXNT) : (int)fit;                                                  \
         if (nr == 2 && maxnt == 2) {                                                                                   \
@@ -106,6 +100,18 @@
                 t += m;                                                                                                \
             }                                                                                                          \
         }                                                                                                              \
+    }                                                                                                                  \
+    static void name(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,  \
+                     size_t ldy)                                                                                       \
+    {                                                                                                                  \
+        if (nt > 1) {                                                                                                  \
+            name##_multi(w, ws, nr, x, xs, nt, ne0, y, ldy);                                                           \
+            return;                                                                                                    \
+        }                                                                                                              \
+        if (nr == 2)                                                                                                   \
+            tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                                 \
+        else                                                                                                           \
+            tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                                 \
     }
 
 #endif
