@@ -426,7 +426,7 @@ jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
             i = e + 1;
         }
         bool minus = false, zero = false, plus = false, space = false;
-        for (; i < len && strchr("-0+ #", p[i]); i++) {
+        for (; i < len && p[i] && strchr("-0+ #", p[i]); i++) { // (strchr finds a NUL too)
             minus |= p[i] == '-';
             zero |= p[i] == '0';
             plus |= p[i] == '+';
@@ -461,7 +461,7 @@ jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
             ok = type == 's' ? jv_to_str(c, &t, v) : jv_repr(c, &t, v, 0);
             if (ok && prec >= 0)
                 t.len = jj_utf8_offset(t.s ? t.s : "", t.len, (size_t)prec);
-        } else if (strchr("diouxXeEfFgG", type)) {
+        } else if (type && strchr("diouxXeEfFgG", type)) {
             ok = format_number(c, v, type == 'u' ? 'd' : type, prec, plus, space, num, sizeof(num)) &&
                  jj_buf_put(c, &t, num, strlen(num));
         } else {

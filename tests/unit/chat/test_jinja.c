@@ -110,6 +110,10 @@ static void test_errors_and_messages(void **state)
     expect_status("{{ x[::, 1] }}", RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "a slice cannot be part of a subscript tuple"));
     expect_status("{{ x[1, 2:3] }}", RP_ERR_INVALID);
+    // a NUL as the conversion character (found by fuzz_template: it reached snprintf as "%.6")
+    expect_status("{{ '%\\x00' % 1 }}", RP_ERR_INVALID);
+    assert_non_null(strstr(rp_error_message(), "unsupported format character"));
+    expect_status("{{ '%\\x00d' % 1 }}", RP_ERR_INVALID);
     // number literals longer than the lexer's buffer (found by fuzz_template: a one-byte overflow)
     char lit[400];
     snprintf(lit, sizeof(lit), "{{ %0200d.5 }}", 1);
