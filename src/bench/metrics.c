@@ -8,8 +8,11 @@
  * started together) give the aggregate: decode tok/s = sum over streams of
  * (completion tokens - 1) / (latest last token - earliest first token), which
  * is the single-stream rate when the server serves one stream at a time and
- * N times it when it batches perfectly. A (task, run) with a failed request
- * has no figures: medians are over the runs that worked.
+ * N times it when it batches perfectly. A stream whose tokens (more than one)
+ * all came at one instant (a reply held back and sent whole) has no decode
+ * interval, so the aggregate has none either, as a single stream's rate.
+ * A (task, run) with a failed request has no figures: medians are over the
+ * runs that worked.
  */
 #include "bench_int.h"
 
@@ -116,7 +119,7 @@ void rp_bench_measure_records(const json_t *const *recs, size_t n, rp_bench_meas
         sdec[i] = num(recs[i], "decode_tok_s");
     m->stream_decode_tok_s = rp_bench_median(sdec, n);
     double sent = INFINITY, first = INFINITY, last = -INFINITY, tokens = 0;
-    bool all = true;
+    bool all = true, timed = true;
     for (size_t i = 0; i < n; i++) {
         ttft[i] = num(recs[i], "ttft_s");
         double s = num(recs[i], "t_sent"), f = num(recs[i], "t_first"), l = num(recs[i], "t_last");
@@ -125,6 +128,7 @@ void rp_bench_measure_records(const json_t *const *recs, size_t n, rp_bench_meas
             all = false;
             continue;
         }
+        timed &= c < 2 || l > f;
         sent = s < sent ? s : sent;
         first = f < first ? f : first;
         last = l > last ? l : last;
@@ -135,7 +139,7 @@ void rp_bench_measure_records(const json_t *const *recs, size_t n, rp_bench_meas
     if (!all)
         return;
     m->e2e_s = last - sent;
-    if (last > first && tokens > 0)
+    if (timed && last > first && tokens > 0)
         m->decode_tok_s = tokens / (last - first);
 }
 

@@ -395,6 +395,13 @@ static void test_aggregate_over_streams(void **state)
     assert_int_equal(m.completion_tokens, 23);
     assert_int_equal(m.cached_tokens, 4);
     assert_true(isnan(m.stream_decode_tok_s)); // the records carry no per-stream rate
+    // A stream whose 3 tokens came at one instant: no decode interval, so no aggregate
+    // (summing over the streams' spread of arrival times would give a rate of nothing).
+    json_object_set_new(json_array_get(recs, 2), "t_last", json_real(1.5));
+    rp_bench_measure_records(sel, 3, &m);
+    assert_true(isnan(m.decode_tok_s));
+    assert_true(m.e2e_s == 5.0);
+    json_object_set_new(json_array_get(recs, 2), "t_last", json_real(4));
     // One failed stream: no aggregate.
     json_object_set_new(json_array_get(recs, 2), "error", json_string("HTTP 503: busy"));
     rp_bench_measure_records(sel, 3, &m);
