@@ -376,14 +376,19 @@ static void level_progress(const runner *r, const char *id, int run)
     char ratio[48] = "";
     if (isfinite(one.decode_tok_s) && one.decode_tok_s > 0 && isfinite(m.decode_tok_s))
         snprintf(ratio, sizeof(ratio), " (%.2fx one stream)", m.decode_tok_s / one.decode_tok_s);
+    char agg[32] = "n/a", per[32] = "n/a"; // n/a: no decode interval (tokens sent in one piece)
+    if (isfinite(m.decode_tok_s))
+        snprintf(agg, sizeof(agg), "%.1f tok/s", m.decode_tok_s);
+    if (isfinite(m.stream_decode_tok_s))
+        snprintf(per, sizeof(per), "%.1f tok/s", m.stream_decode_tok_s);
     if (m.n_errors)
         fprintf(stderr, "rapid bench: [concurrency %d/%d] %s: %d of %zu streams FAILED (reasons in the records)\n",
                 run + 1, r->p->runs, id, m.n_errors, n);
     else
         fprintf(stderr,
-                "rapid bench: [concurrency %d/%d] %s: aggregate decode %.1f tok/s%s, per stream %.1f tok/s (median), "
+                "rapid bench: [concurrency %d/%d] %s: aggregate decode %s%s, per stream %s (median), "
                 "median ttft %.3f s, %.2f s\n",
-                run + 1, r->p->runs, id, m.decode_tok_s, ratio, m.stream_decode_tok_s, m.ttft_s, m.e2e_s);
+                run + 1, r->p->runs, id, agg, ratio, per, m.ttft_s, m.e2e_s);
 }
 
 // Takes the n records of a send (recs[i] taken, NULL on OOM), tagging each with
