@@ -372,8 +372,12 @@ bool jj_pad_put(jj_sbuf *o, const char *text, size_t len, int64_t width, char al
     return true;
 }
 
+// A number by a conversion type of Python's formats: d i o x X (integers), e E f F g G,
+// % (percent). The type reaches snprintf's format, so nothing else may pass (%n writes).
 static bool format_number(jj_ctx *c, const jv *v, char type, int prec, bool plus, bool space, char *out, size_t cap)
 {
+    if (!type || !strchr("dioxXeEfFgG%", type))
+        return jj_fail(c, RP_ERR_INVALID, "unsupported format type '%c'", type ? type : '?'), false;
     if (!jv_is_num(v))
         return jj_fail(c, RP_ERR_INVALID, "a number is required, not %s", jv_type_name(v)), false;
     char flags[4] = {0};
@@ -392,8 +396,9 @@ static bool format_number(jj_ctx *c, const jv *v, char type, int prec, bool plus
         return true;
     }
     char fmt[24];
-    snprintf(fmt, sizeof(fmt), "%%%s.%d%c", flags, prec < 0 ? 6 : prec > 100 ? 100 : prec, type);
-    snprintf(out, cap, fmt, jv_num(v));
+    snprintf(fmt, sizeof(fmt), "%%%s.%d%c%s", flags, prec < 0 ? 6 : prec > 100 ? 100 : prec, type == '%' ? 'f' : type,
+             type == '%' ? "%%" : "");
+    snprintf(out, cap, fmt, type == '%' ? jv_num(v) * 100 : jv_num(v));
     return true;
 }
 

@@ -110,6 +110,19 @@ static void test_errors_and_messages(void **state)
     expect_status("{{ x[::, 1] }}", RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "a slice cannot be part of a subscript tuple"));
     expect_status("{{ x[1, 2:3] }}", RP_ERR_INVALID);
+    // str.format's type reaches snprintf's format: only numeric types may (":n" was "%.6n", a write)
+    expect_status("{{ '{:n}'.format(1.5) }}", RP_ERR_INVALID);
+    assert_non_null(strstr(rp_error_message(), "unsupported format type 'n'"));
+    expect_status("{{ '{:z}'.format(1) }}", RP_ERR_INVALID);
+    expect_status("{{ '{:c}'.format(65) }}", RP_ERR_INVALID);
+    char *fout = NULL;
+    size_t fout_len;
+    json_t *none = json_object();
+    const char *pct = "{{ '{:.1%}|{:%}|{:+.2e}'.format(0.25, 1, 1234.5) }}";
+    assert_int_equal(render_src(pct, strlen(pct), none, &fout, &fout_len), RP_OK);
+    assert_string_equal(fout, "25.0%|100.000000%|+1.23e+03"); // as Python prints them
+    rp_free(fout);
+    json_decref(none);
     // a NUL as the conversion character (found by fuzz_template: it reached snprintf as "%.6")
     expect_status("{{ '%\\x00' % 1 }}", RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "unsupported format character"));
