@@ -16,9 +16,10 @@
  * a tile kernel (rp_mm_kernel, quant.h) that handles up to RP_MM_MAX_NR rows ×
  * RP_MM_MAX_NT tokens per call, so a weight row is read once per token tile, and
  * finishes them with the element-wise tail (bias, residual add, silu(gate) * up).
- * Decode (n = 1) walks its rows one at a time (a single sequential stream per
- * core reads DRAM faster than two interleaved ones); prefill walks a block of
- * rows that fits in L2 once per token tile.
+ * Decode (n = 1) hands the kernels a chunk's rows, which they walk one at a time (a
+ * single sequential stream per core reads DRAM faster than interleaved ones);
+ * prefill walks a block of rows that fits in L2 once per group of tokens (as many as
+ * the kernel asks for, rp_mm_tokens_avx512).
  *
  * Determinism: each output y[t][r] is one kernel's dot of row r with token t,
  * and kernels promise the same operation sequence for every (r, t) whatever the
@@ -302,6 +303,7 @@ typedef struct mm_isa {
     rp_mm_kernel kern;
     size_t act_bytes;
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out);
+    int tokens; // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
 } mm_isa;
 
 static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0)
@@ -310,6 +312,7 @@ static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0)
     if (level >= LVL_AVX512 && (m.kern = rp_mm_kernel_avx512(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
         m.quantize_act = rp_mm_act_fn_avx512(wtype);
+        m.tokens = rp_mm_tokens_avx512(wtype, ne0);
     } else if (level >= LVL_AVX2 && (m.kern = rp_mm_kernel_avx2(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx2(wtype, ne0);
         m.quantize_act = rp_mm_quantize_act_avx2;
@@ -392,6 +395,7 @@ typedef struct mm_job {
     size_t xstride;                                                  // bytes per activation row as the kernel reads it
     size_t wstride;    // bytes per weight row (all parts share the type and ne0)
     rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
+    int tokens;        // tokens per kernel call in prefill (<= RP_MM_MAX_NT)
     dot_fn dot;        // scalar reference dot
     int64_t n_chunks;
     int64_t batch;    // chunks taken at a time
@@ -433,19 +437,24 @@ static void compute_rows(const mm_job *j, const rp_tensor *wt, float *y, int64_t
                 y[(size_t)t * ldy + (size_t)r] = j->dot(w + (size_t)r * j->wstride, x + (size_t)t * j->xstride, ne0);
         return;
     }
-    if (j->n == 1) { // one weight stream per core: measured faster than two interleaved rows
-        for (int64_t r = lo; r < hi; r++)
-            j->kern(w + (size_t)r * j->wstride, j->wstride, 1, x, j->xstride, 1, ne0, y + r, ldy);
+    if (j->n == 1) { // the kernel walks the rows (in one stream, or several at once: its choice)
+        for (int64_t r = lo; r < hi; r += RP_MM_MAX_NR) {
+            int nr = (int)(hi - r < RP_MM_MAX_NR ? hi - r : RP_MM_MAX_NR);
+            j->kern(w + (size_t)r * j->wstride, j->wstride, nr, x, j->xstride, 1, ne0, y + r, ldy);
+        }
         return;
     }
-    // Prefill: a block of rows small enough to stay in L2 meets every token tile.
+    // Prefill: a block of rows small enough to stay in L2 meets every token group
+    // (j->tokens at most, the groups nearly equal: 6 tokens in groups of 4 are 3 + 3),
+    // whose activations stay in L1 while it does.
     int64_t rb = (int64_t)((256u << 10) / (j->wstride ? j->wstride : 1));
     if (rb < RP_MM_MAX_NR)
         rb = RP_MM_MAX_NR;
+    int groups = (j->n + j->tokens - 1) / j->tokens;
     for (int64_t r0 = lo; r0 < hi; r0 += rb) {
         int64_t r1 = r0 + rb < hi ? r0 + rb : hi;
-        for (int t0 = 0; t0 < j->n; t0 += RP_MM_MAX_NT) {
-            int nt = j->n - t0 < RP_MM_MAX_NT ? j->n - t0 : RP_MM_MAX_NT;
+        for (int g = 0, t0 = 0, nt; g < groups; g++, t0 += nt) {
+            nt = j->n / groups + (g < j->n % groups);
             for (int64_t r = r0; r < r1; r += RP_MM_MAX_NR) {
                 int nr = (int)(r1 - r < RP_MM_MAX_NR ? r1 - r : RP_MM_MAX_NR);
                 j->kern(w + (size_t)r * j->wstride, j->wstride, nr, x + (size_t)t0 * j->xstride, j->xstride, nt, ne0,
@@ -579,6 +588,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     j.dot = scalar_dot(w->type);
     mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0]);
     j.kern = isa.kern;
+    j.tokens = isa.tokens ? isa.tokens : RP_MM_MAX_NT;
     j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
     bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) &&
               act_row_bytes(w->type, w->ne[0], isa.act_bytes, &j.xstride);

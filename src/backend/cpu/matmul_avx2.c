@@ -65,7 +65,7 @@ RP_INLINE __m256 load_w8(const uint8_t *row, int64_t i, int wt)
 RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
                           const int NR, const int NT, const int wt)
 {
-    __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+    __m256 acc[MM_TILE_NR][MM_TILE_NT][4];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -238,7 +238,7 @@ RP_INLINE uint16_t blk_d(const uint8_t *blk)
 // elements, lane 4+k: its last 16), the offset of unsigned quants removed with the activation's
 // half sums, converted once and multiplied-added with the 4 blocks' scale products.
 RP_INLINE void q32_group(const uint8_t *const *wg, const uint8_t *x, size_t xs, int64_t nbp, int64_t g,
-                         __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT], const int NR, const int NT, const int wt)
+                         __m256 acc[MM_TILE_NR][MM_TILE_NT], const int NR, const int NT, const int wt)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     const int bs = blk_bytes(wt);
@@ -280,7 +280,7 @@ RP_INLINE void q32_group(const uint8_t *const *wg, const uint8_t *x, size_t xs, 
 RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
                         const int NR, const int NT, const int wt)
 {
-    __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT];
+    __m256 acc[MM_TILE_NR][MM_TILE_NT];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -288,7 +288,7 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
             acc[r][t] = _mm256_setzero_ps();
     const int bs = blk_bytes(wt);
     int64_t nb = ne0 / RP_QK, nbp = act_nbp(ne0), ng = nb / 4;
-    const uint8_t *wg[RP_MM_MAX_NR];
+    const uint8_t *wg[MM_TILE_NR];
     for (int64_t g = 0; g < ng; g++) {
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++)
@@ -296,7 +296,7 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
         q32_group(wg, x, xs, nbp, g, acc, NR, NT, wt);
     }
     if (nb % 4) { // last partial group: zero blocks (scale 0) after the row's end
-        uint8_t tail[RP_MM_MAX_NR][4 * 34];
+        uint8_t tail[MM_TILE_NR][4 * 34];
         for (int r = 0; r < NR; r++) {
             memset(tail[r], 0, sizeof(tail[r]));
             memcpy(tail[r], w + r * ws + ng * 4 * bs, (size_t)(nb % 4) * bs);
@@ -336,8 +336,8 @@ RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, 
 {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256 acc[RP_MM_MAX_NR][RP_MM_MAX_NT];
-    __m128 macc[RP_MM_MAX_NR][RP_MM_MAX_NT]; // lane 0: the mins' part (Q4_K/Q5_K)
+    __m256 acc[MM_TILE_NR][MM_TILE_NT];
+    __m128 macc[MM_TILE_NR][MM_TILE_NT]; // lane 0: the mins' part (Q4_K/Q5_K)
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8

@@ -6,11 +6,12 @@
  * rule as matmul_avx2.c: every (row, token) accumulator sees one fixed instruction
  * sequence in every (NR, NT) specialisation, float arithmetic only through intrinsics.
  *
- * Float weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
+ * F32/F16 weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
  * token); F16 widens with vcvtph2ps; a masked tail (masked loads never fault past the
  * row). BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
  * shift makes the even ones floats and a mask the odd ones, against activations split
- * once per matmul into even and odd halves of each 32 elements (in the scratch).
+ * once per matmul into even and odd halves of each 32 elements (in the scratch); two
+ * accumulators per (row, token), in tiles of 2 rows x 4 tokens (see tile_bf16).
  * Q8_0 / Q4_0 (× activations quantized as Q8_0, in this file's own layout): a group
  * of 4 blocks at a time. One vpermt2b gathers the 4 blocks' quants from two loads so
  * that 128-bit lane k holds block k (first 16 elements in one vector, last 16 in the
@@ -100,7 +101,7 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
                           const int NR, const int NT, const int wt)
 {
     const int esz = wt == W_F32 ? 4 : 2;
-    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+    __m512 acc[MM_TILE_NR][MM_TILE_NT][4];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -185,42 +186,55 @@ RP_INLINE __m512i load_bf16x32(const uint8_t *p)
                               _mm256_loadu_si256((const __m256i *)(p + 32)), 1);
 }
 
+/* BF16 order: two accumulators per (row, token), one for the even elements of each 32
+ * and one for the odd ones, in element order; the output is hsum16 of their sum. With
+ * two per output (not four as the other float types) a tile of 2 rows x 4 tokens fits
+ * the 32 registers with its activations, so each weight load serves 4 tokens and each
+ * activation load 2 rows: the inner loop is bound by the FMAs, not the loads (measured
+ * on one Zen 5 core, weights in L2: 60-68 GMAC/s for the four-accumulator 1 x 6 tiles,
+ * 80-95 for these). Rows are interleaved only where tokens share them: from DRAM, two
+ * interleaved rows stream measurably slower than one, so decode and two-token steps
+ * walk the rows one at a time (two FMA chains per row are enough there). */
+#define BF16_TR 2 // rows per batched tile
+#define BF16_TT 4 // tokens per batched tile
+
 RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
                          const int NR, const int NT)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
-    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][4];
+    __m512 ae[BF16_TR][BF16_TT], ao[BF16_TR][BF16_TT];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++)
-#pragma GCC unroll 8
-            for (int k = 0; k < 4; k++)
-                acc[r][t][k] = _mm512_setzero_ps();
+            ae[r][t] = ao[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= ne0; i += 64) {
+    for (; i + 32 <= ne0; i += 32) {
+        __m512 e[BF16_TR], o[BF16_TR];
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *wr = w + r * ws + i * 2;
             _mm_prefetch((const char *)wr + RP_PF_DIST, _MM_HINT_T0);
-            _mm_prefetch((const char *)wr + 64 + RP_PF_DIST, _MM_HINT_T0);
-            __m512i w0 = load_bf16x32(wr), w1 = load_bf16x32(wr + 64);
-            __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
-            __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, hi));
-            __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
-            __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, hi));
+            __m512i wv = load_bf16x32(wr);
+            e[r] = _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16));
+            o[r] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+        }
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) {
-                const float *xt = (const float *)(x + t * xs) + i;
-                acc[r][t][0] = _mm512_fmadd_ps(e0, _mm512_loadu_ps(xt), acc[r][t][0]);
-                acc[r][t][1] = _mm512_fmadd_ps(o0, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
-                acc[r][t][2] = _mm512_fmadd_ps(e1, _mm512_loadu_ps(xt + 32), acc[r][t][2]);
-                acc[r][t][3] = _mm512_fmadd_ps(o1, _mm512_loadu_ps(xt + 48), acc[r][t][3]);
+        for (int t = 0; t < NT; t++) {
+            const float *xt = (const float *)(x + t * xs) + i;
+            __m512 xe = _mm512_loadu_ps(xt), xo = _mm512_loadu_ps(xt + 16);
+            // In registers: gcc would otherwise fold each load into every row's FMA,
+            // loading the activations once per row (measured 20% slower).
+            __asm__("" : "+v"(xe), "+v"(xo));
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                ae[r][t] = _mm512_fmadd_ps(e[r], xe, ae[r][t]);
+                ao[r][t] = _mm512_fmadd_ps(o[r], xo, ao[r][t]);
             }
         }
     }
-    for (; i < ne0; i += 32) { // 32 at a time, the last one masked (zeros past the row, as in the activations)
-        __mmask32 m = ne0 - i >= 32 ? 0xFFFFFFFFu : (__mmask32)((1u << (ne0 - i)) - 1);
+    if (i < ne0) { // the last 32, masked (zeros past the row, as in the activations)
+        __mmask32 m = (__mmask32)((1u << (ne0 - i)) - 1);
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             __m512i wv = _mm512_maskz_loadu_epi16(m, w + r * ws + i * 2);
@@ -229,18 +243,17 @@ RP_INLINE void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
                 const float *xt = (const float *)(x + t * xs) + i;
-                acc[r][t][0] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xt), acc[r][t][0]);
-                acc[r][t][1] = _mm512_fmadd_ps(o, _mm512_loadu_ps(xt + 16), acc[r][t][1]);
+                ae[r][t] = _mm512_fmadd_ps(e, _mm512_loadu_ps(xt), ae[r][t]);
+                ao[r][t] = _mm512_fmadd_ps(o, _mm512_loadu_ps(xt + 16), ao[r][t]);
             }
         }
     }
-    __m512 sum[RP_MM_MAX_NR * RP_MM_MAX_NT];
+    __m512 sum[BF16_TR * BF16_TT];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++)
-            sum[r * NT + t] =
-                _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
+            sum[r * NT + t] = _mm512_add_ps(ae[r][t], ao[r][t]);
     store_tile_sums(sum, y, ldy, NR, NT);
 }
 
@@ -354,7 +367,7 @@ RP_INLINE int blk_bytes(int wt)
 // One group of 4 blocks (g) of every row and token into accumulator a (= g & 1, a
 // constant so that the accumulators stay in registers). wg[r]: the group's first weight block of row r.
 RP_INLINE void q_group(const q_idx *ix, const uint8_t *const *wg, const uint8_t *x, size_t xs, int64_t g,
-                       __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2], const int NR, const int NT, const int wt,
+                       __m512 acc[MM_TILE_NR][MM_TILE_NT][2], const int NR, const int NT, const int wt,
                        const bool pf, const int a)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
@@ -405,7 +418,7 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
                         const int NR, const int NT, const int wt)
 {
     const q_idx ix = make_idx();
-    __m512 acc[RP_MM_MAX_NR][RP_MM_MAX_NT][2];
+    __m512 acc[MM_TILE_NR][MM_TILE_NT][2];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -413,7 +426,7 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
             acc[r][t][0] = acc[r][t][1] = _mm512_setzero_ps();
     const int bs = blk_bytes(wt);
     int64_t nb = ne0 / RP_QK, ng = nb / 4;
-    const uint8_t *wg[RP_MM_MAX_NR];
+    const uint8_t *wg[MM_TILE_NR];
     for (int64_t g = 0; g < ng; g++) {
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++)
@@ -424,7 +437,7 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
             q_group(&ix, wg, x, xs, g, acc, NR, NT, wt, true, 0);
     }
     if (nb % 4) { // last partial group: zero blocks (scale 0) after the row's end
-        _Alignas(64) uint8_t tail[RP_MM_MAX_NR][192];
+        _Alignas(64) uint8_t tail[MM_TILE_NR][192];
         for (int r = 0; r < NR; r++) {
             memset(tail[r], 0, sizeof(tail[r]));
             memcpy(tail[r], w + r * ws + ng * 4 * bs, (size_t)(nb % 4) * bs);
@@ -446,20 +459,71 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
 DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
-/* Tokens per pass over a weight row (DEFINE_KERNEL_FIT): BF16 up to 6 (24 accumulators)
- * whose activations (floats, padded to 32) stay within 24 KiB of L1; Q8_0 / Q4_0 up to
- * 8 (16 accumulators) within 128 KiB (their 256-byte groups per 128 elements): their
- * weights cost more to unpack, so more tokens per unpacked group pay even from L2. */
-#define BF16_ACT_BYTES(ne0) ((ne0 + 31) / 32 * 32 * (int64_t)sizeof(float))
+/* BF16: tiles of BF16_TR rows (one for fewer than 3 tokens) x up to BF16_TT tokens, the
+ * tokens cut into passes of nearly equal size (6 tokens: 3 + 3, not 4 + 2). */
+#define BF16_TILE(NR, NT) tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, NR, NT)
+#define BF16_ROWS(NT)                                                                                                  \
+    do {                                                                                                               \
+        if (k == 2)                                                                                                    \
+            BF16_TILE(2, NT);                                                                                          \
+        else                                                                                                           \
+            BF16_TILE(1, NT);                                                                                          \
+    } while (0)
+
+static __attribute__((noinline)) void k_bf16_multi(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                                    int nt, int64_t ne0, float *y, size_t ldy)
+{
+    _Static_assert(BF16_TR == 2 && BF16_TT == 4, "the switch below instantiates these tile shapes");
+    int passes = (nt + BF16_TT - 1) / BF16_TT;
+    for (int p = 0, t = 0; p < passes; p++) {
+        int m = nt / passes + (p < nt % passes);
+        const uint8_t *xt = x + (size_t)t * xs;
+        int tr = nt >= 3 ? BF16_TR : 1; // (see BF16_TR)
+        for (int r = 0; r < nr; r += tr) {
+            int k = nr - r < tr ? nr - r : tr;
+            const uint8_t *wr = w + (size_t)r * ws;
+            float *yt = y + (size_t)t * ldy + r;
+            switch (m) {
+            case 1: BF16_ROWS(1); break;
+            case 2: BF16_ROWS(2); break;
+            case 3: BF16_ROWS(3); break;
+            default: BF16_ROWS(4); break;
+            }
+        }
+        t += m;
+    }
+}
+
+static void k_bf16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                   size_t ldy)
+{
+    if (nt > 1) {
+        k_bf16_multi(w, ws, nr, x, xs, nt, ne0, y, ldy);
+        return;
+    }
+    for (int r = 0; r < nr; r++)
+        tile_bf16(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1);
+}
+
+/* Q8_0 / Q4_0: up to 8 tokens per pass over a weight row (16 accumulators) whose
+ * activations (256-byte groups per 128 elements) stay within 128 KiB
+ * (DEFINE_KERNEL_FIT): their weights cost more to unpack, so more tokens per
+ * unpacked group pay even from L2. */
 #define Q_ACT_BYTES(ne0) (act_groups(ne0) * ACT_GROUP_BYTES)
-#define tile_bf16_(w, ws, x, xs, ne0, y, ldy, NR, NT, wt) tile_bf16(w, ws, x, xs, ne0, y, ldy, NR, NT)
-DEFINE_KERNEL_FIT(k_bf16, tile_bf16_, 0, 6, BF16_ACT_BYTES, 24 << 10)
 DEFINE_KERNEL_FIT(k_q8_0, tile_q32, W_Q8_0, 8, Q_ACT_BYTES, 128 << 10)
 DEFINE_KERNEL_FIT(k_q4_0, tile_q32, W_Q4_0, 8, Q_ACT_BYTES, 128 << 10)
 
 rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype)
 {
     return wtype == RP_DTYPE_BF16 ? split_act_bf16 : quantize_act_q;
+}
+
+int rp_mm_tokens_avx512(rp_dtype wtype, int64_t ne0)
+{
+    if (wtype != RP_DTYPE_BF16)
+        return 0;
+    int64_t fit = (24 << 10) / (int64_t)rp_mm_act_bytes_avx512(wtype, ne0) / BF16_TT * BF16_TT;
+    return fit < BF16_TT ? BF16_TT : fit > RP_MM_MAX_NT ? RP_MM_MAX_NT : (int)fit;
 }
 
 rp_mm_kernel rp_mm_kernel_avx512(rp_dtype wtype)

@@ -3,37 +3,43 @@
  *
  * Each ISA file (matmul_avx2.c, matmul_avx512.c) defines its own register tiles
  * and instantiates DEFINE_KERNEL_FIT (or DEFINE_KERNEL) with them, so the
- * dispatcher is compiled with that file's instruction set. A tile computes nr rows
- * x nt tokens; the split below keeps the per-(row, token) sequence of operations
- * the same for any nt (the determinism contract in backend.h): decode (nt == 1)
- * takes both rows at once, otherwise one row against up to MAXNT tokens at a time
- * (or two rows against two, see below).
+ * dispatcher is compiled with that file's instruction set. A tile computes NR rows
+ * x NT tokens; the split below keeps the per-(row, token) sequence of operations
+ * the same for any nr and nt (the determinism contract in quant.h): decode (nt == 1)
+ * walks the rows one at a time (one weight stream per core), otherwise one row
+ * against up to MAXNT tokens at a time (or two rows against two, see below).
+ * (AVX-512 BF16 has a dispatcher of its own, in matmul_avx512.c.)
  */
 #ifndef RP_MM_TILES_H
 #define RP_MM_TILES_H
 
+// The largest tile these dispatchers instantiate (the tiles' register arrays).
+#define MM_TILE_NR 2
+#define MM_TILE_NT 8
+
 /* For tiles that keep every (row, token) sum in registers without reloading the weights:
  * a pass over one row takes as many tokens as keep their activation rows within BUDGET
  * bytes (XBYTES(ne0): one activation row's bytes; from 2 up to MAXNT, at most 8), so
- * each weight load serves them all. Where only two fit (long rows) and two rows are asked
- * for, two-row tiles let each activation load serve both rows too. Decode (one token)
- * goes straight to its tile, in a function of its own (it is called once per row, so
- * the batched path's stack frame would cost it). */
+ * each weight load serves them all. Where only two fit (long rows), two-row tiles take
+ * the rows in pairs so that each activation load serves both rows too. Decode (one
+ * token) goes straight to its tile, in a function of its own (the batched path's stack
+ * frame would cost it). */
 #define DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, XBYTES, BUDGET)                                                       \
     static __attribute__((noinline)) void name##_multi(const uint8_t *w, size_t ws, int nr, const uint8_t *x,          \
                                                        size_t xs, int nt, int64_t ne0, float *y, size_t ldy)           \
     {                                                                                                                  \
         int64_t fit = (BUDGET) / XBYTES(ne0);                                                                          \
         int maxnt = fit < 2 ? 2 : fit > (MAXNT) ? (MAXNT) : (int)fit;                                                  \
-        if (nr == 2 && maxnt == 2) {                                                                                   \
+        int r = 0;                                                                                                     \
+        for (; maxnt == 2 && r + 2 <= nr; r += 2) {                                                                    \
+            const uint8_t *wr = w + (size_t)r * ws;                                                                    \
             int t = 0;                                                                                                 \
             for (; t + 2 <= nt; t += 2)                                                                                \
-                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 2, wt);                          \
+                tile(wr, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy + r, ldy, 2, 2, wt);                     \
             if (t < nt)                                                                                                \
-                tile(w, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy, ldy, 2, 1, wt);                          \
-            return;                                                                                                    \
+                tile(wr, ws, x + (size_t)t * xs, xs, ne0, y + (size_t)t * ldy + r, ldy, 2, 1, wt);                     \
         }                                                                                                              \
-        for (int r = 0; r < nr; r++) {                                                                                 \
+        for (; r < nr; r++) {                                                                                          \
             const uint8_t *wr = w + (size_t)r * ws;                                                                    \
             for (int t = 0; t < nt;) {                                                                                 \
                 int m = nt - t < maxnt ? nt - t : maxnt;                                                               \
@@ -80,10 +86,8 @@
             name##_multi(w, ws, nr, x, xs, nt, ne0, y, ldy);                                                           \
             return;                                                                                                    \
         }                                                                                                              \
-        if (nr == 2)                                                                                                   \
-            tile(w, ws, x, xs, ne0, y, ldy, 2, 1, wt);                                                                 \
-        else                                                                                                           \
-            tile(w, ws, x, xs, ne0, y, ldy, 1, 1, wt);                                                                 \
+        for (int r = 0; r < nr; r++)                                                                                   \
+            tile(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1, wt);                                            \
     }
 
 /* One row against up to MAXNT tokens per pass, whatever the row length. */

@@ -112,9 +112,10 @@ void rp_quant_row_q8_K(const float *x, rp_block_q8_K *y, int64_t n);
 // for float weights, else the partner type); ne0 elements per row.
 // Contract for every kernel: each (r, t) result is computed by the same sequence
 // of operations whatever nr and nt are (bitwise determinism across batch sizes).
-// Kernels accept nr <= RP_MM_MAX_NR and nt <= RP_MM_MAX_NT.
-#define RP_MM_MAX_NR 2
-#define RP_MM_MAX_NT 8
+// Kernels accept nr <= RP_MM_MAX_NR and nt <= RP_MM_MAX_NT and cut them into
+// register tiles of their own.
+#define RP_MM_MAX_NR 4
+#define RP_MM_MAX_NT 12
 typedef void (*rp_mm_kernel)(const uint8_t *w, size_t wstride, int nr, const uint8_t *x, size_t xstride, int nt,
                              int64_t ne0, float *y, size_t ldy);
 
@@ -133,6 +134,11 @@ void rp_mm_quantize_act_avx2(const float *x, int64_t ne0, uint8_t *out);
 // The AVX-512 (F/BW/VL/VNNI/VBMI) kernel for a weight type, NULL when there is none
 // (matmul_avx512.c; the AVX2 kernel serves the other types).
 rp_mm_kernel rp_mm_kernel_avx512(rp_dtype wtype);
+
+// Tokens the AVX-512 kernel for a weight type wants per call in prefill, 0 for any
+// number up to RP_MM_MAX_NT. BF16: as many whole tiles of tokens as keep their
+// activations within 24 KiB (the caller holds them in L1 across a block of rows).
+int rp_mm_tokens_avx512(rp_dtype wtype, int64_t ne0);
 
 // Converts one activation row x (ne0 floats) to a SIMD kernel's own layout.
 typedef void (*rp_mm_act_fn)(const float *x, int64_t ne0, uint8_t *out);
