@@ -13,7 +13,9 @@
  *           added and reduced with the AVX2 kernel's hadd tree. Four rows (query
  *           heads of the group, then the span's next tokens) go together, so
  *           each key register loaded feeds four FMAs.
- *   softmax: the AVX2 kernel's (rp_cpu_attn_softmax_avx2).
+ *   softmax: the AVX2 kernel's (rp_cpu_attn_softmax_avx2) 16 lanes at a time: its max
+ *           (exact in any order), its exp lane for lane, and its eight-lane sum (the
+ *           two halves of each 16 added in turn).
  *   values: o[j] = Σ e[p] · V[p][j] in key order is one FMA chain per element j;
  *           16 elements per register instead of 8, four rows at a time (sixteen
  *           independent chains for head_dim 64, and each V row read once for the
@@ -24,19 +26,88 @@
 #include "cpu_int.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
 #define ROWS 4 // query rows computed together: each K or V row loaded serves all of them
 
+// rp_cpu_attn_softmax_avx2's exp8 on 16 lanes: the same operations on each lane.
+RP_INLINE __m512 exp16(__m512 x)
+{
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693145751953125f);
+    const __m512 ln2_lo = _mm512_set1_ps(1.42860682030941723e-6f);
+    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+    r = _mm512_fnmadd_ps(n, ln2_lo, r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
+}
+
+// rp_cpu_attn_softmax_avx2, bit for bit (see the file comment).
+static float softmax16(float *s, int n, float *l)
+{
+    int npad = (n + 7) & ~7;
+    for (int p = n; p < npad; p++)
+        s[p] = -INFINITY;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int p = 0;
+    for (; p + 16 <= npad; p += 16)
+        mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + p));
+    if (p < npad) // the last 8
+        mx = _mm512_max_ps(mx, _mm512_insertf32x8(mx, _mm256_loadu_ps(s + p), 0));
+    float m = _mm512_reduce_max_ps(mx);
+    __m512 mv = _mm512_set1_ps(m);
+    __m256 sum = _mm256_setzero_ps();
+    for (p = 0; p + 16 <= npad; p += 16) {
+        __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + p), mv));
+        _mm512_storeu_ps(s + p, e);
+        sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e));
+        sum = _mm256_add_ps(sum, _mm512_extractf32x8_ps(e, 1));
+    }
+    if (p < npad) {
+        __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + p), _mm512_castps512_ps256(mv));
+        __m256 e = _mm512_castps512_ps256(exp16(_mm512_zextps256_ps512(x)));
+        _mm256_storeu_ps(s + p, e);
+        sum = _mm256_add_ps(sum, e);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1)); // rp_cpu_attn_softmax_avx2's hsum8
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    *l = _mm_cvtss_f32(h);
+    return m;
+}
+
+// Sums adjacent lanes of x and y taken as one 32-lane vector: lane m = lane 2m + lane 2m + 1.
+RP_INLINE __m512 pair_sums(__m512 x, __m512 y)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_add_ps(_mm512_permutex2var_ps(x, ev, y), _mm512_permutex2var_ps(x, od, y));
+}
+
 // Dots of R query rows (q[r]: one head's query) with four key rows, into out[r][0..4)
 // times scale: the AVX2 kernel's dot4 for every row, its lanes one for one (each
 // row's accumulators see the same FMAs in the same order); the key loads are shared.
+// The sixteen sums are then reduced together, by the AVX2 kernel's tree: per dot s_j =
+// lane j + lane j + 8 (its a0 + a1), then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 +
+// s7)) (its two hadds and the add of the 128-bit halves); rows past R are zeros.
 RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd, __m128 scale, float *const *out)
 {
     __m512 a[ROWS][4];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < ROWS; r++)
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
             a[r][u] = _mm512_setzero_ps();
@@ -53,16 +124,27 @@ RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd
                 a[r][u] = _mm512_fmadd_ps(qv, k[u], a[r][u]);
         }
     }
+    __m512 v[8], p[4], h[2];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        __m256 s[4];
+    for (int r = 0; r < ROWS; r++) // v[2r + k]: lanes 0-7 s of key 2k, lanes 8-15 s of key 2k + 1
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            __m512 x = a[r][2 * k], y = a[r][2 * k + 1];
+            v[2 * r + k] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+        }
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) // the AVX2 kernel's a0 + a1
-            s[u] = _mm256_add_ps(_mm512_castps512_ps256(a[r][u]), _mm512_extractf32x8_ps(a[r][u], 1));
-        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
-        __m128 d = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(out[r], _mm_mul_ps(d, scale));
-    }
+    for (int r = 0; r < ROWS; r++) // p[r]: lanes 4u..4u+3 the pairs of key u
+        p[r] = pair_sums(v[2 * r], v[2 * r + 1]);
+    h[0] = pair_sums(p[0], p[1]); // two lanes per dot
+    h[1] = pair_sums(p[2], p[3]);
+    __m512 d = _mm512_mul_ps(pair_sums(h[0], h[1]), _mm512_broadcast_f32x4(scale)); // lane 4r + u
+    _mm_storeu_ps(out[0], _mm512_castps512_ps128(d));
+    if (R > 1)
+        _mm_storeu_ps(out[1], _mm512_extractf32x4_ps(d, 1));
+    if (R > 2)
+        _mm_storeu_ps(out[2], _mm512_extractf32x4_ps(d, 2));
+    if (R > 3)
+        _mm_storeu_ps(out[3], _mm512_extractf32x4_ps(d, 3));
 }
 
 // o[r] = Σ e[r][p] · V[p] over p < cnt[r] for R rows (cnt non-decreasing), 64
@@ -136,7 +218,7 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
         }
     }
     for (int r = 0; r < rows; r++)
-        a->m[r] = rp_cpu_attn_softmax_avx2(a->scores + (size_t)r * RP_ATTN_CHUNK, a->end[r / nq] - a->p0, a->l + r);
+        a->m[r] = softmax16(a->scores + (size_t)r * RP_ATTN_CHUNK, a->end[r / nq] - a->p0, a->l + r);
     for (int r = 0; r < rows; r += ROWS) {
         const float *e[ROWS];
         float *o[ROWS];
