@@ -20,7 +20,7 @@
 #include <math.h>
 #include <stdio.h>
 
-/* ---- the decode profile (RP_PROFILE=1, model_int.h) ---- */
+/* ---- the op profile (RP_PROFILE=N: the forwards of N tokens, model_int.h) ---- */
 
 static const char *const prof_names[RP_PROF_N] = {"embed", "rmsnorm", "qkv matmul", "rope", "attention",
                                                   "wo matmul", "gate/up matmul", "down matmul", "norm+lm_head"};
@@ -46,23 +46,23 @@ void rp_model_prof_print(const rp_model *m)
     if (!p || p->forwards == 0)
         return;
     double f = (double)p->forwards, sum = 0;
-    fprintf(stderr, "decode profile: %lld one-token forwards, %.3f ms each\n", (long long)p->forwards,
-            1e3 * p->total / f);
+    fprintf(stderr, "profile: %lld forwards of %d token%s, %.3f ms each\n", (long long)p->forwards, p->n_tokens,
+            p->n_tokens == 1 ? "" : "s", 1e3 * p->total / f);
     for (int k = 0; k < RP_PROF_N; k++) {
         if (!p->calls[k])
             continue;
         sum += p->t[k];
-        fprintf(stderr, "  %-15s %8.3f ms/token %5.1f%%  %6.1f us/call", prof_names[k], 1e3 * p->t[k] / f,
+        fprintf(stderr, "  %-15s %8.3f ms/fwd %5.1f%%  %6.1f us/call", prof_names[k], 1e3 * p->t[k] / f,
                 100 * p->t[k] / p->total, 1e6 * p->t[k] / (double)p->calls[k]);
         if (p->bytes[k] > 0)
-            fprintf(stderr, "  %7.2f MB/token  %6.2f GB/s", p->bytes[k] / f / 1e6, p->bytes[k] / p->t[k] / 1e9);
+            fprintf(stderr, "  %7.2f MB/fwd  %6.2f GB/s", p->bytes[k] / f / 1e6, p->bytes[k] / p->t[k] / 1e9);
         fputc('\n', stderr);
     }
-    fprintf(stderr, "  %-15s %8.3f ms/token %5.1f%%\n", "(between ops)", 1e3 * (p->total - sum) / f,
+    fprintf(stderr, "  %-15s %8.3f ms/fwd %5.1f%%\n", "(between ops)", 1e3 * (p->total - sum) / f,
             100 * (p->total - sum) / p->total);
 }
 
-// Runs one op (returning its error); with the profile on and one token, adds its time to `kind`.
+// Runs one op (returning its error); in a profiled forward, adds its time to `kind`.
 #define OP(kind, wbytes, call)                                                                                         \
     do {                                                                                                               \
         double t0_ = prof ? prof_now(m) : 0;                                                                           \
@@ -80,7 +80,7 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_att
     const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
     rp_scratch *s = &m->s;
-    bool prof = m->prof && n == 1 && l < c->n_layer; // the MTP layer is not profiled
+    bool prof = m->prof && n == m->prof->n_tokens && l < c->n_layer; // the MTP layer is not profiled
     rp_status st;
     OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
     rp_matmul_desc qkv[3] = {{&L->wq, s->q, L->bq, NULL}, {&L->wk, s->k, L->bk, NULL}, {&L->wv, s->v, L->bv, NULL}};
@@ -195,7 +195,7 @@ rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, fl
     if (st)
         return st;
     rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
-    bool prof = m->prof && n == 1;
+    bool prof = m->prof && n == m->prof->n_tokens;
     double t0 = prof ? prof_now(m) : 0;
     OP(RP_PROF_EMBED, 0, m->be->ops->get_rows(m->be, &m->tok_embd, b->tokens, n, m->s.x));
     for (int l = 0; l < c->n_layer; l++)

@@ -88,10 +88,14 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
         st = RP_ERR(RP_ERR_IO, "%s: no such model folder or file", path);
     if (st || (st = alloc_scratch(m)))
         goto fail;
-    const char *prof = getenv("RP_PROFILE");
-    if (prof && strcmp(prof, "1") == 0 && !(m->prof = rp_calloc(1, sizeof(*m->prof)))) {
-        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
-        goto fail;
+    const char *prof = getenv("RP_PROFILE"); // N: profile the forwards of N tokens (forward.c)
+    int prof_n = prof ? atoi(prof) : 0;
+    if (prof_n > 0) {
+        if (!(m->prof = rp_calloc(1, sizeof(*m->prof)))) {
+            st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        m->prof->n_tokens = prof_n;
     }
     const rp_model_config *c = &m->cfg;
     snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB",

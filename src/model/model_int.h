@@ -50,9 +50,10 @@ typedef struct rp_scratch {
     float *cat;    // (max_batch, 2*dim) the MTP's concatenated input; NULL without MTP
 } rp_scratch;
 
-// The decode profile (RP_PROFILE=1 in the environment when the model is loaded): wall
-// time of each op of the forwards that carry one token, after a synchronize, printed to
-// stderr when the model is destroyed. Off by default: a forward then reads no clock.
+// The op profile (RP_PROFILE=N in the environment when the model is loaded): wall time
+// of each op of the forwards that carry N tokens (1: decode steps; more: a verification
+// step with its drafts, or a batch), after a synchronize, printed to stderr when the
+// model is destroyed. Off by default: a forward then reads no clock.
 enum {
     RP_PROF_EMBED,
     RP_PROF_NORM,
@@ -72,6 +73,7 @@ typedef struct rp_prof {
     int64_t calls[RP_PROF_N];
     int64_t forwards;
     double total; // seconds in the profiled forwards
+    int n_tokens; // forwards of this many tokens are profiled (RP_PROFILE=N)
 } rp_prof;
 
 // One chunk of the weight arena (load.c): rp_malloc_huge memory, bump allocated.
@@ -106,7 +108,7 @@ struct rp_model {
     size_t weight_bytes;     // every weight loaded, MTP included
     size_t mtp_weight_bytes; // of which the MTP block's
     char desc[256];
-    rp_prof *prof; // NULL unless RP_PROFILE=1 (forward.c)
+    rp_prof *prof; // NULL unless RP_PROFILE=N (forward.c)
 };
 
 // forward.c: the profile's report (stderr)

@@ -5,7 +5,7 @@
  * load.c): float ones copied from the file's mapping, quantized ones made there;
  * rp_model_params.mmap_weights keeps float ones mapped. Either way the logits are
  * bitwise the same. Also: rp_malloc_huge, loading under failing allocations, and
- * the RP_PROFILE=1 decode profile (forward.c).
+ * the RP_PROFILE=N op profile (forward.c).
  */
 #include "model_harness.h"
 
@@ -194,6 +194,7 @@ static void test_load_out_of_memory(void **state)
 }
 
 // RP_PROFILE=1: one-token forwards are timed op by op; prefill forwards are not.
+// RP_PROFILE=4: the forwards of 4 tokens only.
 static void test_profile(void **state)
 {
     char path[4096];
@@ -224,8 +225,19 @@ static void test_profile(void **state)
     for (int k = 0; k < RP_PROF_N; k++)
         sum += p->t[k];
     assert_true(sum > 0 && sum <= p->total);
-    free(logits);
     rp_model_destroy(m); // prints the report to stderr
+
+    setenv("RP_PROFILE", "4", 1);
+    m = load(path, RP_DTYPE_F32, false);
+    unsetenv("RP_PROFILE");
+    assert_non_null(m->prof);
+    harness_prefill_all(m, ids, 3, 1, logits); // one-token forwards: not profiled
+    assert_int_equal(m->prof->forwards, 0);
+    harness_prefill_all(m, ids, 8, 4, logits); // two forwards of 4 tokens
+    assert_int_equal(m->prof->forwards, 2);
+    assert_int_equal(m->prof->calls[RP_PROF_QKV], 2 * n_layer);
+    free(logits);
+    rp_model_destroy(m);
 }
 
 int main(void)
