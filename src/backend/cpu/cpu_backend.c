@@ -20,6 +20,7 @@
  */
 #include "cpu_int.h"
 
+#include <emmintrin.h>
 #include <math.h>
 #include <stdatomic.h>
 
@@ -34,6 +35,12 @@ typedef struct cpu_backend {
     size_t attn_part_size;
     void *attn_span; // (n_tokens + 1) ints: the batch's spans (see attn_simd)
     size_t attn_span_size;
+    // cpu_rope's cos/sin table of the last call: (rope_n, 2 * rope_half) for positions
+    // rope_pos and frequencies rope_freq (every layer of a forward asks for the same)
+    void *rope_tab, *rope_pos;
+    size_t rope_tab_size, rope_pos_size;
+    const float *rope_freq;
+    int rope_n, rope_half;
 } cpu_backend;
 
 static cpu_backend *cpu(rp_backend *be)
@@ -66,6 +73,8 @@ static void cpu_destroy(rp_backend *be)
     rp_free_aligned(c->scores);
     rp_free_aligned(c->attn_part);
     rp_free_aligned(c->attn_span);
+    rp_free_aligned(c->rope_tab);
+    rp_free_aligned(c->rope_pos);
     rp_free(c);
 }
 
@@ -202,34 +211,76 @@ static rp_status cpu_add_bias(rp_backend *be, float *y, const float *b, int n, i
     return RP_OK;
 }
 
+// Σ x² of a row in double: eight running sums (s_l takes elements l, l + 8, ...) in four
+// SSE2 registers, then ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7)), then the tail
+// in order. (One sequential sum is a chain of dependent adds: 3x slower.)
+static double sum_squares(const float *x, int n)
+{
+    __m128d a01 = _mm_setzero_pd(), a23 = a01, a45 = a01, a67 = a01;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 lo = _mm_loadu_ps(x + i), hi = _mm_loadu_ps(x + i + 4);
+        __m128d d01 = _mm_cvtps_pd(lo), d23 = _mm_cvtps_pd(_mm_movehl_ps(lo, lo));
+        __m128d d45 = _mm_cvtps_pd(hi), d67 = _mm_cvtps_pd(_mm_movehl_ps(hi, hi));
+        a01 = _mm_add_pd(a01, _mm_mul_pd(d01, d01));
+        a23 = _mm_add_pd(a23, _mm_mul_pd(d23, d23));
+        a45 = _mm_add_pd(a45, _mm_mul_pd(d45, d45));
+        a67 = _mm_add_pd(a67, _mm_mul_pd(d67, d67));
+    }
+    __m128d g = _mm_add_pd(_mm_add_pd(a01, a45), _mm_add_pd(a23, a67));
+    double ss = _mm_cvtsd_f64(g) + _mm_cvtsd_f64(_mm_unpackhi_pd(g, g));
+    for (; i < n; i++)
+        ss += (double)x[i] * x[i];
+    return ss;
+}
+
 static rp_status cpu_rmsnorm(rp_backend *be, const float *x, const float *w, float eps, int rows, int width,
                              float *out)
 {
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * width;
         float *o = out + (size_t)r * width;
-        double ss = 0;
-        for (int i = 0; i < width; i++)
-            ss += (double)xr[i] * xr[i];
-        float inv = (float)(1.0 / sqrt(ss / width + eps));
+        float inv = (float)(1.0 / sqrt(sum_squares(xr, width) / width + eps));
         for (int i = 0; i < width; i++)
             o[i] = (xr[i] * inv) * w[i];
     }
     return RP_OK;
 }
 
+// The cos/sin table of n positions for frequencies inv_freq[0, half): the last one made
+// when the positions and frequencies are the same (Q and K of every layer), else a new one.
+static const float *rope_table(cpu_backend *c, const int32_t *pos, int n, int half, const float *inv_freq)
+{
+    if (c->rope_tab && c->rope_freq == inv_freq && c->rope_half == half && c->rope_n == n &&
+        memcmp(c->rope_pos, pos, (size_t)n * sizeof(*pos)) == 0)
+        return c->rope_tab;
+    if (grow(&c->rope_tab, &c->rope_tab_size, (size_t)n * 2 * half * sizeof(float)) ||
+        grow(&c->rope_pos, &c->rope_pos_size, (size_t)n * sizeof(*pos))) {
+        c->rope_freq = NULL;
+        return NULL;
+    }
+    float *tab = c->rope_tab;
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < half; i++) {
+            // As transformers: the angle is a float32 product, cos/sin of that float.
+            float a = (float)pos[t] * inv_freq[i];
+            tab[(size_t)t * 2 * half + i] = cosf(a);
+            tab[(size_t)t * 2 * half + half + i] = sinf(a);
+        }
+    memcpy(c->rope_pos, pos, (size_t)n * sizeof(*pos));
+    c->rope_freq = inv_freq, c->rope_half = half, c->rope_n = n;
+    return tab;
+}
+
 static rp_status cpu_rope(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
                           const float *inv_freq, rp_rope_style style)
 {
     int half = head_dim / 2;
-    float cs[512], sn[512]; // head_dim <= 1024 is checked at model load
+    const float *tab = rope_table(cpu(be), pos, n, half, inv_freq);
+    if (!tab)
+        return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate the rope table");
     for (int t = 0; t < n; t++) {
-        for (int i = 0; i < half; i++) {
-            // As transformers: the angle is a float32 product, cos/sin of that float.
-            float a = (float)pos[t] * inv_freq[i];
-            cs[i] = cosf(a);
-            sn[i] = sinf(a);
-        }
+        const float *cs = tab + (size_t)t * 2 * half, *sn = cs + half;
         for (int h = 0; h < n_head; h++) {
             float *v = x + ((size_t)t * n_head + h) * head_dim;
             for (int i = 0; i < half; i++) {
@@ -256,7 +307,7 @@ typedef struct attn_job {
     atomic_long next;   // next work item
     int64_t n_items;    // (span, kv head) pairs, or (span, kv head, chunk) triples when split
     const int *span;    // (n_spans + 1) first token of each span, then n_tokens
-    int64_t *item_base; // split: (n_spans + 1) first item of each span
+    int64_t *item_base; // split: (n_spans + 1) first item of each span (chunks, then row blocks to merge)
     size_t *part_base;  // split: (n_spans + 1) first float of each span's partials in part
     float *part;        // split: per item, a chunk's m, l, o (attn_part_floats)
     void (*chunk)(const rp_attn_chunk *a); // the kernel: AVX2, or AVX-512 (the same bits)
@@ -418,11 +469,11 @@ static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kv
     return r0;
 }
 
-// Rows [r0, rows) of run (the merge of chunks 0..c-1) become the merge of chunks
-// 0..c; part is chunk c.
-static void attn_merge(int rows, int r0, int hd, float *run, const float *part)
+// Rows [g0, g1) of run (the merge of chunks 0..c-1; partials of `rows` rows) become
+// the merge of chunks 0..c; part is chunk c.
+static void attn_merge(int rows, int g0, int g1, int hd, float *run, const float *part)
 {
-    for (int g = r0; g < rows; g++) {
+    for (int g = g0; g < g1; g++) {
         float m0 = run[g], m1 = part[g], mx = m0 > m1 ? m0 : m1;
         float a = expf(m0 - mx), b = expf(m1 - mx);
         run[g] = mx;
@@ -434,11 +485,11 @@ static void attn_merge(int rows, int r0, int hd, float *run, const float *part)
     }
 }
 
-// The outputs of span [t0, t1), kv head kvh: O / L of a merged run.
-static void attn_finish(const attn_job *j, int t0, int t1, int kvh, const float *run)
+// Rows [g0, g1) of the outputs of span [t0, t1), kv head kvh: O / L of a merged run.
+static void attn_finish(const attn_job *j, int t0, int t1, int kvh, int g0, int g1, const float *run)
 {
     int hd = j->head_dim, group = j->n_head / j->n_kv_head, rows = (t1 - t0) * group;
-    for (int g = 0; g < rows; g++) {
+    for (int g = g0; g < g1; g++) {
         float inv = 1.0f / run[rows + g];
         const float *o = run + 2 * (size_t)rows + (size_t)g * hd;
         float *out = j->out + ((size_t)(t0 + g / group) * j->n_head + (size_t)kvh * group + g % group) * hd;
@@ -467,9 +518,9 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
             int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
             j->chunk(&a);
             if (c > 0)
-                attn_merge(rows, r0, hd, run, part);
+                attn_merge(rows, r0, rows, hd, run, part);
         }
-        attn_finish(j, t0, t1, kvh, run);
+        attn_finish(j, t0, t1, kvh, 0, rows, run);
     }
 }
 
@@ -495,6 +546,47 @@ static void attn_split_worker(void *ctx, int ith, int nth)
         float *part = j->part + j->part_base[s] + (size_t)r * attn_part_floats((t1 - t0) * group, hd);
         attn_chunk_init(j, &a, t0, t1, (int)(r / n_chunks), (int)(r % n_chunks), end, scores, part);
         j->chunk(&a);
+    }
+}
+
+// Split, after the chunks: rows [g0, g1) of (span s, kv head kvh) merged chunk by chunk
+// in order into chunk 0's partial (in place), then their outputs. The same operations
+// for a row as the unsplit path's, whichever rows go together.
+static void attn_merge_rows(const attn_job *j, int s, int kvh, int g0, int g1)
+{
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
+    int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
+    const int32_t *pos = j->info->pos;
+    int n_chunks = attn_n_chunks(pos[t1 - 1]);
+    size_t pf = attn_part_floats(rows, hd);
+    float *run = j->part + j->part_base[s] + (size_t)kvh * n_chunks * pf;
+    for (int ch = 1, i0 = 0; ch < n_chunks; ch++) {
+        while (pos[t0 + i0] < ch * RP_ATTN_CHUNK) // the rows that have chunk ch: a suffix
+            i0++;
+        attn_merge(rows, i0 * group > g0 ? i0 * group : g0, g1, hd, run, run + (size_t)ch * pf);
+    }
+    attn_finish(j, t0, t1, kvh, g0, g1, run);
+}
+
+#define ATTN_MERGE_ROWS 4 // rows per item of the parallel merge
+
+// Split, the merge when it is large: item w is ATTN_MERGE_ROWS rows of (span s, kvh),
+// w = item_base[s] + kvh * blocks(s) + block.
+static void attn_merge_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    int group = j->n_head / j->n_kv_head;
+    for (;;) {
+        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (w >= j->n_items)
+            break;
+        int s = 0;
+        while (j->item_base[s + 1] <= w)
+            s++;
+        int rows = (j->span[s + 1] - j->span[s]) * group, blocks = (rows + ATTN_MERGE_ROWS - 1) / ATTN_MERGE_ROWS;
+        int64_t r = w - j->item_base[s];
+        int g0 = (int)(r % blocks) * ATTN_MERGE_ROWS, g1 = g0 + ATTN_MERGE_ROWS < rows ? g0 + ATTN_MERGE_ROWS : rows;
+        attn_merge_rows(j, s, (int)(r / blocks), g0, g1);
     }
 }
 
@@ -549,23 +641,24 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     j->part = c->attn_part;
     j->n_items = base[n_spans];
     rp_pool_run(c->pool, attn_split_worker, j);
-    float *run = c->scores; // the workers are done: thread 0's scratch is free
-    for (int s = 0; s < n_spans; s++) {
-        int t0 = span[s], t1 = span[s + 1], rows = (t1 - t0) * group;
-        int n_chunks = attn_n_chunks(info->pos[t1 - 1]);
-        size_t pf = attn_part_floats(rows, hd);
-        for (int kvh = 0; kvh < j->n_kv_head; kvh++) {
-            const float *p = j->part + part_base[s] + (size_t)kvh * n_chunks * pf;
-            memcpy(run, p, pf * sizeof(float));
-            for (int ch = 1; ch < n_chunks; ch++) {
-                int i0 = 0;
-                while (info->pos[t0 + i0] < ch * RP_ATTN_CHUNK)
-                    i0++;
-                attn_merge(rows, i0 * group, hd, run, p + (size_t)ch * pf);
-            }
-            attn_finish(j, t0, t1, kvh, run);
-        }
+    // The merge: on this thread when it is small (decode: a few rows), else by row blocks
+    // on the pool (a verification step's span: its merge alone took 10-20% of the step).
+    int64_t row_merges = 0;
+    for (int s = 0; s < n_spans; s++)
+        row_merges += (int64_t)(span[s + 1] - span[s]) * group * (base[s + 1] - base[s]);
+    if (row_merges < 256 || nth == 1) {
+        for (int s = 0; s < n_spans; s++)
+            for (int kvh = 0; kvh < j->n_kv_head; kvh++)
+                attn_merge_rows(j, s, kvh, 0, (span[s + 1] - span[s]) * group);
+        return RP_OK;
     }
+    for (int s = 0; s < n_spans; s++) {
+        int rows = (span[s + 1] - span[s]) * group;
+        base[s + 1] = base[s] + (int64_t)j->n_kv_head * ((rows + ATTN_MERGE_ROWS - 1) / ATTN_MERGE_ROWS);
+    }
+    j->n_items = base[n_spans];
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    rp_pool_run(c->pool, attn_merge_worker, j);
     return RP_OK;
 }
 

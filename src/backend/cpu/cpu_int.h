@@ -32,7 +32,7 @@ void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, flo
 bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count);
 
 // The matmuls mm[0..count) (see rp_matmul_desc) on x (n, ne0) in one pool run: the
-// activations are quantized once (on the calling thread for n <= 2), then the threads
+// activations are quantized once (on the calling thread when there are few), then the threads
 // take chunks of the union of rows from a shared counter. glu (count == 2, same
 // shapes): chunks pair rows of mm[0] (gate) and mm[1] (up), and mm[0].y becomes
 // silu(gate) * up (mm[1].y keeps up); bias and residual are ignored. Same scratch as

@@ -7,7 +7,7 @@
  * to the weight's partner type (Q8_0 or Q8_K) into the caller's scratch, or
  * into the chosen SIMD kernel's own layout (AVX-512 BF16 takes its float
  * activations there too, split into even and odd halves): on the calling thread
- * for one or two tokens, else in a pool run that splits the tokens. Kernels are
+ * for up to 16k elements, else in a pool run that splits the tokens. Kernels are
  * chosen per weight type: the highest instruction-set level the CPU has (cpuid,
  * XGETBV) with a kernel for the type, capped by a test hook. Then the threads split the union of the group's weight rows, in chunks
  * of one tile's rows: each streams its own contiguous share front to back and
@@ -619,7 +619,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     if (j.xtype != RP_DTYPE_F32 || j.quantize_act) {
         RP_ASSERT(scratch != NULL);
         j.xq = scratch;
-        if (n <= 2) // a pool run costs more than quantizing a row here
+        if (n <= 2 || (int64_t)n * j.ne0 <= 16384) // a pool run costs more than a few rows here
             for (int t = 0; t < n; t++)
                 quantize_row(&j, t);
         else

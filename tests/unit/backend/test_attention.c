@@ -458,14 +458,19 @@ static void test_spans(void **state)
             } else if (nth == 1 && ig == 0) {
                 print_message("no AVX-512: its kernel not compared\n");
             }
-            // the verification span alone (one span: split over its key chunks)
-            batch ver;
-            batch_init(&ver, &c, 17, seq + 20, pos + 20, all.q + 20 * qw);
-            float *vo = malloc(sizeof(float) * qw * 17);
-            run_attn(be, &c, &ver, vo);
-            assert_memory_equal(vo, o + 20 * qw, sizeof(float) * qw * 17);
-            free(vo);
-            batch_deinit(&ver);
+            // the verification span alone, and the run at the end of the long sequence alone
+            // (one span each: split over its key chunks, on 2 threads merged by row blocks
+            // when there are enough rows x chunks)
+            const int first[2] = {20, n - 17};
+            for (int k = 0; k < 2; k++) {
+                batch ver;
+                batch_init(&ver, &c, 17, seq + first[k], pos + first[k], all.q + first[k] * qw);
+                float *vo = malloc(sizeof(float) * qw * 17);
+                run_attn(be, &c, &ver, vo);
+                assert_memory_equal(vo, o + first[k] * qw, sizeof(float) * qw * 17);
+                free(vo);
+                batch_deinit(&ver);
+            }
             rp_backend_destroy(be);
         }
         free(o);
