@@ -240,13 +240,15 @@ static double sum_squares(const float *x, int n)
  * core of the 2-core VM). Small ones (decode) stay on the calling thread. */
 #define ROW_OP_POOL_MIN 4096 // elements from which a row op splits its rows over the pool
 
-typedef struct row_job {
+typedef struct row_job row_job;
+struct row_job {
+    void (*rows)(const row_job *j, int64_t lo, int64_t hi); // does rows [lo, hi)
     const float *x, *w; // rmsnorm: input, weight; rope: NULL, the cos/sin table (per token)
     float *out;         // rmsnorm: output; rope: x, rotated in place
     float eps;
-    int rows, width;     // rmsnorm: rows x width; rope: tokens x (n_head * head_dim)
+    int n_rows, width;   // rmsnorm: rows x width; rope: tokens x (n_head * head_dim)
     int head_dim, style; // rope
-} row_job;
+};
 
 static void norm_rows(const row_job *j, int64_t lo, int64_t hi)
 {
@@ -259,29 +261,28 @@ static void norm_rows(const row_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static void norm_task(void *p, int ith, int nth)
+static void row_task(void *p, int ith, int nth)
 {
     const row_job *j = p;
     int64_t lo, hi;
-    rp_split_range(j->rows, ith, nth, &lo, &hi);
-    norm_rows(j, lo, hi);
+    rp_split_range(j->n_rows, ith, nth, &lo, &hi);
+    j->rows(j, lo, hi);
 }
 
 // Runs a row job on the calling thread or, when large, split by rows on the pool.
-static void run_rows(cpu_backend *c, const row_job *j, void (*rows)(const row_job *, int64_t, int64_t),
-                     rp_pool_fn task)
+static void run_rows(cpu_backend *c, const row_job *j)
 {
-    if ((int64_t)j->rows * j->width < ROW_OP_POOL_MIN || rp_pool_size(c->pool) == 1)
-        rows(j, 0, j->rows);
+    if ((int64_t)j->n_rows * j->width < ROW_OP_POOL_MIN || rp_pool_size(c->pool) == 1)
+        j->rows(j, 0, j->n_rows);
     else
-        rp_pool_run(c->pool, task, (void *)j);
+        rp_pool_run(c->pool, row_task, (void *)j);
 }
 
 static rp_status cpu_rmsnorm(rp_backend *be, const float *x, const float *w, float eps, int rows, int width,
                              float *out)
 {
-    row_job j = {.x = x, .w = w, .out = out, .eps = eps, .rows = rows, .width = width};
-    run_rows(cpu(be), &j, norm_rows, norm_task);
+    row_job j = {.rows = norm_rows, .x = x, .w = w, .out = out, .eps = eps, .n_rows = rows, .width = width};
+    run_rows(cpu(be), &j);
     return RP_OK;
 }
 
@@ -328,22 +329,15 @@ static void rope_rows(const row_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static void rope_task(void *p, int ith, int nth)
-{
-    const row_job *j = p;
-    int64_t lo, hi;
-    rp_split_range(j->rows, ith, nth, &lo, &hi);
-    rope_rows(j, lo, hi);
-}
-
 static rp_status cpu_rope(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
                           const float *inv_freq, rp_rope_style style)
 {
     const float *tab = rope_table(cpu(be), pos, n, head_dim / 2, inv_freq);
     if (!tab)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate the rope table");
-    row_job j = {.w = tab, .out = x, .rows = n, .width = n_head * head_dim, .head_dim = head_dim, .style = (int)style};
-    run_rows(cpu(be), &j, rope_rows, rope_task);
+    row_job j = {.rows = rope_rows, .w = tab, .out = x, .n_rows = n, .width = n_head * head_dim,
+                 .head_dim = head_dim, .style = (int)style};
+    run_rows(cpu(be), &j);
     return RP_OK;
 }
 
