@@ -521,7 +521,8 @@ static void attn_merge(int rows, int g0, int g1, int hd, float *run, const float
 {
     for (int g = g0; g < g1; g++) {
         float m0 = run[g], m1 = part[g], mx = m0 > m1 ? m0 : m1;
-        float a = expf(m0 - mx), b = expf(m1 - mx);
+        // one of the two is e^0 = 1 (exactly, as expf(0) is): one expf per row, not two
+        float a = m0 == mx ? 1.0f : expf(m0 - mx), b = m1 == mx ? 1.0f : expf(m1 - mx);
         run[g] = mx;
         run[rows + g] = run[rows + g] * a + part[rows + g] * b;
         float *o = run + 2 * (size_t)rows + (size_t)g * hd;
@@ -743,10 +744,7 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
 
 static rp_status cpu_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out)
 {
-    for (size_t i = 0; i < count; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    rp_cpu_silu_mul(out, gate, up, (int64_t)count);
     return RP_OK;
 }
 

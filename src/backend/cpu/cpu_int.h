@@ -40,6 +40,11 @@ bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count);
 void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n,
                          void *scratch);
 
+// out[i] = silu(gate[i]) · up[i] (out may be gate): silu_avx2.c with AVX2, else
+// gate / (1 + expf(-gate)) · up. Each element's result depends only on its inputs.
+void rp_cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
+void rp_cpu_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
+
 // The instruction-set level the kernels use now (cpuid capped by the test hooks of
 // backend.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).
 int rp_cpu_simd_level(void);

@@ -499,11 +499,7 @@ static void run_chunks(const mm_job *j, int64_t c0, int64_t c1)
             compute_rows(j, u->w, u->y, lo, hi);
             for (int t = 0; t < j->n; t++) {
                 float *gy = g->y + (size_t)t * pt->rows;
-                const float *uy = u->y + (size_t)t * pt->rows;
-                for (int64_t r = lo; r < hi; r++) {
-                    float v = gy[r];
-                    gy[r] = v / (1.0f + expf(-v)) * uy[r];
-                }
+                rp_cpu_silu_mul(gy + lo, gy + lo, u->y + (size_t)t * pt->rows + lo, hi - lo);
             }
             continue;
         }
@@ -565,6 +561,18 @@ static void matmul_task(void *p, int ith, int nth)
     for (int v = 1; v < nth; v++)
         while (take_back(&j->ranges[(ith + v) % nth], k, &c0, &c1))
             run_chunks(j, c0, c1);
+}
+
+void rp_cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n)
+{
+    if (simd_level() >= LVL_AVX2) {
+        rp_cpu_silu_mul_avx2(out, gate, up, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
 }
 
 bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count)
