@@ -443,13 +443,14 @@ static void attn_worker(void *ctx, int ith, int nth)
  * (m = max score, l = Σ e^(s-m), o = Σ e^(s-m)·v), and the chunks are merged in
  * chunk order: M' = max(M, m), L = L·e^(M-M') + l·e^(m-M'), O likewise, out = O/L.
  * Tokens of one sequence at consecutive positions (a prefill chunk, a decode
- * token and its drafts) form spans of up to ATTN_SPAN tokens that go through
- * each chunk together, so the chunk's K and V are read once for the span, not
- * once per token: chunk c holds the span's tokens at positions >= c·RP_ATTN_CHUNK
- * (a suffix of the span), each with its own end. Work items are (span, kv head)
- * pairs taken from a shared counter (spans of a prompt differ in cost); when
- * there are few pairs (decode) each chunk is its own item (attn_split) and the
- * calling thread merges them afterwards. Both ways run the same kernel on the
+ * token and its drafts) form spans of up to ATTN_SPAN tokens (a longer run cut
+ * into nearly equal spans) that go through each chunk together, so the chunk's K
+ * and V are read once for the span, not once per token: chunk c holds the span's
+ * tokens at positions >= c·RP_ATTN_CHUNK (a suffix of the span), each with its own
+ * end. Work items are (span, kv head) pairs taken from a shared counter (spans of a
+ * prompt differ in cost); when there are few pairs (decode) each chunk is its own
+ * item (attn_split) and the partials are merged afterwards, by the calling thread or,
+ * when there are many rows, on the pool by blocks of rows. Both ways run the same kernel on the
  * same chunks and the same merge for every row, so a token's output depends
  * only on its query and its sequence's K/V, whatever its span.
  *
@@ -656,11 +657,19 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     rp_status st = grow(&c->attn_span, &c->attn_span_size, (size_t)(n_tokens + 1) * sizeof(int));
     if (st)
         return st;
+    // Spans: each run of a sequence's consecutive positions cut into the fewest spans of at
+    // most ATTN_SPAN tokens, of nearly equal size (33 tokens: 11 + 11 + 11, not 16 + 16 + 1,
+    // whose last span would read the whole context's K/V for one token).
     int *span = c->attn_span, n_spans = 0;
-    for (int t = 0; t < n_tokens; t++)
-        if (t == 0 || t - span[n_spans - 1] == ATTN_SPAN || info->block_table[t] != info->block_table[t - 1] ||
-            info->pos[t] != info->pos[t - 1] + 1)
+    for (int t0 = 0, t1; t0 < n_tokens; t0 = t1) {
+        for (t1 = t0 + 1; t1 < n_tokens && info->block_table[t1] == info->block_table[t1 - 1] &&
+                          info->pos[t1] == info->pos[t1 - 1] + 1;
+             t1++)
+            ;
+        int len = t1 - t0, parts = (len + ATTN_SPAN - 1) / ATTN_SPAN;
+        for (int k = 0, t = t0; k < parts; t += len / parts + (k < len % parts), k++)
             span[n_spans++] = t;
+    }
     span[n_spans] = n_tokens;
     j->span = span;
     j->chunk = rp_cpu_simd_level() >= 2 ? rp_cpu_attn_chunk_avx512 : rp_cpu_attn_chunk_avx2;

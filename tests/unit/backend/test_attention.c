@@ -412,7 +412,7 @@ static void test_spans(void **state)
         cache_init(&c, 2, lens, 2, group, hd, 2.0f);
         enum { N = 64 }; // (a batch's most)
         int seq[N], pos[N], n = 0;
-        for (int p = 0; p < 20; p++) // a prefill from position 0: 16 + 4
+        for (int p = 0; p < 20; p++) // a prefill from position 0: two spans (10 + 10)
             seq[n] = 0, pos[n++] = p;
         for (int p = 120; p < 137; p++) // a decode token and 16 drafts across the chunk boundary at 128
             seq[n] = 1, pos[n++] = p;
@@ -422,7 +422,7 @@ static void test_spans(void **state)
         seq[n] = 0, pos[n++] = 640;
         for (int p = 255; p < 258; p++)
             seq[n] = 1, pos[n++] = p;
-        for (int p = 682; p < 699; p++) // 17 tokens at the end of a long sequence: 16 + 1
+        for (int p = 682; p < 699; p++) // 17 tokens at the end of a long sequence: 9 + 8
             seq[n] = 0, pos[n++] = p;
         assert_true(n <= N);
         batch all;
