@@ -130,8 +130,9 @@ struct rp_backend {
 // The CPU backend with a pool of n_threads (0 = all cores).
 rp_status rp_backend_cpu_create(int n_threads, rp_backend **out);
 int rp_backend_cpu_threads(const rp_backend *be);
-// The CPU backend's thread pool, for a benchmark's own work between ops (driven by the
-// backend's thread, never during an op). be must be a CPU backend.
+// The CPU backend's thread pool, for work between ops (the engine's token draws, a
+// benchmark's own; driven by the backend's thread, never during an op). be must be a
+// CPU backend.
 rp_pool *rp_backend_cpu_pool(rp_backend *be);
 void rp_backend_destroy(rp_backend *be);
 
