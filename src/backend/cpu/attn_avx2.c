@@ -22,14 +22,14 @@
  * last row and drops the extra lanes; padded score lanes hold -inf and give
  * e = 0). All float arithmetic is written with intrinsics.
  *
- * exp: exp8 of exp_avx2.h (inputs are <= 0 here).
+ * exp: exp8 of vexp.h (inputs are <= 0 here).
  */
 #include "cpu_int.h"
 
 #include <immintrin.h>
 #include <math.h>
 
-#include "exp_avx2.h"
+#include "vexp.h"
 
 #define RP_INLINE static inline __attribute__((always_inline))
 

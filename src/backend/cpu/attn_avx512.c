@@ -28,32 +28,11 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "vexp.h"
+
 #define RP_INLINE static inline __attribute__((always_inline))
 
 #define ROWS 4 // query rows computed together: each K or V row loaded serves all of them
-
-// rp_cpu_attn_softmax_avx2's exp8 on 16 lanes: the same operations on each lane.
-RP_INLINE __m512 exp16(__m512 x)
-{
-    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
-    const __m512 ln2_hi = _mm512_set1_ps(0.693145751953125f);
-    const __m512 ln2_lo = _mm512_set1_ps(1.42860682030941723e-6f);
-    __mmask16 keep = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
-    r = _mm512_fnmadd_ps(n, ln2_lo, r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mov_ps(keep, _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
 
 // rp_cpu_attn_softmax_avx2, bit for bit (see the file comment).
 static float softmax16(float *s, int n, float *l)

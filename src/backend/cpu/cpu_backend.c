@@ -572,6 +572,19 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
     }
 }
 
+// Split runs: takes the next item from the shared counter; false when none is left.
+// *s is its span and *r its index among the span's items (from item_base).
+static bool attn_next_span_item(attn_job *j, int *s, int64_t *r)
+{
+    int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (w >= j->n_items)
+        return false;
+    for (*s = 0; j->item_base[*s + 1] <= w;)
+        ++*s;
+    *r = w - j->item_base[*s];
+    return true;
+}
+
 // Split: item w is chunk c of (span s, kvh) with w = item_base[s] + kvh * n_chunks(s) + c;
 // its partial at part + part_base[s] + (kvh * n_chunks(s) + c) * attn_part_floats(rows(s), hd).
 static void attn_split_worker(void *ctx, int ith, int nth)
@@ -580,17 +593,11 @@ static void attn_split_worker(void *ctx, int ith, int nth)
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
     rp_attn_chunk a;
-    int end[ATTN_SPAN];
-    for (;;) {
-        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (w >= j->n_items)
-            break;
-        int s = 0;
-        while (j->item_base[s + 1] <= w)
-            s++;
+    int end[ATTN_SPAN], s;
+    int64_t r;
+    while (attn_next_span_item(j, &s, &r)) {
         int t0 = j->span[s], t1 = j->span[s + 1];
         int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
-        int64_t r = w - j->item_base[s];
         float *part = j->part + j->part_base[s] + (size_t)r * attn_part_floats((t1 - t0) * group, hd);
         attn_chunk_init(j, &a, t0, t1, (int)(r / n_chunks), (int)(r % n_chunks), end, scores, part);
         j->chunk(&a);
@@ -623,16 +630,10 @@ static void attn_merge_rows(const attn_job *j, int s, int kvh, int g0, int g1)
 static void attn_merge_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
-    int group = j->n_head / j->n_kv_head;
-    for (;;) {
-        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (w >= j->n_items)
-            break;
-        int s = 0;
-        while (j->item_base[s + 1] <= w)
-            s++;
+    int group = j->n_head / j->n_kv_head, s;
+    int64_t r;
+    while (attn_next_span_item(j, &s, &r)) {
         int rows = (j->span[s + 1] - j->span[s]) * group, blocks = (rows + ATTN_MERGE_ROWS - 1) / ATTN_MERGE_ROWS;
-        int64_t r = w - j->item_base[s];
         int g0 = (int)(r % blocks) * ATTN_MERGE_ROWS, g1 = g0 + ATTN_MERGE_ROWS < rows ? g0 + ATTN_MERGE_ROWS : rows;
         attn_merge_rows(j, s, (int)(r / blocks), g0, g1);
     }

@@ -2,7 +2,7 @@
  * silu_avx2.c - silu(gate) · up on eight floats at a time (AVX2/FMA; chosen at run
  * time by rp_cpu_silu_mul, matmul.c).
  *
- * With t = e^-|g| (exp8 of exp_avx2.h, whose inputs must be <= 0): silu(g) = g / (1 +
+ * With t = e^-|g| (exp8 of vexp.h, whose inputs must be <= 0): silu(g) = g / (1 +
  * e^-g) is g / (1 + t) for g >= 0 and g·t / (1 + t) for g < 0 (multiply both terms of
  * the fraction by t), then times up. Within a few ulp of g / (1 + expf(-g)), and 8x
  * cheaper than calling expf per element. Every element sees the same operations: the
@@ -13,7 +13,7 @@
 
 #include <immintrin.h>
 
-#include "exp_avx2.h"
+#include "vexp.h"
 
 static inline __attribute__((always_inline)) __m256 silu_mul8(__m256 g, __m256 u)
 {
