@@ -819,8 +819,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->lp = rp_malloc((size_t)e->n_vocab * sizeof(float));
     if (rp_mul_size((size_t)e->max_rows * sizeof(float), (size_t)e->n_vocab, &rows))
         e->logits = rp_malloc_aligned(rows);
-    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_gens || !e->b_rows ||
-        !e->draw_gens || !e->draw_rows || !e->lp || !e->logits) {
+    if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_gens || !e->b_rows || !e->draw_gens ||
+        !e->draw_rows || !e->lp || !e->logits) {
         st = RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers (%d rows of logits)", e->max_rows);
         goto fail;
     }

@@ -176,9 +176,9 @@ struct rp_engine {
     rp_gen **b_gens;                // (max_running) the request of each sequence
     rp_gen **b_rows;                // (max_rows) the request of each logits row
     int n_b, n_b_seqs, n_b_rows, n_b_prefill;
-    rp_gen **draw_gens;             // (max_running) the requests of the step's rows without drafts
-    float **draw_rows;              // (max_running) their logits rows
-    rp_pool *pool;                  // the CPU backend's pool (idle between forwards), or NULL
+    rp_gen **draw_gens; // (max_running) the requests of the step's rows without drafts
+    float **draw_rows;  // (max_running) their logits rows
+    rp_pool *pool;      // the CPU backend's pool (idle between forwards), or NULL
     float *logits;      // (max_rows, n_vocab)
     float *lp;          // (n_vocab) logprobs of one row
     char step_err[512]; // why the last forward failed

@@ -61,7 +61,8 @@ static float softmax16(float *s, int n, float *l)
         _mm256_storeu_ps(s + p, e);
         sum = _mm256_add_ps(sum, e);
     }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1)); // rp_cpu_attn_softmax_avx2's hsum8
+    __m128 h =
+        _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1)); // rp_cpu_attn_softmax_avx2's hsum8
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     *l = _mm_cvtss_f32(h);

@@ -335,8 +335,13 @@ static rp_status cpu_rope(rp_backend *be, float *x, const int32_t *pos, int n, i
     const float *tab = rope_table(cpu(be), pos, n, head_dim / 2, inv_freq);
     if (!tab)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate the rope table");
-    row_job j = {.rows = rope_rows, .w = tab, .out = x, .n_rows = n, .width = n_head * head_dim,
-                 .head_dim = head_dim, .style = (int)style};
+    row_job j = {.rows = rope_rows,
+                 .w = tab,
+                 .out = x,
+                 .n_rows = n,
+                 .width = n_head * head_dim,
+                 .head_dim = head_dim,
+                 .style = (int)style};
     run_rows(cpu(be), &j);
     return RP_OK;
 }

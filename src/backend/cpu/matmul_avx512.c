@@ -367,8 +367,8 @@ RP_INLINE int blk_bytes(int wt)
 // One group of 4 blocks (g) of every row and token into accumulator a (= g & 1, a
 // constant so that the accumulators stay in registers). wg[r]: the group's first weight block of row r.
 RP_INLINE void q_group(const q_idx *ix, const uint8_t *const *wg, const uint8_t *x, size_t xs, int64_t g,
-                       __m512 acc[MM_TILE_NR][MM_TILE_NT][2], const int NR, const int NT, const int wt,
-                       const bool pf, const int a)
+                       __m512 acc[MM_TILE_NR][MM_TILE_NT][2], const int NR, const int NT, const int wt, const bool pf,
+                       const int a)
 {
     const __m512i m4 = _mm512_set1_epi8(0xF);
 #pragma GCC unroll 8
@@ -471,7 +471,7 @@ DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
     } while (0)
 
 static __attribute__((noinline)) void k_bf16_multi(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                                                    int nt, int64_t ne0, float *y, size_t ldy)
+                                                   int nt, int64_t ne0, float *y, size_t ldy)
 {
     _Static_assert(BF16_TR == 2 && BF16_TT == 4, "the switch below instantiates these tile shapes");
     int passes = (nt + BF16_TT - 1) / BF16_TT;
@@ -484,10 +484,18 @@ static __attribute__((noinline)) void k_bf16_multi(const uint8_t *w, size_t ws, 
             const uint8_t *wr = w + (size_t)r * ws;
             float *yt = y + (size_t)t * ldy + r;
             switch (m) {
-            case 1: BF16_ROWS(1); break;
-            case 2: BF16_ROWS(2); break;
-            case 3: BF16_ROWS(3); break;
-            default: BF16_ROWS(4); break;
+            case 1:
+                BF16_ROWS(1);
+                break;
+            case 2:
+                BF16_ROWS(2);
+                break;
+            case 3:
+                BF16_ROWS(3);
+                break;
+            default:
+                BF16_ROWS(4);
+                break;
             }
         }
         t += m;

@@ -506,7 +506,7 @@ static void test_silu(void **state)
             if (!(err <= 4e-7 * fabs(ref) + 1e-30)) // (below -87 the SIMD exp gives 0: |silu| < 1e-35 there)
                 fail_msg("level %d: silu(%g) * %g = %.9g, want %.9g", lv, g[i], u[i], y[i], ref);
         }
-        for (int off = 1; off < 9; off++) { // shifted starts and short calls give the same bits
+        for (int off = 1; off < 9; off++) {   // shifted starts and short calls give the same bits
             memcpy(y2, g, N * sizeof(float)); // in place, as the fused gate/up runs it
             rp_cpu_silu_mul(y2 + off, y2 + off, u + off, N - off - (off & 3));
             if (memcmp(y2 + off, y + off, (size_t)(N - off - (off & 3)) * sizeof(float)) != 0)
