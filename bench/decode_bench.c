@@ -14,7 +14,7 @@
  * default 16; one forward of up to 512 tokens at a time) is timed too (median).
  * Not a test: numbers go to bench/RESULTS.md.
  *
- * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R]
+ * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]
  */
 #include "model/model.h"
 
@@ -107,7 +107,8 @@ static void print_loadavg(const char *when)
     printf("# load average at %s: %s\n", when, line);
 }
 
-#define USAGE "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R]\n"
+#define USAGE                                                                                                          \
+    "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]\n"
 #define MAX_RUNS 64
 
 typedef struct run_state {
@@ -162,10 +163,13 @@ int main(int argc, char **argv)
     rp_model_params mp;
     rp_model_params_default(&mp);
     int n_gen = 64, n_prompt = 16, n_runs = 5;
+    rp_dtype kv_type = RP_DTYPE_F16;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quant") == 0 && i + 1 < argc) {
             const char *q = argv[++i];
             mp.quant = strcmp(q, "q8") == 0 ? RP_DTYPE_Q8_0 : strcmp(q, "q4") == 0 ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
+        } else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
+            kv_type = strcmp(argv[++i], "f32") == 0 ? RP_DTYPE_F32 : RP_DTYPE_F16;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             mp.n_threads = atoi(argv[++i]);
         } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
@@ -200,7 +204,7 @@ int main(int argc, char **argv)
     }
     run_state r = {.m = m, .n_prompt = n_prompt, .n_gen = n_gen};
     int total = n_prompt + n_gen;
-    if (rp_model_kv_create(m, 16, total / 16 + 2, &r.kv)) {
+    if (rp_model_kv_create(m, 16, total / 16 + 2, kv_type, &r.kv)) {
         fprintf(stderr, "decode-bench: %s\n", rp_error_message());
         return 1;
     }

@@ -3,6 +3,7 @@
  * it: does a batched step read the weights once for all its sequences?
  *
  *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4]
+ *              [--kv f16|f32]
  *
  * For each batch size B: B sequences each hold a context of N tokens (prefilled
  * once, fixed-seed token ids), then S decode forwards of B tokens (one per
@@ -33,7 +34,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = "models/rapid-tiny", *list = "1,2,4,8,16";
     int ctx = 256, steps = 200, threads = 0;
-    rp_dtype quant = RP_DTYPE_F32;
+    rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             list = argv[++i];
@@ -43,6 +44,8 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc)
+            kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
         else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
             const char *q = argv[++i];
             quant = !strcmp(q, "q8") ? RP_DTYPE_Q8_0 : !strcmp(q, "q4") ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
@@ -93,7 +96,8 @@ int main(int argc, char **argv)
     bool *want = malloc(sizeof(bool) * (size_t)mb);
     float *logits = malloc(sizeof(float) * (size_t)mb * (size_t)cfg->n_vocab);
     double *t = malloc(sizeof(double) * (size_t)nb * (size_t)steps);
-    if (!tok || !pos || !seq || !want || !logits || !t || rp_model_kv_create(m, block, per_seq * max_b, &kv) != RP_OK) {
+    if (!tok || !pos || !seq || !want || !logits || !t ||
+        rp_model_kv_create(m, block, per_seq * max_b, kv_type, &kv) != RP_OK) {
         fprintf(stderr, "step-bench: out of memory\n");
         return 1;
     }

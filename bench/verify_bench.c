@@ -14,6 +14,7 @@
  * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
  *
  * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu] [--simd LEVEL]
+ *                     [--kv f16|f32]
  */
 #include "model/model.h"
 
@@ -43,9 +44,11 @@ int main(int argc, char **argv)
 {
     const char *path = NULL;
     int threads = 0, ctx = 1500, reps = 15, max_n = 32;
-    rp_dtype quant = RP_DTYPE_F32;
+    rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+        if (!strcmp(argv[i], "--kv") && i + 1 < argc)
+            kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
             ctx = atoi(argv[++i]);
@@ -96,7 +99,7 @@ int main(int argc, char **argv)
     }
     const rp_model_config *c = rp_model_get_config(m);
     int total = ctx + max_n, B = 512;
-    if (rp_model_kv_create(m, 16, total / 16 + 2, &kv) || rp_kv_seq_reserve(kv, &seq, total)) {
+    if (rp_model_kv_create(m, 16, total / 16 + 2, kv_type, &kv) || rp_kv_seq_reserve(kv, &seq, total)) {
         fprintf(stderr, "verify-bench: %s\n", rp_error_message());
         goto done;
     }

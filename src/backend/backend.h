@@ -41,11 +41,14 @@ typedef enum rp_rope_style {
 } rp_rope_style;
 
 // Paged KV of one layer: n_blocks blocks of block_size tokens, each token holding
-// n_kv_head x head_dim floats for K and the same for V.
-//   k, v: (n_blocks, block_size, n_kv_head, head_dim) float32, backend memory
+// n_kv_head x head_dim values for K and the same for V, stored as `type`:
+// RP_DTYPE_F16 (IEEE half, rounded to nearest even when written; the default) or
+// RP_DTYPE_F32. Attention computes in float32 either way.
+//   k, v: (n_blocks, block_size, n_kv_head, head_dim) of type, backend memory
 typedef struct rp_kv_layer {
-    float *k;
-    float *v;
+    void *k;
+    void *v;
+    rp_dtype type;
 } rp_kv_layer;
 
 // What attention needs to know about each token of a flattened batch. Plain data,
@@ -110,7 +113,7 @@ typedef struct rp_backend_ops {
     // x[t] (n_head, head_dim) rotated in place by pos[t]
     rp_status (*rope)(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
                       const float *inv_freq, rp_rope_style style);
-    // Writes k, v (n, n_kv_head*head_dim) into the layer's slots, then
+    // Writes k, v (n, n_kv_head*head_dim) into the layer's slots (converted to its type), then
     // out[t] (n_head*head_dim) = softmax(q[t]·K[0..pos[t]]ᵀ · scale) · V of the token's sequence.
     rp_status (*attention)(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                            const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,

@@ -157,7 +157,7 @@ rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp
     XXH3_128bits_update(&h, CACHE_TAG, sizeof(CACHE_TAG) - 1);
     XXH3_128bits_update(&h, model_fp, 16);
     uint32_t geo[5] = {(uint32_t)rp_kv_pool_n_layers(pool), (uint32_t)rp_kv_pool_n_kv_head(pool),
-                       (uint32_t)rp_kv_pool_head_dim(pool), (uint32_t)c->bs, (uint32_t)RP_DTYPE_F32};
+                       (uint32_t)rp_kv_pool_head_dim(pool), (uint32_t)c->bs, (uint32_t)rp_kv_pool_type(pool)};
     XXH3_128bits_update(&h, geo, sizeof(geo));
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&h));

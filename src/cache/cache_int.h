@@ -37,7 +37,7 @@ typedef struct block_header {
     uint8_t key[16];
     uint8_t parent[16];
     uint32_t n_layer, n_kv_head, head_dim, block_size;
-    uint32_t dtype; // rp_dtype of K and V (RP_DTYPE_F32)
+    uint32_t dtype; // rp_dtype of K and V (RP_DTYPE_F16 or RP_DTYPE_F32)
     uint32_t reserved0;
     uint64_t payload_bytes;
     uint64_t payload_sum; // XXH3-64 of the payload

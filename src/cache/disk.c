@@ -103,7 +103,7 @@ static bool header_ok(const rp_cache *c, const block_header *h, const int32_t *t
         h->n_layer != (uint32_t)rp_kv_pool_n_layers(c->pool) ||
         h->n_kv_head != (uint32_t)rp_kv_pool_n_kv_head(c->pool) ||
         h->head_dim != (uint32_t)rp_kv_pool_head_dim(c->pool) || h->block_size != (uint32_t)c->bs ||
-        h->dtype != RP_DTYPE_F32 || h->payload_bytes != c->block_bytes || size != file_bytes(c) ||
+        h->dtype != (uint32_t)rp_kv_pool_type(c->pool) || h->payload_bytes != c->block_bytes || size != file_bytes(c) ||
         h->header_sum != header_sum(h, toks, c->bs))
         return false;
     rp_cache_key want = rp_cache_key_of(c, key_from_bytes(h->parent), toks);
@@ -393,7 +393,7 @@ static bool write_block(rp_cache *c, batch_item *b)
     h.n_kv_head = (uint32_t)rp_kv_pool_n_kv_head(c->pool);
     h.head_dim = (uint32_t)rp_kv_pool_head_dim(c->pool);
     h.block_size = (uint32_t)c->bs;
-    h.dtype = RP_DTYPE_F32;
+    h.dtype = (uint32_t)rp_kv_pool_type(c->pool);
     h.payload_bytes = c->block_bytes;
     h.payload_sum = XXH3_64bits(s->data, c->block_bytes);
     h.header_sum = header_sum(&h, s->toks, c->bs);

@@ -57,6 +57,7 @@ static void run_usage(FILE *f)
                "                          available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N         CPU threads (default: all cores)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
+               "      --kv-dtype f16|f32  how K and V are cached (default f16; f32 keeps them exact)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"
                "      --no-spec-decode    no speculative decoding (it is on by default: prompt lookup, the\n"
                "                          model's MTP layer when it has one, the draft model when given)\n"
@@ -96,7 +97,7 @@ typedef struct run_opts {
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
     const char *cache_dir;
     int n_predict, threads, ctx;
-    bool ignore_eos, raw, think, mmap;
+    bool ignore_eos, raw, think, mmap, kv_f32;
     rp_dtype quant;
     rp_sample_params sp;
     rp_engine_spec_params spec;
@@ -127,7 +128,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_NO_SPEC,
         O_SPEC_CONFIG,
         O_DRAFT,
-        O_CACHE_DIR
+        O_CACHE_DIR,
+        O_KV_DTYPE
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -156,6 +158,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
         {"draft-model", required_argument, 0, O_DRAFT},
         {"cache-dir", required_argument, 0, O_CACHE_DIR},
+        {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -201,6 +204,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         }
         case O_MMAP: o->mmap = true; break;
         case O_QUANT: ok = rp_cli_parse_quant(optarg, &o->quant); break;
+        case O_KV_DTYPE: ok = rp_cli_parse_kv_dtype(optarg, &o->kv_f32); break;
         case O_CTX: ok = parse_int(optarg, 1, 1 << 24, &o->ctx); break;
         case O_IGNORE: o->ignore_eos = true; break;
         case O_SYSTEM: o->system = optarg; break;
@@ -496,6 +500,7 @@ int rp_cli_run(int argc, char **argv)
     ep.max_queue = 1;
     ep.spec = o.spec;
     ep.cache_dir = o.cache_dir;
+    ep.kv_f32 = o.kv_f32;
     rp_gen_params gp;
     rp_gen_params_default(&gp);
     gp.prompt = ids;

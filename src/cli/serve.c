@@ -41,6 +41,8 @@ static void serve_usage(FILE *f)
                "                             fraction of the memory available (0.5, 50%%) (default: max(ctx, 4096)\n"
                "                             tokens, at most a quarter of the available memory)\n"
                "      --kv-tokens N          KV cache size in tokens instead\n"
+               "      --kv-dtype f16|f32     how K and V are cached (default f16: half the memory of f32, and\n"
+               "                             faster at long contexts; f32 keeps them exact)\n"
                "      --max-num-seqs N       requests generating together (default 16; --parallel is the same)\n"
                "      --prefill-chunk N      most prompt tokens run per step, so that a long prompt never\n"
                "                             stalls running streams for more than one chunk (default 512;\n"
@@ -110,6 +112,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_QUANT,
         O_MMAP,
         O_KVMEM,
+        O_KVDTYPE,
         O_CHUNK,
         O_CDIR,
         O_CBUDGET,
@@ -130,6 +133,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"parallel", required_argument, 0, O_PAR},
         {"max-num-seqs", required_argument, 0, O_PAR},
         {"kv-memory", required_argument, 0, O_KVMEM},
+        {"kv-dtype", required_argument, 0, O_KVDTYPE},
         {"prefill-chunk", required_argument, 0, O_CHUNK},
         {"cache-dir", required_argument, 0, O_CDIR},
         {"cache-disk-budget", required_argument, 0, O_CBUDGET},
@@ -177,6 +181,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
         case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
         case O_KVMEM: ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0; break;
+        case O_KVDTYPE: ok = rp_cli_parse_kv_dtype(optarg, &o->ep.kv_f32); break;
         case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
         case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
         case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
@@ -261,7 +266,7 @@ static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
     if (ep->kv_tokens || ep->kv_memory)
         return;
     const rp_model_config *c = rp_model_get_config(m);
-    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1);
+    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
     uint64_t ctx = ep->n_ctx > 0 && ep->n_ctx < c->max_ctx ? (uint64_t)ep->n_ctx : (uint64_t)c->max_ctx;
     uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = rp_cli_mem_available() / 4;
     if (cap && want > cap)
@@ -269,13 +274,14 @@ static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
 }
 
 // The KV cache and prefix cache as they came out, on stderr.
-static void print_memory(const rp_model *m, rp_engine *e)
+static void print_memory(const rp_model *m, rp_engine *e, const rp_engine_params *ep)
 {
     rp_engine_stats es;
     rp_engine_get_stats(e, &es);
     rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(m), es.n_ctx);
-    rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
-           es.kv_blocks * es.kv_block_tokens, es.kv_blocks, es.kv_block_tokens);
+    rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB of %s: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
+           rp_dtype_name(rp_engine_kv_type(ep)), es.kv_blocks * es.kv_block_tokens, es.kv_blocks,
+           es.kv_block_tokens);
     char spec[128] = "";
     for (int k = 0, n = 0; k < RP_SPEC_N_METHODS; k++)
         if (es.spec_methods[k])
@@ -348,7 +354,7 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: engine: %s\n", rp_error_message());
         goto done;
     }
-    print_memory(model, engine);
+    print_memory(model, engine, &o.ep);
     if (rp_server_run(engine, model, tok, &o.sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;

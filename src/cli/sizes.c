@@ -1,7 +1,7 @@
 /*
  * sizes.c - sizes on the command line: bytes ("512M", "4GiB", "0.25" of the
  * memory available) for the KV cache and the prefix cache's disk budget, and
- * the weight type of --quant.
+ * the types of --quant and --kv-dtype.
  */
 #include "cli.h"
 
@@ -72,6 +72,17 @@ bool rp_cli_parse_kv_memory(const char *s, uint64_t *out)
         return true;
     }
     return rp_cli_parse_bytes(s, out);
+}
+
+bool rp_cli_parse_kv_dtype(const char *s, bool *f32)
+{
+    if (strcmp(s, "f16") == 0 || strcmp(s, "float16") == 0)
+        *f32 = false;
+    else if (strcmp(s, "f32") == 0 || strcmp(s, "float32") == 0)
+        *f32 = true;
+    else
+        return false;
+    return true;
 }
 
 bool rp_cli_parse_quant(const char *s, rp_dtype *out)

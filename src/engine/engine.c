@@ -684,7 +684,8 @@ static rp_status check_param(const char *name, int v)
 static rp_status plan_kv(const rp_model *m, const rp_engine_params *p, int n_ctx, int block, int *n_blocks)
 {
     const rp_model_config *cfg = rp_model_get_config(m);
-    size_t block_bytes = rp_kv_block_bytes(rp_model_kv_layers(m), cfg->n_kv_head, cfg->head_dim, block);
+    size_t block_bytes =
+        rp_kv_block_bytes(rp_model_kv_layers(m), cfg->n_kv_head, cfg->head_dim, block, rp_engine_kv_type(p));
     int64_t nb;
     if (p->kv_tokens) {
         nb = ((int64_t)p->kv_tokens + block - 1) / block;
@@ -790,7 +791,7 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         rp_free(e);
         return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a condition variable");
     }
-    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, &e->kv)))
+    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, rp_engine_kv_type(p), &e->kv)))
         goto fail;
     if (!p->no_prefix_cache) {
         uint8_t fp[16];

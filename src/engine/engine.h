@@ -120,6 +120,8 @@ typedef struct rp_engine_params {
     int max_running; // requests generating together; 0 = 16
     int max_queue;   // requests waiting to be admitted (preempted ones included); past it submit fails; 0 = 64
     uint64_t kv_memory;      // KV pool size in bytes, when kv_tokens is 0 (rounded down to whole blocks)
+    bool kv_f32;             // K and V cached as float32; false: as float16 (half the memory and the bytes
+                             // attention reads per token; within 2^-11 relative per value)
     int prefill_chunk;       // most prompt tokens run per step over all requests (decode tokens come on top,
                              // within max_batch); 0 = the model's max_batch. While requests decode, a
                              // step's prompt tokens also cost at most what prefill_chunk tokens from
@@ -134,6 +136,11 @@ typedef struct rp_engine_params {
 
 // Every field 0 (its default), spec.adaptive true.
 void rp_engine_params_default(rp_engine_params *p);
+// The type the KV pool stores K and V as under these params.
+static inline rp_dtype rp_engine_kv_type(const rp_engine_params *p)
+{
+    return p->kv_f32 ? RP_DTYPE_F32 : RP_DTYPE_F16;
+}
 
 typedef struct rp_engine rp_engine;
 

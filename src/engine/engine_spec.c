@@ -732,7 +732,7 @@ static rp_status draft_init(rp_engine *e, const rp_engine_spec_params *p)
     se->d_max_batch = rp_model_max_batch(se->dm);
     if ((st = rp_spec_check_draft(e->tok, e->n_vocab, dtok, se->d_vocab)))
         return rp_error_prefix(st, "draft model %s", rp_model_path(se->dm));
-    return rp_model_kv_create(se->dm, e->block, e->n_blocks, &se->dkv);
+    return rp_model_kv_create(se->dm, e->block, e->n_blocks, rp_kv_pool_type(e->kv), &se->dkv);
 }
 
 rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)

@@ -14,7 +14,8 @@
 struct rp_kv_pool {
     rp_backend *be;
     int n_layer, n_kv_head, head_dim, block_size, n_blocks;
-    size_t block_floats; // floats of K (or V) of one block in one layer
+    rp_dtype type;       // of K and V: RP_DTYPE_F16 or RP_DTYPE_F32
+    size_t block_bytes;  // bytes of K (or V) of one block in one layer
     rp_kv_layer *layers; // (n_layer)
     int32_t *refs;       // (n_blocks)
     uint8_t *cached;     // (n_blocks) marked by the prefix cache
@@ -25,19 +26,26 @@ struct rp_kv_pool {
     void *evict_ctx;
 };
 
-size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size)
+static size_t elem_bytes(rp_dtype type)
 {
-    return (size_t)n_layer * 2 * block_size * n_kv_head * head_dim * sizeof(float);
+    return type == RP_DTYPE_F16 ? 2 : 4;
+}
+
+size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size, rp_dtype type)
+{
+    return (size_t)n_layer * 2 * block_size * n_kv_head * head_dim * elem_bytes(type);
 }
 
 rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head_dim, int block_size, int n_blocks,
-                            rp_kv_pool **out)
+                            rp_dtype type, rp_kv_pool **out)
 {
     *out = NULL;
     if (n_layer <= 0 || n_kv_head <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return RP_ERR(RP_ERR_INVALID, "kv pool: invalid geometry");
+    if (type != RP_DTYPE_F16 && type != RP_DTYPE_F32)
+        return RP_ERR(RP_ERR_INVALID, "kv pool: K and V can be f16 or f32, not %s", rp_dtype_name(type));
     size_t layer_bytes;
-    if (!rp_mul_size((size_t)n_blocks * block_size, (size_t)n_kv_head * head_dim * sizeof(float), &layer_bytes))
+    if (!rp_mul_size((size_t)n_blocks * block_size, (size_t)n_kv_head * head_dim * elem_bytes(type), &layer_bytes))
         return RP_ERR(RP_ERR_RANGE, "kv pool: too large");
     rp_kv_pool *p = rp_calloc(1, sizeof(*p));
     if (!p)
@@ -48,7 +56,8 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
     p->head_dim = head_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
-    p->block_floats = (size_t)block_size * n_kv_head * head_dim;
+    p->type = type;
+    p->block_bytes = (size_t)block_size * n_kv_head * head_dim * elem_bytes(type);
     p->layers = rp_calloc((size_t)n_layer, sizeof(rp_kv_layer));
     p->refs = rp_calloc((size_t)n_blocks, sizeof(int32_t));
     p->cached = rp_calloc((size_t)n_blocks, 1);
@@ -64,6 +73,7 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
         if ((st = be->ops->alloc(be, layer_bytes, &k)))
             goto fail;
         p->layers[l].k = k;
+        p->layers[l].type = type;
         if ((st = be->ops->alloc(be, layer_bytes, &v)))
             goto fail;
         p->layers[l].v = v;
@@ -143,7 +153,12 @@ int rp_kv_pool_cached_free(const rp_kv_pool *p)
 
 size_t rp_kv_pool_block_bytes(const rp_kv_pool *p)
 {
-    return rp_kv_block_bytes(p->n_layer, p->n_kv_head, p->head_dim, p->block_size);
+    return rp_kv_block_bytes(p->n_layer, p->n_kv_head, p->head_dim, p->block_size, p->type);
+}
+
+rp_dtype rp_kv_pool_type(const rp_kv_pool *p)
+{
+    return p->type;
 }
 
 void rp_kv_pool_set_evict(rp_kv_pool *p, rp_kv_evict_fn fn, void *ctx)
@@ -268,22 +283,23 @@ void rp_kv_block_unref(rp_kv_pool *p, int32_t b)
         list_push_head(p, b);
 }
 
-static size_t layer_offset(const rp_kv_pool *p, int32_t b)
+// Block b's K (or V) in a layer's array.
+static void *at(const rp_kv_pool *p, void *base, int32_t b)
 {
-    return (size_t)b * p->block_floats;
+    return (uint8_t *)base + (size_t)b * p->block_bytes;
 }
 
 rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host)
 {
     check_block(p, b);
-    size_t n = p->block_floats * sizeof(float);
+    size_t n = p->block_bytes;
     uint8_t *dst = host;
     rp_status st;
     for (int l = 0; l < p->n_layer; l++) {
-        if ((st = p->be->ops->download(p->be, dst, p->layers[l].k + layer_offset(p, b), n)))
+        if ((st = p->be->ops->download(p->be, dst, at(p, p->layers[l].k, b), n)))
             return st;
         dst += n;
-        if ((st = p->be->ops->download(p->be, dst, p->layers[l].v + layer_offset(p, b), n)))
+        if ((st = p->be->ops->download(p->be, dst, at(p, p->layers[l].v, b), n)))
             return st;
         dst += n;
     }
@@ -293,14 +309,14 @@ rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host)
 rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host)
 {
     check_block(p, b);
-    size_t n = p->block_floats * sizeof(float);
+    size_t n = p->block_bytes;
     const uint8_t *src = host;
     rp_status st;
     for (int l = 0; l < p->n_layer; l++) {
-        if ((st = p->be->ops->upload(p->be, p->layers[l].k + layer_offset(p, b), src, n)))
+        if ((st = p->be->ops->upload(p->be, at(p, p->layers[l].k, b), src, n)))
             return st;
         src += n;
-        if ((st = p->be->ops->upload(p->be, p->layers[l].v + layer_offset(p, b), src, n)))
+        if ((st = p->be->ops->upload(p->be, at(p, p->layers[l].v, b), src, n)))
             return st;
         src += n;
     }
@@ -311,12 +327,12 @@ rp_status rp_kv_block_copy(rp_kv_pool *p, int32_t dst, int32_t src)
 {
     check_block(p, dst);
     check_block(p, src);
-    size_t n = p->block_floats * sizeof(float);
+    size_t n = p->block_bytes;
     rp_status st;
     for (int l = 0; l < p->n_layer; l++) {
         rp_kv_layer *L = &p->layers[l];
-        if ((st = p->be->ops->copy(p->be, L->k + layer_offset(p, dst), L->k + layer_offset(p, src), n)) ||
-            (st = p->be->ops->copy(p->be, L->v + layer_offset(p, dst), L->v + layer_offset(p, src), n)))
+        if ((st = p->be->ops->copy(p->be, at(p, L->k, dst), at(p, L->k, src), n)) ||
+            (st = p->be->ops->copy(p->be, at(p, L->v, dst), at(p, L->v, src), n)))
             return st;
     }
     return RP_OK;

@@ -2,7 +2,7 @@
  * kv.h - the paged KV cache: a pool of fixed-size blocks and per-sequence block tables.
  *
  * The pool holds, for every layer, n_blocks blocks of block_size token slots
- * (K and V of n_kv_head x head_dim floats each), in backend memory. A sequence
+ * (K and V of n_kv_head x head_dim values each, f16 or f32), in backend memory. A sequence
  * owns a block table: its token at position p lives in slot
  * table[p / block_size] * block_size + p % block_size. Blocks are reference
  * counted so that a prefix can be shared by several sequences; a sequence can
@@ -46,9 +46,10 @@ typedef struct rp_kv_seq {
 // block still holds its old contents during the call. Engine thread.
 typedef void (*rp_kv_evict_fn)(void *ctx, int32_t block);
 
-// Creates a pool of n_blocks blocks of block_size tokens for n_layer layers.
+// Creates a pool of n_blocks blocks of block_size tokens for n_layer layers, K and V
+// stored as type (RP_DTYPE_F16 or RP_DTYPE_F32; RP_ERR_INVALID otherwise).
 rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head_dim, int block_size, int n_blocks,
-                            rp_kv_pool **out);
+                            rp_dtype type, rp_kv_pool **out);
 void rp_kv_pool_destroy(rp_kv_pool *p);
 rp_kv_layer *rp_kv_pool_layer(rp_kv_pool *p, int layer);
 int rp_kv_pool_block_size(const rp_kv_pool *p);
@@ -56,12 +57,13 @@ int rp_kv_pool_n_blocks(const rp_kv_pool *p);
 int rp_kv_pool_n_layers(const rp_kv_pool *p);
 int rp_kv_pool_n_kv_head(const rp_kv_pool *p);
 int rp_kv_pool_head_dim(const rp_kv_pool *p);
+rp_dtype rp_kv_pool_type(const rp_kv_pool *p);
 // Blocks with no reference: plain free ones plus cached ones nobody holds.
 int rp_kv_pool_free_blocks(const rp_kv_pool *p);
 // Of the free blocks, those marked cached.
 int rp_kv_pool_cached_free(const rp_kv_pool *p);
-// Bytes one block takes over all layers (K and V).
-size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size);
+// Bytes one block takes over all layers (K and V) when they are stored as type.
+size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size, rp_dtype type);
 // rp_kv_block_bytes of this pool's geometry.
 size_t rp_kv_pool_block_bytes(const rp_kv_pool *p);
 // Sets the hook called before a cached block is reused (NULL: none).
@@ -83,7 +85,7 @@ void rp_kv_block_ref(rp_kv_pool *p, int32_t b);
 // Drops a reference; at zero the block is free again.
 void rp_kv_block_unref(rp_kv_pool *p, int32_t b);
 // Copies block b's K and V of every layer to host memory (rp_kv_pool_block_bytes
-// bytes, layer by layer, K then V, each (block_size, n_kv_head, head_dim) f32).
+// bytes, layer by layer, K then V, each (block_size, n_kv_head, head_dim) of the pool's type).
 rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host);
 // The reverse of rp_kv_block_read: fills block b from host memory.
 rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host);

@@ -182,10 +182,10 @@ int rp_model_kv_layers(const rp_model *m)
     return m->cfg.n_layer + m->cfg.n_mtp;
 }
 
-rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out)
+rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_dtype type, rp_kv_pool **out)
 {
     return rp_kv_pool_create(m->be, rp_model_kv_layers(m), m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks,
-                             out);
+                             type, out);
 }
 
 bool rp_model_has_mtp(const rp_model *m)

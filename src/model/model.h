@@ -118,8 +118,8 @@ const char *rp_model_path(const rp_model *m);
 int rp_model_max_batch(const rp_model *m);
 
 // Creates a KV pool for this model with n_blocks blocks of block_size tokens,
-// holding rp_model_kv_layers(m) layers.
-rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_kv_pool **out);
+// holding rp_model_kv_layers(m) layers, K and V stored as type (rp_kv_pool_create).
+rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_dtype type, rp_kv_pool **out);
 // Layers in a pool made by rp_model_kv_create: n_layer, plus n_mtp when the model
 // has MTP (for sizing a memory budget with rp_kv_block_bytes).
 int rp_model_kv_layers(const rp_model *m);

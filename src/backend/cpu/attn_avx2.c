@@ -50,6 +50,14 @@ RP_INLINE float hmax8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
+void rp_cpu_attn_scale_add_avx2(float *o, float a, const float *p, float b, int n)
+{
+    __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+    for (int i = 0; i < n; i += 8)
+        _mm256_storeu_ps(o + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(o + i), va),
+                                              _mm256_mul_ps(_mm256_loadu_ps(p + i), vb)));
+}
+
 void rp_cpu_attn_exp_avx2(const float *x, float *y, int n)
 {
     for (int i = 0; i + 8 <= n; i += 8)
@@ -121,17 +129,50 @@ RP_INLINE void row_finish(const rp_attn_chunk *a, const float *const *vrow, int 
     }
 }
 
-void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow)
+// n (a multiple of 8) halves to float32: exact.
+RP_INLINE void f16_to_f32(const uint16_t *src, float *dst, int n)
+{
+    for (int i = 0; i < n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+}
+
+void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        dst[i] = rp_f32_to_fp16(src[i]);
+}
+
+void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow)
 {
     int n = a->p1 - a->p0, blk = a->p0 / a->bs, off = a->p0 % a->bs;
+    size_t eb = a->f16 ? 2 : 4;
     for (int p = 0; p < n; p++) {
-        size_t slot = (size_t)a->bt[blk] * a->bs + off;
-        krow[p] = a->k + slot * a->stride;
-        vrow[p] = a->v + slot * a->stride;
+        size_t e = ((size_t)a->bt[blk] * a->bs + off) * a->stride * eb; // the row's first byte
+        krow[p] = (const uint8_t *)a->k + e;
+        vrow[p] = (const uint8_t *)a->v + e;
         if (++off == a->bs) {
             off = 0;
             blk++;
         }
+    }
+}
+
+void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow)
+{
+    int n = a->p1 - a->p0, hd = a->hd;
+    rp_cpu_attn_kv_slots(a, (const void **)krow, (const void **)vrow);
+    if (!a->f16)
+        return;
+    float *kt = a->kv_tmp, *vt = a->kv_tmp + (size_t)RP_ATTN_CHUNK * hd;
+    for (int p = 0; p < n; p++) {
+        f16_to_f32((const uint16_t *)krow[p], kt + (size_t)p * hd, hd);
+        f16_to_f32((const uint16_t *)vrow[p], vt + (size_t)p * hd, hd);
+        krow[p] = kt + (size_t)p * hd;
+        vrow[p] = vt + (size_t)p * hd;
     }
 }
 

@@ -20,6 +20,11 @@
  *           16 elements per register instead of 8, four rows at a time (sixteen
  *           independent chains for head_dim 64, and each V row read once for the
  *           four; rows with fewer keys drop out of the group where theirs end).
+ *   halves: a cache of halves is read as the AVX2 kernel reads it, converted
+ *           exactly. When the chunk has at most four rows (a decode token's
+ *           group) each K and V load is converted where it is used, once; with
+ *           more rows the chunk's rows are converted once into scratch first
+ *           (each would otherwise be converted once per four rows).
  *
  * All float arithmetic is written with intrinsics.
  */
@@ -77,13 +82,31 @@ RP_INLINE __m512 pair_sums(__m512 x, __m512 y)
     return _mm512_add_ps(_mm512_permutex2var_ps(x, ev, y), _mm512_permutex2var_ps(x, od, y));
 }
 
+// 16 K or V values from element i of a row of the cache: float32, or halves converted.
+RP_INLINE __m512 load16(const void *row, int i, bool f16)
+{
+    if (f16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+
+#define AHEAD 8 // K/V rows fetched ahead of their use when they come from memory
+
+// Asks for one K or V row of hd values (halves when f16) to be brought into L1.
+RP_INLINE void prefetch_row(const void *row, int hd, bool f16)
+{
+    for (int i = 0; i < hd * (f16 ? 2 : 4); i += 64)
+        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+}
+
 // Dots of R query rows (q[r]: one head's query) with four key rows, into out[r][0..4)
 // times scale: the AVX2 kernel's dot4 for every row, its lanes one for one (each
 // row's accumulators see the same FMAs in the same order); the key loads are shared.
 // The sixteen sums are then reduced together, by the AVX2 kernel's tree: per dot s_j =
 // lane j + lane j + 8 (its a0 + a1), then ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 +
 // s7)) (its two hadds and the add of the 128-bit halves); rows past R are zeros.
-RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd, __m128 scale, float *const *out)
+RP_INLINE void dots(const float *const *q, int R, const void *const *kr, bool f16, int hd, __m128 scale,
+                    float *const *out)
 {
     __m512 a[ROWS][4];
 #pragma GCC unroll 4
@@ -95,7 +118,7 @@ RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd
         __m512 k[4];
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
-            k[u] = _mm512_loadu_ps(kr[u] + i);
+            k[u] = load16(kr[u], i, f16);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             __m512 qv = _mm512_loadu_ps(q[r] + i);
@@ -130,7 +153,8 @@ RP_INLINE void dots(const float *const *q, int R, const float *const *kr, int hd
 // o[r] = Σ e[r][p] · V[p] over p < cnt[r] for R rows (cnt non-decreasing), 64
 // elements of head_dim at a time: per element one FMA chain in key order, as the
 // AVX2 kernel's; each V row is loaded once for every row that has it.
-RP_INLINE void values(const float *const *vrow, int hd, const float *const *e, const int *cnt, int R, float *const *o)
+RP_INLINE void values(const void *const *vrow, bool f16, bool pf, int hd, const float *const *e, const int *cnt,
+                      int R, float *const *o)
 {
     for (int c = 0; c < hd; c += 64) {
         __m512 acc[ROWS][4];
@@ -143,11 +167,12 @@ RP_INLINE void values(const float *const *vrow, int hd, const float *const *e, c
 #pragma GCC unroll 4
         for (int r0 = 0; r0 < R; r0++) // keys every row from r0 on has
             for (; p < cnt[r0]; p++) {
-                const float *vr = vrow[p] + c;
+                if (pf && c == 0 && p + AHEAD < cnt[R - 1])
+                    prefetch_row(vrow[p + AHEAD], hd, f16);
                 __m512 v[4];
 #pragma GCC unroll 4
                 for (int u = 0; u < 4; u++)
-                    v[u] = _mm512_loadu_ps(vr + 16 * u);
+                    v[u] = load16(vrow[p], c + 16 * u, f16);
 #pragma GCC unroll 4
                 for (int r = r0; r < R; r++) {
                     __m512 w = _mm512_set1_ps(e[r][p]);
@@ -164,37 +189,49 @@ RP_INLINE void values(const float *const *vrow, int hd, const float *const *e, c
     }
 }
 
-void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
+// Scores of R rows (q[r], into s[r]) with keys [0, pn) of the chunk's n, four at a
+// time (the last group's missing keys read the chunk's last row; their lanes are
+// dropped by the softmax).
+RP_INLINE void scores(const float *const *q, int R, const void *const *krow, int n, int pn, bool f16, bool pf,
+                      int hd, __m128 scale, float *const *s)
 {
-    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q, rows = a->n_tok * nq;
-    const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
-    rp_cpu_attn_kv_rows(a, krow, vrow);
-    // Scores as the AVX2 kernel computes them (lanes past a row's end are dots with
-    // other keys, made -inf by the softmax), ROWS rows at a time. A row's key count
-    // never falls with the row (positions ascend): the rows that have key p are
-    // those from the first token whose range reaches it on.
-    const __m128 scale = _mm_set1_ps(a->scale);
-    int t0 = 0;
-    for (int p = 0; p < n; p += 4) {
-        const float *kr[4];
+    for (int p = 0; p < pn; p += 4) {
+        if (pf)
+            for (int u = AHEAD; u < AHEAD + 4 && p + u < pn; u++)
+                prefetch_row(krow[p + u], hd, f16);
+        const void *kr[4];
+        float *out[ROWS];
         for (int u = 0; u < 4; u++)
             kr[u] = krow[p + u < n ? p + u : n - 1];
-        while (t0 < a->n_tok && p >= a->end[t0] - a->p0)
-            t0++;
-        for (int r = t0 * nq; r < rows; r += ROWS) {
-            const float *q[ROWS];
-            float *out[ROWS];
-            int R = rows - r < ROWS ? rows - r : ROWS;
-            for (int j = 0; j < R; j++) {
-                q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
-                out[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK + p;
-            }
-            switch (R) { // (R a constant in each: the accumulators stay in registers)
-            case 1: dots(q, 1, kr, hd, scale, out); break;
-            case 2: dots(q, 2, kr, hd, scale, out); break;
-            case 3: dots(q, 3, kr, hd, scale, out); break;
-            default: dots(q, ROWS, kr, hd, scale, out); break;
-            }
+        for (int r = 0; r < R; r++)
+            out[r] = s[r] + p;
+        dots(q, R, kr, f16, hd, scale, out);
+    }
+}
+
+// The chunk over K and V rows of float32, or of halves when f16; pf: the rows are
+// read once (one group of rows), from memory, and fetched AHEAD rows ahead
+// (constants in each instance).
+RP_INLINE void chunk(const rp_attn_chunk *a, const void *const *krow, const void *const *vrow, bool f16, bool pf)
+{
+    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q, rows = a->n_tok * nq;
+    // Scores as the AVX2 kernel computes them, ROWS rows at a time, each group over the
+    // keys its last row has (positions ascend, so that row has the most): lanes past a
+    // row's end are dots with other keys, made -inf by the softmax.
+    const __m128 scale = _mm_set1_ps(a->scale);
+    for (int r = 0; r < rows; r += ROWS) {
+        const float *q[ROWS];
+        float *s[ROWS];
+        int R = rows - r < ROWS ? rows - r : ROWS, pn = a->end[(r + R - 1) / nq] - a->p0;
+        for (int j = 0; j < R; j++) {
+            q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
+            s[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
+        }
+        switch (R) { // (R a constant in each: the accumulators stay in registers)
+        case 1: scores(q, 1, krow, n, pn, f16, pf, hd, scale, s); break;
+        case 2: scores(q, 2, krow, n, pn, f16, pf, hd, scale, s); break;
+        case 3: scores(q, 3, krow, n, pn, f16, pf, hd, scale, s); break;
+        default: scores(q, ROWS, krow, n, pn, f16, pf, hd, scale, s); break;
         }
     }
     for (int r = 0; r < rows; r++)
@@ -209,10 +246,43 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
             cnt[j] = a->end[(r + j) / nq] - a->p0;
         }
         switch (R) {
-        case 1: values(vrow, hd, e, cnt, 1, o); break;
-        case 2: values(vrow, hd, e, cnt, 2, o); break;
-        case 3: values(vrow, hd, e, cnt, 3, o); break;
-        default: values(vrow, hd, e, cnt, ROWS, o); break;
+        case 1: values(vrow, f16, pf, hd, e, cnt, 1, o); break;
+        case 2: values(vrow, f16, pf, hd, e, cnt, 2, o); break;
+        case 3: values(vrow, f16, pf, hd, e, cnt, 3, o); break;
+        default: values(vrow, f16, pf, hd, e, cnt, ROWS, o); break;
         }
     }
+}
+
+void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
+{
+    int n = a->p1 - a->p0, hd = a->hd;
+    const void *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
+    rp_cpu_attn_kv_slots(a, krow, vrow);
+    bool one = a->n_tok * a->n_q <= ROWS; // one group of rows: each K and V row is used once
+    if (!a->f16) {
+        if (one)
+            chunk(a, krow, vrow, false, true);
+        else
+            chunk(a, krow, vrow, false, false);
+        return;
+    }
+    if (one) { // convert each row where it is loaded
+        chunk(a, krow, vrow, true, true);
+        return;
+    }
+    float *kt = a->kv_tmp, *vt = a->kv_tmp + (size_t)RP_ATTN_CHUNK * hd;
+    for (int p = 0; p < n; p++) {
+        if (p + AHEAD < n) {
+            prefetch_row(krow[p + AHEAD], hd, true);
+            prefetch_row(vrow[p + AHEAD], hd, true);
+        }
+        for (int i = 0; i < hd; i += 16) {
+            _mm512_storeu_ps(kt + (size_t)p * hd + i, load16(krow[p], i, true));
+            _mm512_storeu_ps(vt + (size_t)p * hd + i, load16(vrow[p], i, true));
+        }
+        krow[p] = kt + (size_t)p * hd;
+        vrow[p] = vt + (size_t)p * hd;
+    }
+    chunk(a, krow, vrow, false, false);
 }

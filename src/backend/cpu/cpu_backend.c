@@ -393,6 +393,19 @@ static inline void axpy(float *restrict o, float w, const float *restrict v, int
         o[i] += w * v[i];
 }
 
+// Slot `slot`'s row of kv head kvh in a layer's K or V array (base), as float32:
+// in place, or converted into buf (hd floats) when the cache holds halves.
+static const float *kv_row(const attn_job *j, const void *base, size_t slot, int kvh, float *buf)
+{
+    size_t e = (slot * j->n_kv_head + kvh) * j->head_dim;
+    if (j->kv->type == RP_DTYPE_F32)
+        return (const float *)base + e;
+    const uint16_t *h = (const uint16_t *)base + e;
+    for (int i = 0; i < j->head_dim; i++)
+        buf[i] = rp_fp16_to_f32(h[i]);
+    return buf;
+}
+
 // The scalar reference: one (token, head) at a time, scores of the whole key range,
 // then softmax and the weighted sum of V.
 static void attn_worker(void *ctx, int ith, int nth)
@@ -401,9 +414,8 @@ static void attn_worker(void *ctx, int ith, int nth)
     const rp_attn_info *info = j->info;
     int hd = j->head_dim, bs = info->block_size;
     int group = j->n_head / j->n_kv_head;
-    size_t kv_stride = (size_t)j->n_kv_head * hd; // floats per token slot
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    float acc[1024]; // head_dim <= 1024 (the config check)
+    float acc[1024], row[1024]; // head_dim <= 1024 (the config check)
     int64_t lo, hi;
     rp_split_range((int64_t)info->n_tokens * j->n_head, ith, nth, &lo, &hi);
     for (int64_t w = lo; w < hi; w++) {
@@ -412,15 +424,11 @@ static void attn_worker(void *ctx, int ith, int nth)
         const int32_t *bt = info->block_table[t];
         int len = info->pos[t] + 1;
         float mx = -INFINITY;
-        for (int p0 = 0; p0 < len; p0 += bs) { // block by block: the slots of a block are contiguous
-            const float *k = j->kv->k + (size_t)bt[p0 / bs] * bs * kv_stride + (size_t)kvh * hd;
-            int n = len - p0 < bs ? len - p0 : bs;
-            for (int i = 0; i < n; i++, k += kv_stride) {
-                float s = dot8(q, k, hd) * j->scale;
-                scores[p0 + i] = s;
-                if (s > mx)
-                    mx = s;
-            }
+        for (int p = 0; p < len; p++) {
+            float s = dot8(q, kv_row(j, j->kv->k, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd) * j->scale;
+            scores[p] = s;
+            if (s > mx)
+                mx = s;
         }
         float sum = 0;
         for (int p = 0; p < len; p++) {
@@ -429,12 +437,8 @@ static void attn_worker(void *ctx, int ith, int nth)
         }
         for (int i = 0; i < hd; i++)
             acc[i] = 0;
-        for (int p0 = 0; p0 < len; p0 += bs) {
-            const float *v = j->kv->v + (size_t)bt[p0 / bs] * bs * kv_stride + (size_t)kvh * hd;
-            int n = len - p0 < bs ? len - p0 : bs;
-            for (int i = 0; i < n; i++, v += kv_stride)
-                axpy(acc, scores[p0 + i], v, hd);
-        }
+        for (int p = 0; p < len; p++)
+            axpy(acc, scores[p], kv_row(j, j->kv->v, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd);
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         float inv = 1.0f / sum;
         for (int i = 0; i < hd; i++)
@@ -448,8 +452,9 @@ static void attn_worker(void *ctx, int ith, int nth)
  * (m = max score, l = Σ e^(s-m), o = Σ e^(s-m)·v), and the chunks are merged in
  * chunk order: M' = max(M, m), L = L·e^(M-M') + l·e^(m-M'), O likewise, out = O/L.
  * Tokens of one sequence at consecutive positions (a prefill chunk, a decode
- * token and its drafts) form spans of up to ATTN_SPAN tokens (a longer run cut
- * into nearly equal spans) that go through each chunk together, so the chunk's K
+ * token and its drafts) form spans: a run of up to ATTN_SPAN_ONE tokens is one span, a
+ * longer run is cut into nearly equal spans of up to ATTN_SPAN; a span goes through
+ * each chunk together, so the chunk's K
  * and V are read once for the span, not once per token: chunk c holds the span's
  * tokens at positions >= c·RP_ATTN_CHUNK (a suffix of the span), each with its own
  * end. Work items are (span, kv head) pairs taken from a shared counter (spans of a
@@ -460,9 +465,14 @@ static void attn_worker(void *ctx, int ith, int nth)
  * only on its query and its sequence's K/V, whatever its span.
  *
  * Partials of `rows` query rows (span tokens × group): m (rows), l (rows),
- * o (rows, hd).
+ * o (rows, hd). A worker's scratch: scores, two partials, and room for a chunk's
+ * K and V rows converted from halves (rp_attn_chunk.kv_tmp).
  */
-#define ATTN_SPAN 16 // most tokens in a span
+#define ATTN_SPAN 16     // most tokens in a span cut from a longer run (a prefill chunk)
+#define ATTN_SPAN_ONE 33 // most tokens in a run that is one span (a decode token and 32 drafts:
+                         // a verification step reads the context's K/V once, 5-8% faster at
+                         // 27 tokens than two spans on 2 threads; prefill keeps the shorter
+                         // spans, whose work items balance better over many threads)
 
 static size_t attn_part_floats(int rows, int hd)
 {
@@ -471,8 +481,8 @@ static size_t attn_part_floats(int rows, int hd)
 
 static size_t attn_thread_floats(int group, int hd)
 {
-    int rows = group * ATTN_SPAN;
-    size_t n = (size_t)rows * RP_ATTN_CHUNK + 2 * attn_part_floats(rows, hd);
+    int rows = group * ATTN_SPAN_ONE;
+    size_t n = (size_t)rows * RP_ATTN_CHUNK + 2 * attn_part_floats(rows, hd) + 2 * (size_t)RP_ATTN_CHUNK * hd;
     return (n + 15) & ~(size_t)15;
 }
 
@@ -498,12 +508,16 @@ static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kv
         p1 = e > p1 ? e : p1;
     }
     int r0 = i0 * group;
+    bool f16 = j->kv->type == RP_DTYPE_F16;
+    size_t eb = f16 ? 2 : 4, off = (size_t)kvh * hd * eb;
     *a = (rp_attn_chunk){
         .q = j->q + ((size_t)(t0 + i0) * j->n_head + (size_t)kvh * group) * hd,
         .q_stride = (size_t)j->n_head * hd,
-        .k = j->kv->k + (size_t)kvh * hd,
-        .v = j->kv->v + (size_t)kvh * hd,
+        .k = (const uint8_t *)j->kv->k + off,
+        .v = (const uint8_t *)j->kv->v + off,
         .stride = (size_t)j->n_kv_head * hd,
+        .f16 = f16,
+        .kv_tmp = scores + attn_thread_floats(group, hd) - 2 * (size_t)RP_ATTN_CHUNK * hd,
         .bt = j->info->block_table[t0],
         .bs = j->info->block_size,
         .p0 = p0,
@@ -522,7 +536,8 @@ static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kv
 }
 
 // Rows [g0, g1) of run (the merge of chunks 0..c-1; partials of `rows` rows) become
-// the merge of chunks 0..c; part is chunk c.
+// the merge of chunks 0..c; part is chunk c. O is scaled by rp_cpu_attn_scale_add_avx2
+// (the SIMD path's only caller; the same operations as the plain loop).
 static void attn_merge(int rows, int g0, int g1, int hd, float *run, const float *part)
 {
     for (int g = g0; g < g1; g++) {
@@ -531,10 +546,8 @@ static void attn_merge(int rows, int g0, int g1, int hd, float *run, const float
         float a = m0 == mx ? 1.0f : expf(m0 - mx), b = m1 == mx ? 1.0f : expf(m1 - mx);
         run[g] = mx;
         run[rows + g] = run[rows + g] * a + part[rows + g] * b;
-        float *o = run + 2 * (size_t)rows + (size_t)g * hd;
-        const float *p = part + 2 * (size_t)rows + (size_t)g * hd;
-        for (int i = 0; i < hd; i++)
-            o[i] = o[i] * a + p[i] * b;
+        rp_cpu_attn_scale_add_avx2(run + 2 * (size_t)rows + (size_t)g * hd, a,
+                                   part + 2 * (size_t)rows + (size_t)g * hd, b, hd);
     }
 }
 
@@ -556,10 +569,10 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
     attn_job *j = ctx;
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    float *part = scores + (size_t)group * ATTN_SPAN * RP_ATTN_CHUNK;
-    float *run = part + attn_part_floats(group * ATTN_SPAN, hd);
+    float *part = scores + (size_t)group * ATTN_SPAN_ONE * RP_ATTN_CHUNK;
+    float *run = part + attn_part_floats(group * ATTN_SPAN_ONE, hd);
     rp_attn_chunk a;
-    int end[ATTN_SPAN];
+    int end[ATTN_SPAN_ONE];
     for (;;) {
         int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (w >= j->n_items)
@@ -598,7 +611,7 @@ static void attn_split_worker(void *ctx, int ith, int nth)
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
     rp_attn_chunk a;
-    int end[ATTN_SPAN], s;
+    int end[ATTN_SPAN_ONE], s;
     int64_t r;
     while (attn_next_span_item(j, &s, &r)) {
         int t0 = j->span[s], t1 = j->span[s + 1];
@@ -663,16 +676,16 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     rp_status st = grow(&c->attn_span, &c->attn_span_size, (size_t)(n_tokens + 1) * sizeof(int));
     if (st)
         return st;
-    // Spans: each run of a sequence's consecutive positions cut into the fewest spans of at
-    // most ATTN_SPAN tokens, of nearly equal size (33 tokens: 11 + 11 + 11, not 16 + 16 + 1,
-    // whose last span would read the whole context's K/V for one token).
+    // Spans: each run of a sequence's consecutive positions one span when it is short, else
+    // cut into the fewest spans of at most ATTN_SPAN tokens, of nearly equal size (40 tokens:
+    // 14 + 13 + 13, not 16 + 16 + 8, whose last span would read the context's K/V for fewer).
     int *span = c->attn_span, n_spans = 0;
     for (int t0 = 0, t1; t0 < n_tokens; t0 = t1) {
         for (t1 = t0 + 1; t1 < n_tokens && info->block_table[t1] == info->block_table[t1 - 1] &&
                           info->pos[t1] == info->pos[t1 - 1] + 1;
              t1++)
             ;
-        int len = t1 - t0, parts = (len + ATTN_SPAN - 1) / ATTN_SPAN;
+        int len = t1 - t0, parts = len <= ATTN_SPAN_ONE ? 1 : (len + ATTN_SPAN - 1) / ATTN_SPAN;
         for (int k = 0, t = t0; k < parts; t += len / parts + (k < len % parts), k++)
             span[n_spans++] = t;
     }
@@ -724,6 +737,23 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     return RP_OK;
 }
 
+// Elements [e, e + n) of a layer's K or V array (of type) = src, rounded to halves
+// when the cache holds them (the same bits at every SIMD level).
+static void kv_store(void *base, rp_dtype type, size_t e, const float *src, size_t n)
+{
+    if (type == RP_DTYPE_F32) {
+        memcpy((float *)base + e, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *dst = (uint16_t *)base + e;
+    if (rp_cpu_simd_level() >= 1) {
+        rp_cpu_f32_to_f16_avx2(src, dst, (int64_t)n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rp_f32_to_fp16(src[i]);
+}
+
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                                const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
                                float *out)
@@ -732,8 +762,8 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
     size_t width = (size_t)n_kv_head * head_dim;
     int max_len = 0;
     for (int t = 0; t < info->n_tokens; t++) {
-        memcpy(kv->k + (size_t)info->slot[t] * width, k + (size_t)t * width, width * sizeof(float));
-        memcpy(kv->v + (size_t)info->slot[t] * width, v + (size_t)t * width, width * sizeof(float));
+        kv_store(kv->k, kv->type, (size_t)info->slot[t] * width, k + (size_t)t * width, width);
+        kv_store(kv->v, kv->type, (size_t)info->slot[t] * width, v + (size_t)t * width, width);
         if (info->pos[t] + 1 > max_len)
             max_len = info->pos[t] + 1;
     }

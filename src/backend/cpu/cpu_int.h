@@ -63,8 +63,10 @@ int rp_cpu_simd_level(void);
 typedef struct rp_attn_chunk {
     const float *q;     // token i's n_q heads (n_q, hd) at q + i * q_stride
     size_t q_stride;    // floats between tokens' query rows
-    const float *k, *v; // cache base plus the KV head's offset: slot s's row at k + s * stride
-    size_t stride;      // floats between slots (n_kv_head * hd)
+    const void *k, *v;  // cache base plus the KV head's offset: slot s's row at element k + s * stride
+    size_t stride;      // elements between slots (n_kv_head * hd)
+    bool f16;           // K and V are IEEE half (else float32): rows are converted into kv_tmp
+    float *kv_tmp;      // scratch (2, RP_ATTN_CHUNK, hd) for the converted rows when f16
     const int32_t *bt;  // block table of the sequence
     int bs;             // block size (slots per block)
     int p0, p1;         // key range: p1 = the largest end[i]
@@ -84,12 +86,22 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
 // whose lanes follow the AVX2 kernel's operations one for one.
 void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
 // The chunk's K and V rows through the block table: krow[p], vrow[p] for key
-// position p0 + p, p in [0, p1 - p0) (attn_avx2.c; both chunk kernels use it).
+// position p0 + p, p in [0, p1 - p0), where they are in the cache (of its type)
+// (attn_avx2.c; both chunk kernels use it).
+void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow);
+// The same rows as float32: in the cache, or converted from halves into a->kv_tmp
+// (exactly).
 void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow);
+// dst[i] = src[i] rounded to IEEE half (nearest even), n >= 0: rp_f32_to_fp16's bits for
+// every value but NaN (a NaN stays a NaN) (attn_avx2.c, F16C).
+void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n);
 // The chunk kernels' softmax of one row (attn_avx2.c): scores s[0, n) of the row
 // (n <= RP_ATTN_CHUNK) become e = exp(s - m), s[n, n rounded up to 8) zeros (-inf
 // first); returns m, the max, and writes l = Σ e (eight lanes, then a fixed sum).
 float rp_cpu_attn_softmax_avx2(float *s, int n, float *l);
+// o[i] = o[i] * a + p[i] * b (two products rounded, then their sum: no FMA), n a
+// multiple of 8 (attn_avx2.c; the chunk merge).
+void rp_cpu_attn_scale_add_avx2(float *o, float a, const float *p, float b, int n);
 // y[i] = e^x[i] for x[i] <= 0, n a multiple of 8 (attn_avx2.c's exp; for tests).
 void rp_cpu_attn_exp_avx2(const float *x, float *y, int n);
 

@@ -7,7 +7,9 @@
  * and on 1..3 threads (split or not split over key chunks) is the same, and so is
  * its output inside a span (tokens of its sequence at consecutive positions, which
  * go through each key chunk together: a prefill chunk, a decode token and drafts).
- * The AVX-512 kernel gives the AVX2 kernel's bits.
+ * The AVX-512 kernel gives the AVX2 kernel's bits. Every test but the exp's runs
+ * twice: over a cache of float32 K/V and over one of halves (whose values the
+ * float64 reference reads exactly); the op's f16 writes round as rp_f32_to_fp16.
  */
 #include "test_util.h"
 
@@ -51,11 +53,26 @@ static bool have_simd(void)
  */
 enum { BS = 16 };
 
+static rp_dtype kv_type = RP_DTYPE_F32; // of the caches the tests make (set by the setups)
+
+static int setup_f32(void **state)
+{
+    kv_type = RP_DTYPE_F32;
+    return 0;
+}
+
+static int setup_f16(void **state)
+{
+    kv_type = RP_DTYPE_F16;
+    return 0;
+}
+
 typedef struct cache {
     int n_seq, n_kv, hd, n_head;
     int len[4];
     int32_t *bt[4];
-    float *k, *v; // (n_blocks, BS, n_kv, hd)
+    float *k, *v;        // (n_blocks, BS, n_kv, hd): the values (each a half's when kv_type is f16)
+    uint16_t *k16, *v16; // the same as halves, the op's cache when kv_type is f16
 } cache;
 
 static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group, int hd, float kscale)
@@ -86,9 +103,17 @@ static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group,
     size_t n = (size_t)n_blocks * BS * n_kv * hd;
     c->k = malloc(n * sizeof(float));
     c->v = malloc(n * sizeof(float));
+    c->k16 = malloc(n * sizeof(uint16_t));
+    c->v16 = malloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) {
         c->k[i] = rng_uniform() * kscale;
         c->v[i] = rng_uniform();
+        c->k16[i] = rp_f32_to_fp16(c->k[i]);
+        c->v16[i] = rp_f32_to_fp16(c->v[i]);
+        if (kv_type == RP_DTYPE_F16) {
+            c->k[i] = rp_fp16_to_f32(c->k16[i]);
+            c->v[i] = rp_fp16_to_f32(c->v16[i]);
+        }
     }
 }
 
@@ -98,6 +123,8 @@ static void cache_deinit(cache *c)
         free(c->bt[s]);
     free(c->k);
     free(c->v);
+    free(c->k16);
+    free(c->v16);
 }
 
 static int32_t cache_slot(const cache *c, int seq, int pos)
@@ -109,9 +136,9 @@ static int32_t cache_slot(const cache *c, int seq, int pos)
 // already in the cache, so the op's write leaves it unchanged.
 typedef struct batch {
     int n;
-    int32_t pos[64], slot[64];
-    const int32_t *bt[64];
-    int seq[64];
+    int32_t pos[128], slot[128];
+    const int32_t *bt[128];
+    int seq[128];
     float *q, *k, *v; // (n, n_head*hd), (n, n_kv*hd) x 2
 } batch;
 
@@ -146,7 +173,9 @@ static void batch_deinit(batch *b)
 
 static void run_attn(rp_backend *be, cache *c, const batch *b, float *out)
 {
-    rp_kv_layer kv = {c->k, c->v};
+    rp_kv_layer kv = {c->k, c->v, RP_DTYPE_F32};
+    if (kv_type == RP_DTYPE_F16)
+        kv = (rp_kv_layer){c->k16, c->v16, RP_DTYPE_F16};
     rp_attn_info info = {.n_tokens = b->n, .block_size = BS, .pos = b->pos, .slot = b->slot, .block_table = b->bt};
     float scale = 1.0f / sqrtf((float)c->hd);
     assert_int_equal(be->ops->attention(be, b->q, b->k, b->v, &kv, &info, c->n_head, c->n_kv, c->hd, scale, out),
@@ -219,6 +248,92 @@ static void test_exp(void **state)
     print_message("exp: worst %.2f ulp over [-87, 0]\n", worst);
     free(x);
     free(y);
+}
+
+static uint16_t f16_bits(float f)
+{
+    return rp_f32_to_fp16(f);
+}
+
+// The conversion the op writes a cache of halves with: F16C's bits are
+// rp_f32_to_fp16's for every float but NaN (random bit patterns, the rounding ties
+// and edges of the half range, subnormals, infinities); NaN stays NaN. Then the op
+// itself, at every level, stores rounded rows: its cache is those bits.
+static void test_f16_store(void **state)
+{
+    (void)state;
+    if (have_simd()) {
+        enum { N = 1 << 20 };
+        float *x = malloc(N * sizeof(float));
+        uint16_t *y = malloc(N * sizeof(uint16_t));
+        static const uint32_t edges[] = {
+            0x00000000, 0x80000000, 0x7f800000, 0xff800000, 0x477fe000, 0x477fefff, 0x477ff000, 0x477fffff,
+            0x47800000, 0x38800000, 0x387fffff, 0x33000000, 0x33000001, 0x32ffffff, 0x33800000, 0x3f801000,
+            0x3f803000, 0x3f800fff, 0x3f801001, 0x00000001, 0x387fe000, 0x38000000, 0xc77ff000, 0x3c000000};
+        int ne = (int)(sizeof(edges) / sizeof(edges[0]));
+        for (int i = 0; i < N; i++) {
+            uint32_t u = i < ne ? edges[i] : rng_u32() ^ (rng_u32() << 16);
+            if (i >= ne && i % 3 == 0) // most in or near the half range, where rounding happens
+                u = (u & 0x80000000u) | (0x30000000u + u % 0x18000000u);
+            memcpy(&x[i], &u, 4);
+        }
+        for (int n = 0; n <= 17; n++) { // lengths around the vector width: the scalar tail
+            rp_cpu_f32_to_f16_avx2(x + ne, y, n);
+            for (int i = 0; i < n; i++)
+                if (!isnan(x[ne + i]))
+                    assert_int_equal(y[i], f16_bits(x[ne + i]));
+        }
+        rp_cpu_f32_to_f16_avx2(x, y, N);
+        int nan = 0;
+        for (int i = 0; i < N; i++) {
+            if (isnan(x[i])) {
+                assert_true(isnan(rp_fp16_to_f32(y[i])));
+                nan++;
+            } else if (y[i] != f16_bits(x[i])) {
+                uint32_t u;
+                memcpy(&u, &x[i], 4);
+                fail_msg("%08x (%g): F16C %04x, rp_f32_to_fp16 %04x", u, x[i], y[i], f16_bits(x[i]));
+            }
+        }
+        assert_true(nan > 0);
+        free(x);
+        free(y);
+    }
+    // The op: rows that are not halves go into the cache rounded.
+    kv_type = RP_DTYPE_F16;
+    rp_backend *be;
+    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    for (int level = 0; level < 3; level++) {
+        if (level == 0)
+            rp_cpu_force_scalar(true);
+        else if (!rp_cpu_force_simd(level == 1 ? "avx2" : "avx512"))
+            continue;
+        cache c;
+        int len[1] = {40};
+        cache_init(&c, 1, len, 2, 2, 64, 1.0f);
+        int seq[3] = {0, 0, 0}, pos[3] = {37, 38, 39};
+        batch b;
+        batch_init(&b, &c, 3, seq, pos, NULL);
+        size_t w = (size_t)c.n_kv * c.hd;
+        for (size_t i = 0; i < 3 * w; i++) {
+            b.k[i] = rng_uniform() * 3.0f;
+            b.v[i] = rng_uniform() * 1e-5f; // subnormal halves among them
+        }
+        float *o = malloc(sizeof(float) * (size_t)c.n_head * c.hd * 3);
+        run_attn(be, &c, &b, o);
+        for (int t = 0; t < 3; t++)
+            for (size_t i = 0; i < w; i++) {
+                assert_int_equal(c.k16[(size_t)b.slot[t] * w + i], f16_bits(b.k[t * w + i]));
+                assert_int_equal(c.v16[(size_t)b.slot[t] * w + i], f16_bits(b.v[t * w + i]));
+            }
+        free(o);
+        batch_deinit(&b);
+        cache_deinit(&c);
+        rp_cpu_force_scalar(false);
+    }
+    if (!rp_cpu_force_simd("avx512"))
+        rp_cpu_force_simd("avx2");
+    rp_backend_destroy(be);
 }
 
 // SIMD vs scalar vs float64 over shapes, lengths and query positions.
@@ -392,10 +507,11 @@ static void test_batch_invariance(void **state)
 }
 
 // Spans: runs of one sequence's tokens at consecutive positions (from a prefill at
-// position 0, a verification step's 17 tokens across a chunk boundary, runs longer
-// than a span holds, two sequences' runs back to back, a run interrupted by another
-// sequence's token) against each token alone, bitwise, on 1 and 2 threads; and
-// against the float64 reference.
+// position 0 longer than one span holds, a verification step's 17 tokens across a
+// chunk boundary, two sequences' runs back to back, a run interrupted by another
+// sequence's token, a verification step of 33 tokens at the end of a long sequence)
+// against each token alone, bitwise, on 1 and 2 threads; and against the float64
+// reference.
 static void test_spans(void **state)
 {
     (void)state;
@@ -410,9 +526,9 @@ static void test_spans(void **state)
         cache c;
         int lens[2] = {700, 300};
         cache_init(&c, 2, lens, 2, group, hd, 2.0f);
-        enum { N = 64 }; // (a batch's most)
+        enum { N = 128 }; // (a batch's most)
         int seq[N], pos[N], n = 0;
-        for (int p = 0; p < 20; p++) // a prefill from position 0: two spans (10 + 10)
+        for (int p = 0; p < 37; p++) // a prefill from position 0: three spans (13 + 12 + 12)
             seq[n] = 0, pos[n++] = p;
         for (int p = 120; p < 137; p++) // a decode token and 16 drafts across the chunk boundary at 128
             seq[n] = 1, pos[n++] = p;
@@ -422,7 +538,7 @@ static void test_spans(void **state)
         seq[n] = 0, pos[n++] = 640;
         for (int p = 255; p < 258; p++)
             seq[n] = 1, pos[n++] = p;
-        for (int p = 682; p < 699; p++) // 17 tokens at the end of a long sequence: 9 + 8
+        for (int p = 666; p < 699; p++) // 33 tokens at the end of a long sequence: one span
             seq[n] = 0, pos[n++] = p;
         assert_true(n <= N);
         batch all;
@@ -461,13 +577,13 @@ static void test_spans(void **state)
             // the verification span alone, and the run at the end of the long sequence alone
             // (one span each: split over its key chunks, on 2 threads merged by row blocks
             // when there are enough rows x chunks)
-            const int first[2] = {20, n - 17};
+            const int first[2] = {37, n - 33}, count[2] = {17, 33};
             for (int k = 0; k < 2; k++) {
                 batch ver;
-                batch_init(&ver, &c, 17, seq + first[k], pos + first[k], all.q + first[k] * qw);
-                float *vo = malloc(sizeof(float) * qw * 17);
+                batch_init(&ver, &c, count[k], seq + first[k], pos + first[k], all.q + first[k] * qw);
+                float *vo = malloc(sizeof(float) * qw * count[k]);
                 run_attn(be, &c, &ver, vo);
-                assert_memory_equal(vo, o + first[k] * qw, sizeof(float) * qw * 17);
+                assert_memory_equal(vo, o + first[k] * qw, sizeof(float) * qw * count[k]);
                 free(vo);
                 batch_deinit(&ver);
             }
@@ -484,9 +600,16 @@ static void test_spans(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_exp),      cmocka_unit_test(test_simd_vs_scalar),
-        cmocka_unit_test(test_fallback), cmocka_unit_test(test_batch_invariance),
-        cmocka_unit_test(test_spans),
+        cmocka_unit_test(test_exp),
+        cmocka_unit_test(test_f16_store),
+        cmocka_unit_test_setup(test_simd_vs_scalar, setup_f32),
+        cmocka_unit_test_setup(test_simd_vs_scalar, setup_f16),
+        cmocka_unit_test_setup(test_fallback, setup_f32),
+        cmocka_unit_test_setup(test_fallback, setup_f16),
+        cmocka_unit_test_setup(test_batch_invariance, setup_f32),
+        cmocka_unit_test_setup(test_batch_invariance, setup_f16),
+        cmocka_unit_test_setup(test_spans, setup_f32),
+        cmocka_unit_test_setup(test_spans, setup_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

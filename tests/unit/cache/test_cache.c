@@ -39,7 +39,7 @@ static int teardown(void **state)
 static rp_kv_pool *make_pool(int n_blocks)
 {
     rp_kv_pool *p = NULL;
-    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, n_blocks, &p), RP_OK);
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, n_blocks, RP_DTYPE_F32, &p), RP_OK);
     return p;
 }
 
@@ -57,7 +57,7 @@ static rp_cache *make_cache(rp_kv_pool *p, const uint8_t *fp, const char *dir, u
 
 static size_t block_floats(void)
 {
-    return rp_kv_block_bytes(LAYERS, HEADS, HD, BS) / sizeof(float);
+    return rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F32) / sizeof(float);
 }
 
 static void fill_block(rp_kv_pool *p, int32_t b, float tag)
@@ -424,6 +424,15 @@ static void test_flush_and_restart(void **state)
     assert_int_equal(st.disk_blocks, 0);
     rp_cache_destroy(c);
     rp_kv_pool_destroy(p);
+    // So has a pool that stores K and V as halves: the same model's f32 blocks are not its.
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 8, RP_DTYPE_F16, &p), RP_OK);
+    c = make_cache(p, FP_A, dir, 0);
+    rp_cache_lookup(c, t, 4, &m);
+    assert_int_equal(m.n_blocks, 0);
+    rp_cache_get_stats(c, &st);
+    assert_int_equal(st.disk_blocks, 0);
+    rp_cache_destroy(c);
+    rp_kv_pool_destroy(p);
     // flush_s < 0: nothing written at destroy.
     const char *dir2 = fresh_dir("noflush");
     p = make_pool(8);
@@ -533,7 +542,8 @@ static void test_bad_files(void **state)
     fp_dir(dir, FP_A, fpd, sizeof(fpd));
     for (int i = 0; i < 4; i++)
         block_file(fpd, t, i, f[i], sizeof(f[i]));
-    size_t payload = rp_kv_block_bytes(LAYERS, HEADS, HD, BS), head = sizeof(block_header) + BS * sizeof(int32_t);
+    size_t payload = rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F32),
+           head = sizeof(block_header) + BS * sizeof(int32_t);
 
     // A corrupt payload passes the index (headers only) and fails at load: the
     // file is deleted, the walk stops there, the blocks before it still serve.
@@ -649,7 +659,8 @@ static void test_bad_files(void **state)
 static void test_budget(void **state)
 {
     const char *dir = fresh_dir("budget");
-    uint64_t file = sizeof(block_header) + BS * sizeof(int32_t) + rp_kv_block_bytes(LAYERS, HEADS, HD, BS);
+    uint64_t file =
+        sizeof(block_header) + BS * sizeof(int32_t) + rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F32);
     int32_t t[6 * BS], u[6 * BS];
     tokens(t, 6 * BS, 2000);
     tokens(u, 6 * BS, 3000);
@@ -800,7 +811,7 @@ static int run_faulty_child(const char *dir, const char *fault, const int32_t *t
         rp_cache_params cp;
         rp_cache_params_default(&cp);
         cp.dir = dir;
-        if (rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 8, &p) || rp_cache_create(p, FP_A, &cp, &c))
+        if (rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 8, RP_DTYPE_F32, &p) || rp_cache_create(p, FP_A, &cp, &c))
             _exit(1);
         rp_kv_seq a;
         rp_kv_seq_init(&a);

@@ -46,6 +46,7 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(err, "invalid value 'abc'"));
     assert_int_equal(run_rapid("run model -p x --temp -1", out, sizeof(out), err, sizeof(err)), 2);
     assert_int_equal(run_rapid("run model -p x --quant q3", out, sizeof(out), err, sizeof(err)), 2);
+    assert_int_equal(run_rapid("run model -p x --kv-dtype q8", out, sizeof(out), err, sizeof(err)), 2);
     assert_int_equal(run_rapid("run model -p x --bogus", out, sizeof(out), err, sizeof(err)), 2);
     assert_int_equal(run_rapid("tokenize", out, sizeof(out), err, sizeof(err)), 2);
     assert_int_equal(run_rapid("--help", out, sizeof(out), err, sizeof(err)), 0);

@@ -63,6 +63,7 @@ static void test_usage(void **state)
         {"--port", "70000", NULL}, {"--port", "x", NULL},         {"--bogus", NULL},
         {"--quant", "q3", NULL},   {"--tool-parser", "nope", NULL}, {"a", "b", NULL},
         {"--ctx", "0", NULL},      {"--max-request-bytes", "12", NULL}, {"--parallel", NULL},
+        {"--kv-dtype", "bf16", NULL},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = run_serve(err, sizeof(err), bad[i]);
@@ -143,6 +144,9 @@ static void test_listen_and_stop(void **state)
     http_get(port, "/health", resp, sizeof(resp));
     assert_non_null(strstr(resp, "200 OK"));
     assert_non_null(strstr(resp, "{\"status\":\"ok\"}"));
+    // The KV cache holds halves by default: rapid-tiny's 6 layers and MTP layer, 2 KV heads of 64,
+    // K and V: 3,584 bytes a token; 4,096 tokens by default.
+    assert_non_null(strstr(err, "rapid: KV cache 14 MiB of f16: 4096 tokens (256 blocks of 16)"));
     // Speculative decoding is on by default: the start line says which methods, /metrics has them.
     assert_non_null(strstr(err, "rapid: speculative decoding on: ngram, mtp"));
     http_get(port, "/metrics", resp, sizeof(resp));

@@ -458,7 +458,7 @@ static void test_prefill_chunk(void **state)
 static void test_kv_sizing(void **state)
 {
     const rp_model_config *c = rp_model_get_config(M);
-    uint64_t block = rp_kv_block_bytes(rp_model_kv_layers(M), c->n_kv_head, c->head_dim, BS);
+    uint64_t block = rp_kv_block_bytes(rp_model_kv_layers(M), c->n_kv_head, c->head_dim, BS, RP_DTYPE_F16);
     rp_engine_params ep = params();
     ep.kv_memory = 10 * block + block / 2;
     rp_engine *e = make_engine(&ep);
@@ -466,6 +466,14 @@ static void test_kv_sizing(void **state)
     assert_int_equal(es.kv_blocks, 10);
     assert_int_equal(es.kv_bytes, 10 * block);
     rp_engine_destroy(e);
+    // Float32 K and V: the same memory holds half the blocks.
+    ep.kv_f32 = true;
+    e = make_engine(&ep);
+    es = stats(e);
+    assert_int_equal(es.kv_blocks, 5);
+    assert_int_equal(es.kv_bytes, 10 * block);
+    rp_engine_destroy(e);
+    ep.kv_f32 = false;
     // Less than a block.
     ep.kv_memory = block - 1;
     assert_int_equal(rp_engine_create(M, TOK, &ep, &e), RP_ERR_RANGE);
@@ -779,7 +787,7 @@ static void test_disk_budget(void **state)
 {
     const char *dir = fresh_dir("budget");
     const rp_model_config *c = rp_model_get_config(M);
-    uint64_t block = rp_kv_block_bytes(rp_model_kv_layers(M), c->n_kv_head, c->head_dim, BS);
+    uint64_t block = rp_kv_block_bytes(rp_model_kv_layers(M), c->n_kv_head, c->head_dim, BS, RP_DTYPE_F16);
     uint64_t file = block + 128 + BS * 4;
     rp_engine_params ep = disk_params(dir);
     ep.cache_disk_budget = 3 * file;

@@ -26,13 +26,13 @@ static int teardown(void **state)
 static rp_kv_pool *make_pool(int n_blocks)
 {
     rp_kv_pool *p = NULL;
-    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, n_blocks, &p), RP_OK);
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, n_blocks, RP_DTYPE_F32, &p), RP_OK);
     return p;
 }
 
 static size_t block_floats(void)
 {
-    return rp_kv_block_bytes(LAYERS, HEADS, HD, BS) / sizeof(float);
+    return rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F32) / sizeof(float);
 }
 
 // Fills block b with values derived from tag.
@@ -244,9 +244,38 @@ static void test_block_copy(void **state)
     for (int l = 0; l < LAYERS; l++) {
         rp_kv_layer *L = rp_kv_pool_layer(p, l);
         size_t n = (size_t)BS * HEADS * HD;
-        assert_memory_equal(L->k + n, L->k, n * sizeof(float));
-        assert_memory_equal(L->v + n, L->v, n * sizeof(float));
+        assert_memory_equal((float *)L->k + n, L->k, n * sizeof(float));
+        assert_memory_equal((float *)L->v + n, L->v, n * sizeof(float));
     }
+    rp_kv_pool_destroy(p);
+}
+
+// A pool of halves: blocks of half the bytes, whose host copies (read, write) are
+// the cache's own 16-bit values, and copies between blocks keep every bit.
+static void test_f16_pool(void **state)
+{
+    rp_kv_pool *p = NULL;
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 3, RP_DTYPE_F16, &p), RP_OK);
+    assert_int_equal(rp_kv_pool_type(p), RP_DTYPE_F16);
+    assert_int_equal(rp_kv_pool_block_bytes(p), (size_t)LAYERS * 2 * BS * HEADS * HD * sizeof(uint16_t));
+    assert_int_equal(rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F16) * 2,
+                     rp_kv_block_bytes(LAYERS, HEADS, HD, BS, RP_DTYPE_F32));
+    size_t n = rp_kv_pool_block_bytes(p) / sizeof(uint16_t);
+    uint16_t *in = malloc(n * sizeof(uint16_t)), *out = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        in[i] = (uint16_t)(i * 40503u + 7);
+    assert_int_equal(rp_kv_block_write(p, 2, in), RP_OK);
+    assert_int_equal(rp_kv_block_copy(p, 0, 2), RP_OK);
+    assert_int_equal(rp_kv_block_read(p, 0, out), RP_OK);
+    assert_memory_equal(in, out, n * sizeof(uint16_t));
+    // Layer memory: block b's K of a layer starts at element b * BS * HEADS * HD.
+    rp_kv_layer *L = rp_kv_pool_layer(p, LAYERS - 1);
+    assert_int_equal(L->type, RP_DTYPE_F16);
+    size_t per = (size_t)BS * HEADS * HD;
+    assert_memory_equal((uint16_t *)L->k, (uint16_t *)L->k + 2 * per, per * sizeof(uint16_t));
+    assert_memory_equal((uint16_t *)L->k, in + (size_t)(LAYERS - 1) * 2 * per, per * sizeof(uint16_t));
+    free(in);
+    free(out);
     rp_kv_pool_destroy(p);
 }
 
@@ -257,7 +286,7 @@ static void test_alloc_failures(void **state)
     for (long k = 0; k < 64; k++) {
         rp_kv_pool *p = NULL;
         rp_alloc_fail_after(k, false);
-        rp_status st = rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 4, &p);
+        rp_status st = rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 4, RP_DTYPE_F32, &p);
         rp_alloc_fail_after(-1, false);
         if (st == RP_OK) {
             rp_kv_pool_destroy(p);
@@ -288,8 +317,11 @@ static void test_alloc_failures(void **state)
     assert_int_equal(rp_kv_pool_free_blocks(p), 4);
     // Bad geometry.
     rp_kv_pool *q = NULL;
-    assert_int_equal(rp_kv_pool_create(BE, 0, HEADS, HD, BS, 4, &q), RP_ERR_INVALID);
-    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 0, &q), RP_ERR_INVALID);
+    assert_int_equal(rp_kv_pool_create(BE, 0, HEADS, HD, BS, 4, RP_DTYPE_F32, &q), RP_ERR_INVALID);
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 0, RP_DTYPE_F32, &q), RP_ERR_INVALID);
+    // K and V are f16 or f32, nothing else.
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 4, RP_DTYPE_BF16, &q), RP_ERR_INVALID);
+    assert_int_equal(rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 4, RP_DTYPE_Q8_0, &q), RP_ERR_INVALID);
     assert_null(q);
     rp_kv_pool_destroy(p);
 }
@@ -297,11 +329,9 @@ static void test_alloc_failures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_geometry_and_order),
-        cmocka_unit_test(test_cached_blocks_lru),
-        cmocka_unit_test(test_adopt_and_unshare),
-        cmocka_unit_test(test_block_copy),
-        cmocka_unit_test(test_alloc_failures),
+        cmocka_unit_test(test_geometry_and_order), cmocka_unit_test(test_cached_blocks_lru),
+        cmocka_unit_test(test_adopt_and_unshare),  cmocka_unit_test(test_block_copy),
+        cmocka_unit_test(test_f16_pool),           cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -12,12 +12,17 @@
 #include <jansson.h>
 #include <math.h>
 
+// How the harness's KV pools store K and V: the engine's default unless a test says otherwise.
+#ifndef HARNESS_KV_TYPE
+#define HARNESS_KV_TYPE RP_DTYPE_F16
+#endif
+
 // Logits of every position of `ids` (n tokens), prefilled in chunks of `chunk`
 // tokens, into out (n x n_vocab). Fails the test on error.
 static inline void harness_prefill_all(rp_model *m, const int32_t *ids, int n, int chunk, float *out)
 {
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(m, 16, (n + 15) / 16 + 1, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(m, 16, (n + 15) / 16 + 1, HARNESS_KV_TYPE, &kv), RP_OK);
     rp_kv_seq seq;
     rp_kv_seq_init(&seq);
     rp_kv_seq *seqs[1] = {&seq};
@@ -60,7 +65,7 @@ static inline void harness_greedy(rp_model *m, const int32_t *prompt, int n_prom
     int V = rp_model_get_config(m)->n_vocab;
     int total = n_prompt + n_gen;
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(m, 16, (total + 15) / 16 + 1, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(m, 16, (total + 15) / 16 + 1, HARNESS_KV_TYPE, &kv), RP_OK);
     rp_kv_seq seq;
     rp_kv_seq_init(&seq);
     rp_kv_seq *seqs[1] = {&seq};

@@ -16,7 +16,7 @@ static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int t
     int V = rp_model_get_config(m)->n_vocab;
     int n = N_SEQS * N_PROMPT;
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(m, 16, N_SEQS * (N_PROMPT / 16 + 1), &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(m, 16, N_SEQS * (N_PROMPT / 16 + 1), RP_DTYPE_F16, &kv), RP_OK);
     rp_kv_seq seqs[N_SEQS];
     rp_kv_seq *sp[N_SEQS];
     for (int s = 0; s < N_SEQS; s++) {

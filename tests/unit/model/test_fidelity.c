@@ -9,6 +9,9 @@
  * prompt position, and the greedy tokens up to the first step whose top-2
  * margin is not clear.
  */
+// Float32 K and V: the model path against transformers' float32 numbers, with
+// nothing rounded on our side (test_rapid_tiny checks the default f16 cache).
+#define HARNESS_KV_TYPE RP_DTYPE_F32
 #include "model_harness.h"
 
 #include <dirent.h>

@@ -102,12 +102,13 @@ static void mtp_step(rp_model *m, rp_kv_pool *kv, run *r, const int32_t *next, i
         fail_msg("mtp forward: %s", rp_error_message());
 }
 
-// MTP logits of every prompt row (T-1 rows) of ids.
-static void mtp_over_prompt(rp_model *m, const int32_t *ids, int T, float *mtp_logits)
+// MTP logits of every prompt row (T-1 rows) of ids, K and V cached as kv_type (float32
+// where the logits are compared with transformers or across converted files to 1e-5).
+static void mtp_over_prompt(rp_model *m, const int32_t *ids, int T, rp_dtype kv_type, float *mtp_logits)
 {
     const rp_model_config *c = rp_model_get_config(m);
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(m, 16, (T + 15) / 16 + 1, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(m, 16, (T + 15) / 16 + 1, kv_type, &kv), RP_OK);
     run r;
     run_init(&r, T);
     float *logits = malloc((size_t)T * c->n_vocab * sizeof(float));
@@ -140,7 +141,7 @@ static void test_matches_reference(void **state)
         int T;
         int32_t *ids = harness_ids(json_object_get(p, "prompt_ids"), &T);
         float *got = malloc((size_t)(T - 1) * V * sizeof(float));
-        mtp_over_prompt(tiny, ids, T, got);
+        mtp_over_prompt(tiny, ids, T, RP_DTYPE_F32, got);
         json_t *amax = json_object_get(ref, "argmax"), *tids = json_object_get(ref, "top16_ids"),
                *tvals = json_object_get(ref, "top16_logits"), *last = json_object_get(ref, "last_row_logits");
         assert_int_equal((int)json_array_size(amax), T - 1);
@@ -193,7 +194,7 @@ static void test_forward_ex_same_logits(void **state)
     const int32_t ids[] = {5, 300, 41, 77, 1020, 9, 9, 260};
     enum { T = 8 };
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(tiny, 16, 4, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(tiny, 16, 4, RP_DTYPE_F16, &kv), RP_OK);
     rp_kv_seq s1, s2;
     rp_kv_seq_init(&s1);
     rp_kv_seq_init(&s2);
@@ -283,11 +284,11 @@ static void test_batch_equals_alone(void **state)
         ids[s] = harness_ids(json_object_get(json_array_get(prompts, (size_t)s * 2 + 1), "prompt_ids"), &n);
         assert_true(n >= lens[s]);
         alone[s] = malloc((size_t)(lens[s] - 1) * V * sizeof(float));
-        mtp_over_prompt(tiny, ids[s], lens[s], alone[s]);
+        mtp_over_prompt(tiny, ids[s], lens[s], RP_DTYPE_F16, alone[s]);
         total += lens[s];
     }
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(tiny, 16, 16, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(tiny, 16, 16, RP_DTYPE_F16, &kv), RP_OK);
     rp_kv_seq seq[S];
     rp_kv_seq *seqs[S];
     for (int s = 0; s < S; s++) {
@@ -365,7 +366,7 @@ static void test_truncate_rerun(void **state)
     enum { P = 30, K = 4, NEXT = 3 }; // verified prefix, drafts, steps compared after
     assert_true(T >= P + NEXT + 1);
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(tiny, 16, 12, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(tiny, 16, 12, RP_DTYPE_F16, &kv), RP_OK);
     run clean, drafted;
     run_init(&clean, 64);
     run_init(&drafted, 64);
@@ -447,7 +448,7 @@ static void test_chain(void **state)
     int32_t drafts[2][K + 1];
     for (int rep = 0; rep < 2; rep++) {
         rp_kv_pool *kv;
-        assert_int_equal(rp_model_kv_create(tiny, 16, (T + K) / 16 + 2, &kv), RP_OK);
+        assert_int_equal(rp_model_kv_create(tiny, 16, (T + K) / 16 + 2, RP_DTYPE_F16, &kv), RP_OK);
         run r;
         run_init(&r, T + K);
         float *logits = malloc((size_t)T * V * sizeof(float)), *hidden = malloc((size_t)T * D * sizeof(float));
@@ -501,7 +502,7 @@ static void test_chain_acceptance(void **state)
         memcpy(ids, prompt, (size_t)np * sizeof(int32_t));
         memcpy(ids + np, greedy, (size_t)ng * sizeof(int32_t));
         rp_kv_pool *kv;
-        assert_int_equal(rp_model_kv_create(tiny, 16, (T + K) / 16 + 2, &kv), RP_OK);
+        assert_int_equal(rp_model_kv_create(tiny, 16, (T + K) / 16 + 2, RP_DTYPE_F16, &kv), RP_OK);
         run r;
         run_init(&r, T + K);
         float *logits = malloc((size_t)T * V * sizeof(float)), *hidden = malloc((size_t)T * D * sizeof(float));
@@ -552,7 +553,7 @@ static void test_gguf_roundtrip(void **state)
     const int32_t ids[] = {1, 50, 700, 3, 3, 8000, 42, 99, 100, 7};
     enum { T = 10 };
     float *want = malloc((size_t)(T - 1) * V * sizeof(float)), *got = malloc((size_t)(T - 1) * V * sizeof(float));
-    mtp_over_prompt(tiny, ids, T, want);
+    mtp_over_prompt(tiny, ids, T, RP_DTYPE_F32, want);
     const rp_dtype types[2] = {RP_DTYPE_BF16, RP_DTYPE_F32};
     for (int i = 0; i < 2; i++) {
         const char *out = rp_test_tmp_path(i == 0 ? "tiny-bf16.gguf" : "tiny-f32.gguf");
@@ -562,7 +563,7 @@ static void test_gguf_roundtrip(void **state)
         assert_true(rp_model_has_mtp(g));
         assert_int_equal(rp_model_get_config(g)->n_layer, c->n_layer);
         assert_int_equal(rp_model_kv_layers(g), c->n_layer + 1);
-        mtp_over_prompt(g, ids, T, got);
+        mtp_over_prompt(g, ids, T, RP_DTYPE_F32, got);
         if (i == 0) {
             assert_memory_equal(want, got, (size_t)(T - 1) * V * sizeof(float));
         } else {
@@ -587,11 +588,11 @@ static void test_quantized(void **state)
     const int32_t ids[] = {1, 50, 700, 3, 3, 8000, 42, 99, 100, 7, 11, 12};
     enum { T = 12 };
     float *want = malloc((size_t)(T - 1) * V * sizeof(float)), *got = malloc((size_t)(T - 1) * V * sizeof(float));
-    mtp_over_prompt(tiny, ids, T, want);
+    mtp_over_prompt(tiny, ids, T, RP_DTYPE_F32, want);
     rp_model *q = harness_load(rp_test_source("models/rapid-tiny"), 2, RP_DTYPE_Q8_0);
     assert_true(rp_model_has_mtp(q));
     assert_true(rp_model_weight_bytes(q) < rp_model_weight_bytes(tiny));
-    mtp_over_prompt(q, ids, T, got);
+    mtp_over_prompt(q, ids, T, RP_DTYPE_F32, got);
     double num = 0, den = 0;
     for (size_t k = 0; k < (size_t)(T - 1) * V; k++) {
         num += (got[k] - want[k]) * (double)(got[k] - want[k]);
@@ -619,7 +620,7 @@ static void test_without_mtp(void **state)
         assert_int_equal(c->n_mtp, 0);
         assert_int_equal(rp_model_kv_layers(m), c->n_layer);
         rp_kv_pool *kv;
-        assert_int_equal(rp_model_kv_create(m, 16, 2, &kv), RP_OK);
+        assert_int_equal(rp_model_kv_create(m, 16, 2, RP_DTYPE_F16, &kv), RP_OK);
         assert_int_equal(rp_kv_pool_n_layers(kv), c->n_layer);
         rp_kv_seq s;
         rp_kv_seq_init(&s);
@@ -644,7 +645,7 @@ static void test_bad_batches(void **state)
     const rp_model_config *c = rp_model_get_config(tiny);
     // A pool without the MTP layer.
     rp_kv_pool *small;
-    assert_int_equal(rp_kv_pool_create(rp_model_backend(tiny), c->n_layer, c->n_kv_head, c->head_dim, 16, 2, &small),
+    assert_int_equal(rp_kv_pool_create(rp_model_backend(tiny), c->n_layer, c->n_kv_head, c->head_dim, 16, 2, RP_DTYPE_F16, &small),
                      RP_OK);
     rp_kv_seq s;
     rp_kv_seq_init(&s);
@@ -660,7 +661,7 @@ static void test_bad_batches(void **state)
     rp_kv_pool_destroy(small);
 
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(tiny, 16, 2, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create(tiny, 16, 2, RP_DTYPE_F16, &kv), RP_OK);
     assert_int_equal(rp_kv_seq_reserve(kv, &s, 2), RP_OK);
     assert_int_equal(rp_model_forward_mtp(tiny, kv, &b, NULL, l, NULL), RP_ERR_INVALID);
     tok[1] = c->n_vocab;
