@@ -510,8 +510,10 @@ static void test_batch_invariance(void **state)
 // position 0 longer than one span holds, a verification step's 17 tokens across a
 // chunk boundary, two sequences' runs back to back, a run interrupted by another
 // sequence's token, a verification step of 33 tokens at the end of a long sequence)
-// against each token alone, bitwise, on 1 and 2 threads; and against the float64
-// reference.
+// against each token alone, bitwise, on 1, 2, 3 and 8 threads (on 2 a span's two KV
+// heads share the threads evenly and are not split over key chunks; on 3 and 8 they
+// are, and on 3 the verification steps' merges run on the pool by row blocks); and
+// against the float64 reference.
 static void test_spans(void **state)
 {
     (void)state;
@@ -546,7 +548,9 @@ static void test_spans(void **state)
         size_t qw = (size_t)c.n_head * hd;
         float *o = malloc(sizeof(float) * qw * n), *one_o = malloc(sizeof(float) * qw);
         double *ref = malloc(sizeof(double) * qw);
-        for (int nth = 1; nth <= 2; nth++) {
+        static const int nths[] = {1, 2, 3, 8};
+        for (int in = 0; in < 4; in++) {
+            int nth = nths[in];
             rp_backend *be;
             assert_int_equal(rp_backend_cpu_create(nth, &be), RP_OK);
             run_attn(be, &c, &all, o);
@@ -575,8 +579,8 @@ static void test_spans(void **state)
                 print_message("no AVX-512: its kernel not compared\n");
             }
             // the verification span alone, and the run at the end of the long sequence alone
-            // (one span each: split over its key chunks, on 2 threads merged by row blocks
-            // when there are enough rows x chunks)
+            // (one span each: split over its key chunks on 3 and 8 threads, merged by row
+            // blocks when there are enough rows x chunks)
             const int first[2] = {37, n - 33}, count[2] = {17, 33};
             for (int k = 0; k < 2; k++) {
                 batch ver;
