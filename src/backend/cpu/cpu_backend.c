@@ -536,32 +536,34 @@ static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kv
     return r0;
 }
 
-// Rows [g0, g1) of run (the merge of chunks 0..c-1; partials of `rows` rows) become
-// the merge of chunks 0..c; part is chunk c. O is scaled by rp_cpu_attn_scale_add_avx2
-// (the SIMD path's only caller; the same operations as the plain loop).
-static void attn_merge(int rows, int g0, int g1, int hd, float *run, const float *part)
+// n rows of a merged run (the merge of chunks 0..c-1: maxima m, sums l, outputs o of
+// n x hd) become the merge of chunks 0..c, whose same rows are pm, pl, po. O is scaled
+// by rp_cpu_attn_scale_add_avx2 (the SIMD path's only caller; the same operations as
+// the plain loop).
+static void attn_merge(int n, int hd, float *m, float *l, float *o, const float *pm, const float *pl,
+                       const float *po)
 {
-    for (int g = g0; g < g1; g++) {
-        float m0 = run[g], m1 = part[g], mx = m0 > m1 ? m0 : m1;
+    for (int g = 0; g < n; g++) {
+        float m0 = m[g], m1 = pm[g], mx = m0 > m1 ? m0 : m1;
         // one of the two is e^0 = 1 (exactly, as expf(0) is): one expf per row, not two
         float a = m0 == mx ? 1.0f : expf(m0 - mx), b = m1 == mx ? 1.0f : expf(m1 - mx);
-        run[g] = mx;
-        run[rows + g] = run[rows + g] * a + part[rows + g] * b;
-        rp_cpu_attn_scale_add_avx2(run + 2 * (size_t)rows + (size_t)g * hd, a,
-                                   part + 2 * (size_t)rows + (size_t)g * hd, b, hd);
+        m[g] = mx;
+        l[g] = l[g] * a + pl[g] * b;
+        rp_cpu_attn_scale_add_avx2(o + (size_t)g * hd, a, po + (size_t)g * hd, b, hd);
     }
 }
 
-// Rows [g0, g1) of the outputs of span [t0, t1), kv head kvh: O / L of a merged run.
-static void attn_finish(const attn_job *j, int t0, int t1, int kvh, int g0, int g1, const float *run)
+// Rows [g0, g1) of the outputs of span t0.., kv head kvh: O / L of a merged run whose
+// rows from g0 on are l and o.
+static void attn_finish(const attn_job *j, int t0, int kvh, int g0, int g1, const float *l, const float *o)
 {
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head, rows = (t1 - t0) * group;
+    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     for (int g = g0; g < g1; g++) {
-        float inv = 1.0f / run[rows + g];
-        const float *o = run + 2 * (size_t)rows + (size_t)g * hd;
+        float inv = 1.0f / l[g - g0];
+        const float *og = o + (size_t)(g - g0) * hd;
         float *out = j->out + ((size_t)(t0 + g / group) * j->n_head + (size_t)kvh * group + g % group) * hd;
         for (int i = 0; i < hd; i++)
-            out[i] = o[i] * inv;
+            out[i] = og[i] * inv;
     }
 }
 
@@ -585,9 +587,10 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
             int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
             j->chunk(&a);
             if (c > 0)
-                attn_merge(rows, r0, rows, hd, run, part);
+                attn_merge(rows - r0, hd, run + r0, run + rows + r0, run + 2 * (size_t)rows + (size_t)r0 * hd,
+                           part + r0, part + rows + r0, part + 2 * (size_t)rows + (size_t)r0 * hd);
         }
-        attn_finish(j, t0, t1, kvh, 0, rows, run);
+        attn_finish(j, t0, kvh, 0, rows, run + rows, run + 2 * (size_t)rows);
     }
 }
 
@@ -623,9 +626,13 @@ static void attn_split_worker(void *ctx, int ith, int nth)
     }
 }
 
+#define ATTN_MERGE_ROWS 4 // rows merged together (and per item of the parallel merge)
+
 // Split, after the chunks: rows [g0, g1) of (span s, kv head kvh) merged chunk by chunk
-// in order into chunk 0's partial (in place), then their outputs. The same operations
-// for a row as the unsplit path's, whichever rows go together.
+// in order into chunk 0's outputs (in place), then their outputs; ATTN_MERGE_ROWS rows
+// at a time, whose maxima and sums are kept here (in the partials they share cache
+// lines with the rows other threads merge). The same operations for a row as the
+// unsplit path's, whichever rows go together.
 static void attn_merge_rows(const attn_job *j, int s, int kvh, int g0, int g1)
 {
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
@@ -634,15 +641,25 @@ static void attn_merge_rows(const attn_job *j, int s, int kvh, int g0, int g1)
     int n_chunks = attn_n_chunks(pos[t1 - 1]);
     size_t pf = attn_part_floats(rows, hd);
     float *run = j->part + j->part_base[s] + (size_t)kvh * n_chunks * pf;
-    for (int ch = 1, i0 = 0; ch < n_chunks; ch++) {
-        while (pos[t0 + i0] < ch * RP_ATTN_CHUNK) // the rows that have chunk ch: a suffix
-            i0++;
-        attn_merge(rows, i0 * group > g0 ? i0 * group : g0, g1, hd, run, run + (size_t)ch * pf);
+    for (int b0 = g0; b0 < g1; b0 += ATTN_MERGE_ROWS) {
+        int b1 = b0 + ATTN_MERGE_ROWS < g1 ? b0 + ATTN_MERGE_ROWS : g1;
+        float m[ATTN_MERGE_ROWS], l[ATTN_MERGE_ROWS], *o = run + 2 * (size_t)rows + (size_t)b0 * hd;
+        memcpy(m, run + b0, (size_t)(b1 - b0) * sizeof(float));
+        memcpy(l, run + rows + b0, (size_t)(b1 - b0) * sizeof(float));
+        for (int ch = 1, i0 = 0; ch < n_chunks; ch++) {
+            while (pos[t0 + i0] < ch * RP_ATTN_CHUNK) // the rows that have chunk ch: a suffix
+                i0++;
+            int g = i0 * group > b0 ? i0 * group : b0; // first row of the block with chunk ch
+            if (g >= b1)
+                continue;
+            const float *p = run + (size_t)ch * pf;
+            attn_merge(b1 - g, hd, m + (g - b0), l + (g - b0), o + (size_t)(g - b0) * hd, p + g, p + rows + g,
+                       p + 2 * (size_t)rows + (size_t)g * hd);
+        }
+        attn_finish(j, t0, kvh, b0, b1, l, o);
     }
-    attn_finish(j, t0, t1, kvh, g0, g1, run);
 }
 
-#define ATTN_MERGE_ROWS 4 // rows per item of the parallel merge
 
 // Split, the merge when it is large: item w is ATTN_MERGE_ROWS rows of (span s, kvh),
 // w = item_base[s] + kvh * blocks(s) + block.
