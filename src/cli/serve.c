@@ -274,13 +274,13 @@ static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
 }
 
 // The KV cache and prefix cache as they came out, on stderr.
-static void print_memory(const rp_model *m, rp_engine *e, const rp_engine_params *ep)
+static void print_memory(const rp_model *m, rp_engine *e)
 {
     rp_engine_stats es;
     rp_engine_get_stats(e, &es);
     rp_log(RP_LOG_INFO, "rapid: %s | context %d tokens per request", rp_model_describe(m), es.n_ctx);
     rp_log(RP_LOG_INFO, "rapid: KV cache %.0f MiB of %s: %d tokens (%d blocks of %d)", es.kv_bytes / 1048576.0,
-           rp_dtype_name(rp_engine_kv_type(ep)), es.kv_blocks * es.kv_block_tokens, es.kv_blocks,
+           rp_dtype_name(es.kv_type), es.kv_blocks * es.kv_block_tokens, es.kv_blocks,
            es.kv_block_tokens);
     char spec[128] = "";
     for (int k = 0, n = 0; k < RP_SPEC_N_METHODS; k++)
@@ -354,7 +354,7 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: engine: %s\n", rp_error_message());
         goto done;
     }
-    print_memory(model, engine, &o.ep);
+    print_memory(model, engine);
     if (rp_server_run(engine, model, tok, &o.sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;

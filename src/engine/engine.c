@@ -873,6 +873,7 @@ void rp_engine_get_stats(rp_engine *e, rp_engine_stats *out)
     out->kv_blocks = e->n_blocks;
     out->kv_blocks_used = e->kv ? e->n_blocks - rp_kv_pool_free_blocks(e->kv) : 0;
     out->kv_block_tokens = e->block;
+    out->kv_type = e->kv ? rp_kv_pool_type(e->kv) : RP_DTYPE_F16;
     out->kv_bytes = e->kv ? (uint64_t)e->n_blocks * rp_kv_pool_block_bytes(e->kv) : 0;
     out->n_ctx = e->n_ctx;
     out->prefill_chunk = e->prefill_chunk;

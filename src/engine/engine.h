@@ -260,6 +260,7 @@ typedef struct rp_engine_stats {
     int queued, running;        // requests waiting / generating now
     int kv_blocks, kv_blocks_used; // used: held by requests (cached blocks nobody holds count as free)
     int kv_block_tokens;
+    rp_dtype kv_type;           // how K and V are stored (rp_engine_kv_type of the params)
     uint64_t kv_bytes;          // the pool's size
     int n_ctx;                  // the effective context per request
     uint64_t steps;             // forwards run

@@ -274,9 +274,10 @@ static json_t *status_json(rp_engine *e)
                               (json_int_t)es.cache_hit_tokens, "miss_tokens", (json_int_t)es.cache_miss_tokens,
                               "hit_blocks", (json_int_t)c->hit_blocks, "miss_blocks", (json_int_t)c->miss_blocks,
                               "memory", mem, "disk", disk);
-    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:I, s:i}", "blocks", es.kv_blocks, "blocks_used", es.kv_blocks_used,
-                           "blocks_free", es.kv_blocks - es.kv_blocks_used, "block_tokens", es.kv_block_tokens,
-                           "bytes", (json_int_t)es.kv_bytes, "context_tokens", es.n_ctx);
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:I, s:s, s:i}", "blocks", es.kv_blocks, "blocks_used",
+                           es.kv_blocks_used, "blocks_free", es.kv_blocks - es.kv_blocks_used, "block_tokens",
+                           es.kv_block_tokens, "bytes", (json_int_t)es.kv_bytes, "dtype", rp_dtype_name(es.kv_type),
+                           "context_tokens", es.n_ctx);
     json_t *req = json_pack("{s:i, s:i, s:I, s:I, s:I}", "running", es.running, "queued", es.queued, "done",
                             (json_int_t)es.requests_done, "cancelled", (json_int_t)es.requests_cancelled,
                             "preemptions", (json_int_t)es.preemptions);

@@ -295,6 +295,7 @@ static void test_prefix_cache_and_status(void **state)
     assert_true(json_is_false(json_object_get(json_object_get(pc, "disk"), "enabled")));
     assert_true(json_is_null(json_object_get(json_object_get(pc, "disk"), "dir")));
     assert_int_equal(json_integer_value(json_object_get(kv, "block_tokens")), 16);
+    assert_string_equal(json_string_value(json_object_get(kv, "dtype")), "f16");
     assert_int_equal(json_integer_value(json_object_get(kv, "blocks_used")), 0);
     assert_int_equal(json_integer_value(json_object_get(kv, "context_tokens")), 1024);
     assert_true(json_integer_value(json_object_get(kv, "bytes")) > 0);
