@@ -467,7 +467,7 @@ static void attn_worker(void *ctx, int ith, int nth)
  *
  * Partials of `rows` query rows (span tokens × group): m (rows), l (rows),
  * o (rows, hd). A worker's scratch: scores, two partials, and room for a chunk's
- * K and V rows converted from halves (rp_attn_chunk.kv_tmp).
+ * K and V rows as packed float32 (rp_attn_chunk.kv_tmp).
  */
 #define ATTN_SPAN 16     // most tokens in a span cut from a longer run (a prefill chunk)
 #define ATTN_SPAN_ONE 33 // most tokens in a run that is one span (a decode token and 32 drafts:

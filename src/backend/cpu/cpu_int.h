@@ -65,8 +65,9 @@ typedef struct rp_attn_chunk {
     size_t q_stride;    // floats between tokens' query rows
     const void *k, *v;  // cache base plus the KV head's offset: slot s's row at element k + s * stride
     size_t stride;      // elements between slots (n_kv_head * hd)
-    bool f16;           // K and V are IEEE half (else float32): rows are converted into kv_tmp
-    float *kv_tmp;      // scratch (2, RP_ATTN_CHUNK, hd) for the converted rows when f16
+    bool f16;           // K and V are IEEE half (else float32)
+    float *kv_tmp;      // scratch (2, RP_ATTN_CHUNK, hd): the chunk's K and V rows as float32, packed
+                        // (converted from halves, or copied), when a kernel wants them there
     const int32_t *bt;  // block table of the sequence
     int bs;             // block size (slots per block)
     int p0, p1;         // key range: p1 = the largest end[i]
