@@ -91,7 +91,8 @@ RP_INLINE __m512 load16(const void *row, int i, bool f16)
     return _mm512_loadu_ps((const float *)row + i);
 }
 
-#define AHEAD 8 // K/V rows fetched ahead of their use when they come from memory
+#define AHEAD 8       // K/V rows fetched ahead of their use when they come from memory
+#define PACK_AHEAD 32 // the same for the packing loop, whose rows take a few cycles each
 
 // Asks for one K or V row of hd values (halves when f16) to be brought into L1.
 RP_INLINE void prefetch_row(const void *row, int hd, bool f16)
@@ -272,9 +273,9 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
     // sharing L1 sets: 44 against 65 GMAC/s for a 27-token span on a Zen 5 core).
     float *kt = a->kv_tmp, *vt = a->kv_tmp + (size_t)RP_ATTN_CHUNK * hd;
     for (int p = 0; p < n; p++) {
-        if (p + AHEAD < n) {
-            prefetch_row(krow[p + AHEAD], hd, a->f16);
-            prefetch_row(vrow[p + AHEAD], hd, a->f16);
+        if (p + PACK_AHEAD < n) {
+            prefetch_row(krow[p + PACK_AHEAD], hd, a->f16);
+            prefetch_row(vrow[p + PACK_AHEAD], hd, a->f16);
         }
         for (int i = 0; i < hd; i += 16) {
             _mm512_storeu_ps(kt + (size_t)p * hd + i, load16(krow[p], i, a->f16));
