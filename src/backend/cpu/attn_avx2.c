@@ -138,12 +138,15 @@ RP_INLINE void f16_to_f32(const uint16_t *src, float *dst, int n)
 
 void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
 {
+    // min(max, x) and max(-max, x) return x when it is NaN (the second operand)
+    const __m256 hi = _mm256_set1_ps(RP_KV_HALF_MAX), lo = _mm256_set1_ps(-RP_KV_HALF_MAX);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_loadu_ps(src + i)));
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
     for (; i < n; i++)
-        dst[i] = rp_f32_to_fp16(src[i]);
+        dst[i] = rp_cpu_kv_half(src[i]);
 }
 
 void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow)

@@ -761,8 +761,8 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     return RP_OK;
 }
 
-// Elements [e, e + n) of a layer's K or V array (of type) = src, rounded to halves
-// when the cache holds them (the same bits at every SIMD level).
+// Elements [e, e + n) of a layer's K or V array (of type) = src, as halves when the
+// cache holds them (rp_cpu_kv_half: the same bits at every SIMD level).
 static void kv_store(void *base, rp_dtype type, size_t e, const float *src, size_t n)
 {
     if (type == RP_DTYPE_F32) {
@@ -775,7 +775,7 @@ static void kv_store(void *base, rp_dtype type, size_t e, const float *src, size
         return;
     }
     for (size_t i = 0; i < n; i++)
-        dst[i] = rp_f32_to_fp16(src[i]);
+        dst[i] = rp_cpu_kv_half(src[i]);
 }
 
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,

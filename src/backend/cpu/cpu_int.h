@@ -93,8 +93,21 @@ void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void 
 // The same rows as float32: in the cache, or converted from halves into a->kv_tmp
 // (exactly).
 void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow);
-// dst[i] = src[i] rounded to IEEE half (nearest even), n >= 0: rp_f32_to_fp16's bits for
-// every value but NaN (a NaN stays a NaN) (attn_avx2.c, F16C).
+// The largest finite IEEE half: K and V beyond it are cached as it (not as infinity, which
+// would make every score it meets inf or NaN).
+#define RP_KV_HALF_MAX 65504.0f
+// A K or V value as the cache stores it in halves: clamped to ±RP_KV_HALF_MAX, then rounded
+// to nearest even (rp_f32_to_fp16); a NaN stays a NaN.
+static inline uint16_t rp_cpu_kv_half(float x)
+{
+    if (x > RP_KV_HALF_MAX)
+        x = RP_KV_HALF_MAX;
+    if (x < -RP_KV_HALF_MAX)
+        x = -RP_KV_HALF_MAX;
+    return rp_f32_to_fp16(x);
+}
+// dst[i] = rp_cpu_kv_half(src[i]), n >= 0: the same bits for every value but NaN (a NaN
+// stays a NaN) (attn_avx2.c, F16C).
 void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n);
 // The chunk kernels' softmax of one row (attn_avx2.c): scores s[0, n) of the row
 // (n <= RP_ATTN_CHUNK) become e = exp(s - m), s[n, n rounded up to 8) zeros (-inf

@@ -9,7 +9,8 @@
  * go through each key chunk together: a prefill chunk, a decode token and drafts).
  * The AVX-512 kernel gives the AVX2 kernel's bits. Every test but the exp's runs
  * twice: over a cache of float32 K/V and over one of halves (whose values the
- * float64 reference reads exactly); the op's f16 writes round as rp_f32_to_fp16.
+ * float64 reference reads exactly); the op's f16 writes clamp to the half range and
+ * round as rp_f32_to_fp16.
  */
 #include "test_util.h"
 
@@ -250,15 +251,18 @@ static void test_exp(void **state)
     free(y);
 }
 
+// A K or V value in a cache of halves: clamped to the largest finite half, then rounded.
 static uint16_t f16_bits(float f)
 {
-    return rp_f32_to_fp16(f);
+    float c = f > 65504.0f ? 65504.0f : f < -65504.0f ? -65504.0f : f;
+    return rp_f32_to_fp16(c);
 }
 
-// The conversion the op writes a cache of halves with: F16C's bits are
-// rp_f32_to_fp16's for every float but NaN (random bit patterns, the rounding ties
-// and edges of the half range, subnormals, infinities); NaN stays NaN. Then the op
-// itself, at every level, stores rounded rows: its cache is those bits.
+// The conversion the op writes a cache of halves with: F16C's bits are the scalar
+// code's (rp_cpu_kv_half) for every float but NaN (random bit patterns, the rounding
+// ties and edges of the half range, subnormals, infinities and values past the range,
+// which become ±65504); NaN stays NaN. Then the op itself, at every level, stores
+// rounded rows: its cache is those bits.
 static void test_f16_store(void **state)
 {
     (void)state;
@@ -292,10 +296,18 @@ static void test_f16_store(void **state)
             } else if (y[i] != f16_bits(x[i])) {
                 uint32_t u;
                 memcpy(&u, &x[i], 4);
-                fail_msg("%08x (%g): F16C %04x, rp_f32_to_fp16 %04x", u, x[i], y[i], f16_bits(x[i]));
+                fail_msg("%08x (%g): F16C %04x, scalar %04x", u, x[i], y[i], f16_bits(x[i]));
             }
         }
         assert_true(nan > 0);
+        // Past the half range: the largest finite half, never infinity.
+        float big[8] = {1e6f, -1e6f, INFINITY, -INFINITY, 65519.0f, 65520.0f, -70000.0f, 65504.0f};
+        rp_cpu_f32_to_f16_avx2(big, y, 8);
+        static const uint16_t want[8] = {0x7bff, 0xfbff, 0x7bff, 0xfbff, 0x7bff, 0x7bff, 0xfbff, 0x7bff};
+        for (int i = 0; i < 8; i++) {
+            assert_int_equal(y[i], want[i]);
+            assert_int_equal(rp_cpu_kv_half(big[i]), want[i]);
+        }
         free(x);
         free(y);
     }
@@ -319,6 +331,8 @@ static void test_f16_store(void **state)
             b.k[i] = rng_uniform() * 3.0f;
             b.v[i] = rng_uniform() * 1e-5f; // subnormal halves among them
         }
+        b.k[5] = 1e6f; // past the half range: clamped, at every level
+        b.v[w + 3] = -INFINITY;
         float *o = malloc(sizeof(float) * (size_t)c.n_head * c.hd * 3);
         run_attn(be, &c, &b, o);
         for (int t = 0; t < 3; t++)
