@@ -124,7 +124,7 @@ run_one() {
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "binary: $rapid ($(git rev-parse --short HEAD 2>/dev/null || echo ?)), spec side: ${spec:-auto (default)}, runs: $runs"
+echo "binary: $rapid ($("$rapid" --version 2>/dev/null | head -1 || echo ?); source tree at $(git rev-parse --short HEAD 2>/dev/null || echo ?)), spec side: ${spec:-auto (default)}, runs: $runs"
 table="| task | tokens | decode tok/s, speculation | decode tok/s, --no-spec-decode | ratio | accepted/drafted (last run) |
 |---|---|---|---|---|---|"
 if [ -n "$cpu" ]; then
