@@ -255,7 +255,10 @@ static void test_context_limit(void **state)
 /* ---- preemption and cancellation ---------------------------------------------------- */
 
 // A pool for about two requests at a time: drafts never preempt anybody, and
-// requests preempted while drafting give the same tokens.
+// requests preempted while drafting give the same tokens. Whether the pool runs dry
+// depends on when the engine admits the requests against how far the others got (and
+// what their prompts share in the prefix cache), so a run without a preemption is tried
+// again, up to three times; every run must give the same tokens.
 static void test_preemption(void **state)
 {
     reference(GEN, NULL);
@@ -263,19 +266,23 @@ static void test_preemption(void **state)
     for (int i = 0; i < N_P; i++)
         need = P[i].n + GEN > need ? P[i].n + GEN : need;
     for (int c = SH_NGRAM; c <= SH_MTP; c++) {
-        rp_engine *e = sh_engine(&SH_CONFIGS[c], cap(c), 16, need + need / 2, 4);
-        for (int i = 0; i < 8; i++)
-            GOT[i].gp = REF[i % N_P].gp;
-        sh_run(e, GOT, 8, true);
-        for (int i = 0; i < 8; i++)
-            sh_same(&GOT[i], &REF[i % N_P], SH_CONFIGS[c].name, i);
-        sh_drafted(GOT, 8, &SH_CONFIGS[c]);
-        rp_engine_stats es;
-        rp_engine_get_stats(e, &es);
-        print_message("  %s: %llu preemptions\n", SH_CONFIGS[c].name, (unsigned long long)es.preemptions);
-        assert_true(es.preemptions > 0);
-        assert_int_equal(es.kv_blocks_used, 0);
-        rp_engine_destroy(e);
+        unsigned long long preemptions = 0;
+        for (int run = 0; run < 3 && preemptions == 0; run++) {
+            rp_engine *e = sh_engine(&SH_CONFIGS[c], cap(c), 16, need + need / 2, 4);
+            for (int i = 0; i < 8; i++)
+                GOT[i].gp = REF[i % N_P].gp;
+            sh_run(e, GOT, 8, true);
+            for (int i = 0; i < 8; i++)
+                sh_same(&GOT[i], &REF[i % N_P], SH_CONFIGS[c].name, i);
+            sh_drafted(GOT, 8, &SH_CONFIGS[c]);
+            rp_engine_stats es;
+            rp_engine_get_stats(e, &es);
+            preemptions = es.preemptions;
+            print_message("  %s, run %d: %llu preemptions\n", SH_CONFIGS[c].name, run + 1, preemptions);
+            assert_int_equal(es.kv_blocks_used, 0);
+            rp_engine_destroy(e);
+        }
+        assert_true(preemptions > 0);
     }
 }
 
