@@ -26,14 +26,9 @@ struct rp_kv_pool {
     void *evict_ctx;
 };
 
-static size_t elem_bytes(rp_dtype type)
-{
-    return type == RP_DTYPE_F16 ? 2 : 4;
-}
-
 size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size, rp_dtype type)
 {
-    return (size_t)n_layer * 2 * block_size * n_kv_head * head_dim * elem_bytes(type);
+    return (size_t)n_layer * 2 * block_size * n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type);
 }
 
 rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head_dim, int block_size, int n_blocks,
@@ -45,7 +40,7 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
     if (type != RP_DTYPE_F16 && type != RP_DTYPE_F32)
         return RP_ERR(RP_ERR_INVALID, "kv pool: K and V can be f16 or f32, not %s", rp_dtype_name(type));
     size_t layer_bytes;
-    if (!rp_mul_size((size_t)n_blocks * block_size, (size_t)n_kv_head * head_dim * elem_bytes(type), &layer_bytes))
+    if (!rp_mul_size((size_t)n_blocks * block_size, (size_t)n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type), &layer_bytes))
         return RP_ERR(RP_ERR_RANGE, "kv pool: too large");
     rp_kv_pool *p = rp_calloc(1, sizeof(*p));
     if (!p)
@@ -57,7 +52,7 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->type = type;
-    p->block_bytes = (size_t)block_size * n_kv_head * head_dim * elem_bytes(type);
+    p->block_bytes = (size_t)block_size * n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type);
     p->layers = rp_calloc((size_t)n_layer, sizeof(rp_kv_layer));
     p->refs = rp_calloc((size_t)n_blocks, sizeof(int32_t));
     p->cached = rp_calloc((size_t)n_blocks, 1);

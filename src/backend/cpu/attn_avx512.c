@@ -91,8 +91,7 @@ RP_INLINE __m512 load16(const void *row, int i, bool f16)
     return _mm512_loadu_ps((const float *)row + i);
 }
 
-#define AHEAD 8       // K/V rows fetched ahead of their use when they come from memory
-#define PACK_AHEAD 32 // the same for the packing loop, whose rows take a few cycles each
+#define AHEAD 8 // K/V rows fetched ahead of their use when they come from memory
 
 // Asks for one K or V row of hd values (halves when f16) to be brought into L1.
 RP_INLINE void prefetch_row(const void *row, int hd, bool f16)
@@ -258,10 +257,9 @@ RP_INLINE void chunk(const rp_attn_chunk *a, const void *const *krow, const void
 
 void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
 {
-    int n = a->p1 - a->p0, hd = a->hd;
     const void *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
-    rp_cpu_attn_kv_slots(a, krow, vrow);
     if (a->n_tok * a->n_q <= ROWS) { // one group of rows: each K and V row is used once, as it is
+        rp_cpu_attn_kv_slots(a, krow, vrow);
         if (a->f16)
             chunk(a, krow, vrow, true, true);
         else
@@ -271,18 +269,6 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a)
     // Several groups: the rows are packed into scratch first (halves converted), read
     // from there by every group (in the cache a KV head's rows lie n_kv_head * hd apart,
     // sharing L1 sets: 44 against 65 GMAC/s for a 27-token span on a Zen 5 core).
-    float *kt = a->kv_tmp, *vt = a->kv_tmp + (size_t)RP_ATTN_CHUNK * hd;
-    for (int p = 0; p < n; p++) {
-        if (p + PACK_AHEAD < n) {
-            prefetch_row(krow[p + PACK_AHEAD], hd, a->f16);
-            prefetch_row(vrow[p + PACK_AHEAD], hd, a->f16);
-        }
-        for (int i = 0; i < hd; i += 16) {
-            _mm512_storeu_ps(kt + (size_t)p * hd + i, load16(krow[p], i, a->f16));
-            _mm512_storeu_ps(vt + (size_t)p * hd + i, load16(vrow[p], i, a->f16));
-        }
-        krow[p] = kt + (size_t)p * hd;
-        vrow[p] = vt + (size_t)p * hd;
-    }
+    rp_cpu_attn_kv_rows(a, (const float **)krow, (const float **)vrow, true);
     chunk(a, krow, vrow, false, false);
 }

@@ -90,9 +90,10 @@ void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
 // position p0 + p, p in [0, p1 - p0), where they are in the cache (of its type)
 // (attn_avx2.c; both chunk kernels use it).
 void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow);
-// The same rows as float32: in the cache, or converted from halves into a->kv_tmp
-// (exactly).
-void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow);
+// The same rows as float32: in the cache, or packed into a->kv_tmp (halves converted
+// exactly, float32 rows copied) when the cache holds halves or pack is set; the packing
+// fetches rows ahead of it.
+void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow, bool pack);
 // The largest finite IEEE half: K and V beyond it are cached as it (not as infinity, which
 // would make every score it meets inf or NaN).
 #define RP_KV_HALF_MAX 65504.0f
