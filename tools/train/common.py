@@ -29,10 +29,20 @@ SPECIAL_TOKENS = [
 NOT_SPECIAL = {"<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"}
 ENDOFTEXT, IM_START, IM_END = 0, 1, 2
 
-# Qwen2/Qwen3's pre-tokenizer split pattern (digits one at a time).
+# Qwen2/Qwen3's pre-tokenizer split pattern (digits one at a time): the committed
+# model's.
 PRETOKENIZE_REGEX = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# An alternative for code (stage 1 --pretokenize code; tried in session 7, README):
+# an identifier (letters, digits, underscores, not starting with a digit) is one
+# piece with at most one leading space, and punctuation never joins it, so a name
+# has exactly two token spellings (" name" and "name") whatever precedes it.  Qwen's
+# pattern glues one punctuation mark to a letter run ("(self", ".old") and splits at
+# underscores, so a renamed identifier is spelled differently after "(", "." or a
+# space.  Digits one at a time; no English contraction rule ("'s" would split string
+# literals such as 'start').
+CODE_PRETOKENIZE_REGEX = r" ?[\p{L}_][\p{L}\p{N}_]*|\p{N}| ?[^\s\p{L}\p{N}_]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 
 # Qwen3's chat template (system, tools in the system prompt, assistant tool calls,
 # tool results as <tool_response> in a user turn, reasoning_content, enable_thinking).

@@ -7,8 +7,13 @@ of the 2-layer draft sibling, on the stage-1 corpus.
 Re-reads the manifest's training files (the machine image holds them), tokenizes
 them with the stage-1 tokenizer, and trains for a wall-clock budget: the learning
 rate schedule and the sequence-length phases follow the fraction of the budget
-spent (2k tokens, then 8k, then 16k for the last part).  Writes DIR2/main/ and
-DIR2/draft/ (HF folders, bf16) and DIR2/stage2_log.jsonl.
+spent (2k tokens, then 8k, then 16k for the last part).  With --sft-examples N,
+from --sft-from of the budget on, --sft-frac of each batch's rows are windows of
+rendered chat-task examples (stage 3's generator, other seeds; whole text, loss on
+every token), each starting at an example's first token: copying a file back with an
+edit learned as language modelling before fine-tuning (tried in session 7; README).
+Writes DIR2/main/ and DIR2/draft/ (HF
+folders, bf16) and DIR2/stage2_log.jsonl.
 """
 import argparse
 import json
@@ -83,6 +88,9 @@ def main():
     ap.add_argument("--limit-bytes", type=int, default=None, help="smoke tests: read only this much text")
     ap.add_argument("--phases", default=None, help="e.g. 0:2048,0.8:8192,0.92:16384")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sft-examples", type=int, default=0, help="chat-task examples to mix in (0: plain pretraining, the committed model)")
+    ap.add_argument("--sft-frac", type=float, default=0.3, help="fraction of a batch's rows taken from them")
+    ap.add_argument("--sft-from", type=float, default=0.4, help="from this fraction of the budget on")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -97,6 +105,19 @@ def main():
     data, nfiles, nbytes = tokenize_corpus(tok, manifest, "train", args.limit_bytes)
     log(f"stage2: {nfiles} files, {nbytes / 1e6:.1f} MB -> {len(data) / 1e6:.1f}M tokens ({nbytes / max(len(data), 1):.2f} chars/token) in {time.time() - t0:.0f}s")
     held, _, _ = tokenize_corpus(tok, manifest, "heldout")
+    sft, sft_starts = None, None
+    if args.sft_examples:
+        import stage3  # its task generator (stage 3 imports this module: import here, not above)
+
+        code = [t for _, t in corpus.read_files(manifest, split="train", kind="code")]
+        if args.limit_bytes:
+            code = code[:: max(1, len(code) // 1500)]
+        rows, kinds, nf = stage3.build_sft(tok, code, args.sft_examples, args.seed + 7, 16384)
+        sft = np.concatenate([np.append(r[0], ENDOFTEXT).astype(np.int64) for r in rows])
+        sft_starts = np.cumsum([0] + [len(r[0]) + 1 for r in rows[:-1]])
+        log(f"stage2: {len(rows)} chat-task examples from {nf} files, {len(sft) / 1e6:.1f}M tokens, kinds {kinds} ({time.time() - t0:.0f}s)")
+    sft_t = torch.from_numpy(sft).to(dev) if sft is not None else None
+    starts_t = torch.from_numpy(sft_starts).to(dev) if sft is not None else None
     data_t = torch.from_numpy(data.astype(np.int64)).to(dev)
     held_t = torch.from_numpy(held.astype(np.int64)).to(dev)
     phases = SEQ_PHASES if not args.phases else [(float(a), int(b)) for a, b in (x.split(":") for x in args.phases.split(","))]
@@ -108,8 +129,12 @@ def main():
     opt_d = make_opt(draft_m, args.draft_lr)
     gen = torch.Generator(device=dev).manual_seed(args.seed)
 
-    def batch(src, L, B):
-        off = torch.randint(0, len(src) - L - 1, (B,), device=dev, generator=gen)
+    def batch(src, L, B, sft_windows=False):
+        if not sft_windows:
+            off = torch.randint(0, len(src) - L - 1, (B,), device=dev, generator=gen)
+        else:  # windows that begin at an example's first token (and end inside the stream)
+            n = int(np.searchsorted(sft_starts, len(src) - L - 1, side="right"))
+            off = starts_t[torch.randint(0, max(1, n), (B,), device=dev, generator=gen)]
         idx = off[:, None] + torch.arange(L + 1, device=dev)[None, :]
         x = src[idx]
         return x[:, :-1].contiguous(), x[:, 1:].contiguous()
@@ -143,7 +168,11 @@ def main():
             g_["lr"] = lr
         for g_ in opt_d.param_groups:
             g_["lr"] = lr_at(p, args.draft_lr)
-        x, y = batch(data_t, L, B)
+        ns = int(round(B * args.sft_frac)) if sft_t is not None and p >= args.sft_from else 0
+        x, y = batch(data_t, L, B - ns)
+        if ns:
+            xs, ys = batch(sft_t, L, ns, sft_windows=True)
+            x, y = torch.cat([x, xs]), torch.cat([y, ys])
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss, lm, lt = main_m.loss(x, y, args.mtp_weight)
         loss.backward()
@@ -159,7 +188,7 @@ def main():
         step += 1
         tokens += B * L
         if step % 25 == 0 or step == 1:
-            rec = {"step": step, "tokens": tokens, "time": time.time() - start, "p": p, "seq": L, "lr": lr, "loss": lm.item(), "mtp_loss": lt.item(), "draft_loss": dl.item(), "grad_norm": gn.item()}
+            rec = {"step": step, "tokens": tokens, "time": time.time() - start, "p": p, "seq": L, "sft_rows": ns, "rows": B, "lr": lr, "loss": lm.item(), "mtp_loss": lt.item(), "draft_loss": dl.item(), "grad_norm": gn.item()}
             if step % 200 == 0:
                 rec["heldout_loss"], rec["heldout_mtp_loss"], rec["heldout_draft_loss"] = evaluate()
             logf.write(json.dumps(rec) + "\n")
@@ -169,7 +198,7 @@ def main():
                 log(f"step {step} p {p:.3f} seq {L} loss {rec['loss']:.3f} mtp {rec['mtp_loss']:.3f} draft {rec['draft_loss']:.3f} {tokens / (time.time() - start) / 1e6:.2f}M tok/s")
     train_s = time.time() - start
     h = evaluate()
-    final = {"steps": step, "tokens": tokens, "train_seconds": train_s, "heldout_loss": h[0], "heldout_mtp_loss": h[1], "heldout_draft_loss": h[2], "corpus_tokens": int(len(data)), "corpus_files": nfiles, "epochs": tokens / max(len(data), 1)}
+    final = {"steps": step, "tokens": tokens, "train_seconds": train_s, "heldout_loss": h[0], "heldout_mtp_loss": h[1], "heldout_draft_loss": h[2], "corpus_tokens": int(len(data)), "corpus_files": nfiles, "epochs": tokens / max(len(data), 1), "sft_examples": args.sft_examples, "sft_frac": args.sft_frac, "sft_from": args.sft_from, "sft_tokens": int(len(sft_t)) if sft_t is not None else 0}
     log("stage2: " + json.dumps(final))
     logf.write(json.dumps({"final": final}) + "\n")
     logf.close()
