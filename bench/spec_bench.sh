@@ -22,8 +22,8 @@
 #   --cpu         also the decode speed in tokens per CPU second (best with --threads 1)
 #
 # Tasks (rapid-tiny; -n is the cap, a reply may end sooner):
-#   edit_file117  rename `args` to `opts` across tools/train/stage1.py (117 lines), whole file back
-#   edit_file150  rename `main_m` to `model` across the first 150 lines of tools/train/stage2.py
+#   edit_file117  rename `args` to `opts` across tests/data/edit/stage1.py (117 lines), whole file back
+#   edit_file150  rename `main_m` to `model` across tests/data/edit/stage2_head150.py
 #   edit_small    change a value in a 13-line function, whole file back
 #   json_rename   rename a key in every object of a JSON array
 #   json_extract  extract fields into a JSON object
@@ -82,9 +82,9 @@ def variance(values):
     return total / len(values)
 ```'
 { printf 'Rename `args` to `opts` everywhere in this file and return the whole file.\n\n```python\n'
-  cat tools/train/stage1.py; printf '```'; } > "$tmp/edit_file117.txt"
+  cat tests/data/edit/stage1.py; printf '```'; } > "$tmp/edit_file117.txt"
 { printf 'Rename `main_m` to `model` everywhere in this file and return the whole file.\n\n```python\n'
-  head -150 tools/train/stage2.py; printf '```'; } > "$tmp/edit_file150.txt"
+  cat tests/data/edit/stage2_head150.py; printf '```'; } > "$tmp/edit_file150.txt"
 printf 'Change the value 0 to 0.0 in this file and return the whole file.\n\n%s' "$snippet" > "$tmp/edit_small.txt"
 printf 'Rename the key `name` to `title` in every object.\n\n```json\n[{"id": 1, "name": "a", "tags": ["x", "y"]}, {"id": 2, "name": "b", "tags": []}, {"id": 3, "name": "c", "tags": ["z"]}, {"id": 4, "name": "d", "tags": ["x"]}]\n```' > "$tmp/json_rename.txt"
 printf 'Extract the name, the age and the city as a JSON object: "Maria Lopez is 34 and lives in Porto; her brother Joao is 29."' > "$tmp/json_extract.txt"

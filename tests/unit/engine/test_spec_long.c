@@ -2,7 +2,7 @@
  * test_spec_long.c - speculative decoding is lossless over a task mix (long tier).
  *
  * 22 prompts on the default model: code edits (a real 117-line file,
- * tools/train/stage1.py, renamed and returned in full; smaller files renamed,
+ * tests/data/edit/stage1.py, renamed and returned in full; smaller files renamed,
  * changed, extended), JSON (key renames, extraction, transforms) and prose.
  * Greedy, each with speculation - prompt lookup, MTP and the draft model each
  * pinned, and `auto` - alone and eight at a time, must give byte for byte the
@@ -71,7 +71,7 @@ static int setup(void **state)
         return -1;
     char *file;
     size_t len;
-    if (rp_file_read(rp_test_source("tools/train/stage1.py"), &file, &len))
+    if (rp_file_read(rp_test_source("tests/data/edit/stage1.py"), &file, &len))
         return -1;
     size_t cap = len + 4096;
     char *buf = malloc(cap);
