@@ -56,7 +56,7 @@ static void test_greedy_matches_transformers(void **state)
         free(exp);
         free(got);
     }
-    assert_true(total >= 300); // most of the 480 tokens have clear margins
+    assert_true(total >= 300); // most of the fixtures' tokens have clear margins (306 of 306 now)
     json_decref(f);
     rp_model_destroy(m);
 }
