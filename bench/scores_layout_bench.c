@@ -45,12 +45,27 @@ static inline __m512 pair_sums(__m512 x, __m512 y)
     return _mm512_add_ps(_mm512_permutex2var_ps(x, ev, y), _mm512_permutex2var_ps(x, od, y));
 }
 
+// Sixteen dots of 4 rows x 4 keys, each a 16-lane accumulator (a[r][u]), reduced together as
+// attn_avx512.c's dots() does: lane 4r + u of the result is row r's dot with key u.
+static inline __m512 reduce16(__m512 a[4][4])
+{
+    __m512 v[8], pp[4];
+    for (int r = 0; r < 4; r++)
+        for (int c = 0; c < 2; c++) {
+            __m512 x = a[r][2 * c], y = a[r][2 * c + 1];
+            v[2 * r + c] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+        }
+    for (int r = 0; r < 4; r++)
+        pp[r] = pair_sums(v[2 * r], v[2 * r + 1]);
+    return pair_sums(pair_sums(pp[0], pp[1]), pair_sums(pp[2], pp[3]));
+}
+
 // s[r][p] = q[r] . k[p], head_dim in lanes (k: NK rows of HD).
 static void dots_hd_lanes(const float *q, const float *k, float *s)
 {
     for (int r0 = 0; r0 < ROWS; r0 += 4)
         for (int p = 0; p < NK; p += 4) {
-            __m512 a[4][4], v[8], pp[4], h[2];
+            __m512 a[4][4];
             for (int r = 0; r < 4; r++)
                 for (int u = 0; u < 4; u++)
                     a[r][u] = _mm512_setzero_ps();
@@ -65,16 +80,7 @@ static void dots_hd_lanes(const float *q, const float *k, float *s)
                         a[r][u] = _mm512_fmadd_ps(qv, kk[u], a[r][u]);
                 }
             }
-            for (int r = 0; r < 4; r++)
-                for (int c = 0; c < 2; c++) {
-                    __m512 x = a[r][2 * c], y = a[r][2 * c + 1];
-                    v[2 * r + c] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
-                }
-            for (int r = 0; r < 4; r++)
-                pp[r] = pair_sums(v[2 * r], v[2 * r + 1]);
-            h[0] = pair_sums(pp[0], pp[1]);
-            h[1] = pair_sums(pp[2], pp[3]);
-            __m512 d = pair_sums(h[0], h[1]);
+            __m512 d = reduce16(a);
             _mm_storeu_ps(s + r0 * NK + p, _mm512_castps512_ps128(d));
             _mm_storeu_ps(s + (r0 + 1) * NK + p, _mm512_extractf32x4_ps(d, 1));
             _mm_storeu_ps(s + (r0 + 2) * NK + p, _mm512_extractf32x4_ps(d, 2));
@@ -114,8 +120,8 @@ enum { CTX = 2048, NKV = 2, NSEQ = 48 };
 static void decode_hd_lanes(const float *q, const uint16_t *k, int h, float *s)
 {
     for (int p = 0; p < CTX; p += 4) {
-        __m512 a[3][4];
-        for (int r = 0; r < 3; r++)
+        __m512 a[4][4]; // row 3 stays zero
+        for (int r = 0; r < 4; r++)
             for (int u = 0; u < 4; u++)
                 a[r][u] = _mm512_setzero_ps();
         for (int i = 0; i < HD; i += 16) {
@@ -130,17 +136,7 @@ static void decode_hd_lanes(const float *q, const uint16_t *k, int h, float *s)
                     a[r][u] = _mm512_fmadd_ps(qv, kk[u], a[r][u]);
             }
         }
-        __m512 v[8], pp[4], hh[2];
-        for (int r = 0; r < 4; r++)
-            for (int c = 0; c < 2; c++) {
-                __m512 x = r < 3 ? a[r][2 * c] : _mm512_setzero_ps(), y = r < 3 ? a[r][2 * c + 1] : _mm512_setzero_ps();
-                v[2 * r + c] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
-            }
-        for (int r = 0; r < 4; r++)
-            pp[r] = pair_sums(v[2 * r], v[2 * r + 1]);
-        hh[0] = pair_sums(pp[0], pp[1]);
-        hh[1] = pair_sums(pp[2], pp[3]);
-        __m512 d = pair_sums(hh[0], hh[1]);
+        __m512 d = reduce16(a);
         _mm_storeu_ps(s + p, _mm512_castps512_ps128(d));
         _mm_storeu_ps(s + CTX + p, _mm512_extractf32x4_ps(d, 1));
         _mm_storeu_ps(s + 2 * CTX + p, _mm512_extractf32x4_ps(d, 2));
@@ -155,8 +151,8 @@ static void decode_keys_lanes(const float *q, const uint16_t *k, int h, float *s
         const uint16_t *kb[4];
         for (int u = 0; u < 4; u++)
             kb[u] = k + ((size_t)(b + u) * NKV + h) * HD * 16;
-        __m512 a[3][4];
-        for (int r = 0; r < 3; r++)
+        __m512 a[4][4]; // row 3 stays zero
+        for (int r = 0; r < 4; r++)
             for (int u = 0; u < 4; u++)
                 a[r][u] = _mm512_setzero_ps();
         for (int i = 0; i < HD; i++) {

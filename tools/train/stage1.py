@@ -19,6 +19,9 @@ import corpus  # noqa: E402
 from common import CODE_PRETOKENIZE_REGEX, NOT_SPECIAL, PRETOKENIZE_REGEX, SPECIAL_TOKENS, VOCAB_SIZE, log, pack, tokenizer_config, write_json  # noqa: E402
 
 
+SPLIT_PATTERNS = {"qwen": PRETOKENIZE_REGEX, "code": CODE_PRETOKENIZE_REGEX}
+
+
 def train_tokenizer(texts, vocab_size, regex=PRETOKENIZE_REGEX):
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -57,7 +60,7 @@ def main():
     ap.add_argument("--max-total", type=int, default=450_000_000)
     ap.add_argument("--tokenizer-sample-bytes", type=int, default=50_000_000)
     ap.add_argument("--vocab", type=int, default=VOCAB_SIZE)
-    ap.add_argument("--pretokenize", choices=["qwen", "code"], default="qwen", help="split pattern: Qwen3's (the committed model) or common.CODE_PRETOKENIZE_REGEX")
+    ap.add_argument("--pretokenize", choices=sorted(SPLIT_PATTERNS), default="qwen", help="split pattern: Qwen3's (the committed model) or common.CODE_PRETOKENIZE_REGEX")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -84,7 +87,7 @@ def main():
         sample.append(text)
     log(f"stage1: tokenizer sample {len(sample)} files {size / 1e6:.1f} MB")
     t1 = time.time()
-    tok, d = train_tokenizer(sample, args.vocab, CODE_PRETOKENIZE_REGEX if args.pretokenize == "code" else PRETOKENIZE_REGEX)
+    tok, d = train_tokenizer(sample, args.vocab, SPLIT_PATTERNS[args.pretokenize])
     log(f"stage1: tokenizer trained, vocab {tok.get_vocab_size()} in {time.time() - t1:.0f}s")
     assert tok.get_vocab_size() == args.vocab, tok.get_vocab_size()
     for i, t in enumerate(SPECIAL_TOKENS):

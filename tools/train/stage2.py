@@ -12,8 +12,7 @@ from --sft-from of the budget on, --sft-frac of each batch's rows are windows of
 rendered chat-task examples (stage 3's generator, other seeds; whole text, loss on
 every token), each starting at an example's first token: copying a file back with an
 edit learned as language modelling before fine-tuning (tried in session 7; README).
-Writes DIR2/main/ and DIR2/draft/ (HF
-folders, bf16) and DIR2/stage2_log.jsonl.
+Writes DIR2/main/ and DIR2/draft/ (HF folders, bf16) and DIR2/stage2_log.jsonl.
 """
 import argparse
 import json
