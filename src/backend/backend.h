@@ -43,13 +43,33 @@ typedef enum rp_rope_style {
 // Paged KV of one layer: n_blocks blocks of block_size tokens, each token holding
 // n_kv_head x head_dim values for K and the same for V, stored as `type`:
 // RP_DTYPE_F16 (IEEE half, rounded to nearest even when written; the default) or
-// RP_DTYPE_F32. Attention computes in float32 either way.
-//   k, v: (n_blocks, block_size, n_kv_head, head_dim) of type, backend memory
+// RP_DTYPE_F32. Attention computes in float32 either way. Inside a block K is
+// transposed: one element of head_dim for the block's tokens lies in consecutive
+// slots, so a SIMD register loads 16 keys' values at once and a score is one FMA
+// chain per key (no horizontal sums); V keeps a token's values together.
+//   k: (n_blocks, n_kv_head, head_dim, block_size) of type, backend memory
+//   v: (n_blocks, block_size, n_kv_head, head_dim) of type, backend memory
+// A block is the same number of bytes either way: blocks are copied, saved and
+// loaded whole, never by token.
 typedef struct rp_kv_layer {
     void *k;
     void *v;
     rp_dtype type;
 } rp_kv_layer;
+
+// Element index in a layer's K array of element i of KV head kvh at slot
+// (block * block_size + offset).
+static inline size_t rp_kv_k_index(size_t slot, int kvh, int i, int n_kv_head, int head_dim, int block_size)
+{
+    size_t block = slot / (size_t)block_size, off = slot % (size_t)block_size;
+    return ((block * (size_t)n_kv_head + (size_t)kvh) * (size_t)head_dim + (size_t)i) * (size_t)block_size + off;
+}
+
+// Element index in a layer's V array of element i of KV head kvh at slot.
+static inline size_t rp_kv_v_index(size_t slot, int kvh, int i, int n_kv_head, int head_dim)
+{
+    return (slot * (size_t)n_kv_head + (size_t)kvh) * (size_t)head_dim + (size_t)i;
+}
 
 // What attention needs to know about each token of a flattened batch. Plain data,
 // host memory (a device backend uploads it once per forward).

@@ -28,7 +28,9 @@ enum { WHERE_LIVE = 0, WHERE_IDLE = 1, WHERE_DISK = 2 };
 
 // The block file header, 128 bytes, followed by block_size int32 token ids and the payload.
 #define BLOCK_MAGIC "RPKVBLK"   // 7 characters and a NUL: 8 bytes
-#define BLOCK_VERSION 1
+// Version 2: the payload's K is transposed inside the block (rp_kv_layer); version-1 files
+// (K by token) fail the header check and are deleted.
+#define BLOCK_VERSION 2
 typedef struct block_header {
     char magic[8];
     uint32_t version;

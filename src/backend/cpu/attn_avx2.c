@@ -1,26 +1,34 @@
 /*
- * attn_avx2.c - AVX2/FMA kernel for one chunk of attention (chosen at run time).
+ * attn_avx2.c - AVX2/FMA kernel for one chunk of attention (chosen at run time),
+ * and the K/V access both chunk kernels share.
  *
  * The driver (cpu_backend.c) cuts each token's key range into chunks of
  * RP_ATTN_CHUNK keys at fixed positions and merges the chunks' partial softmax
  * results in chunk order; this file computes one chunk for all query heads of a
  * GQA group of a span of tokens (one sequence's consecutive positions, each with
- * its own key range end) at once, so each K and V row is read once per span and
- * group from memory:
+ * its own key range end) at once, so each K and V value is read once per span
+ * and group from memory:
  *
- *   scores: four keys at a time, each (head, key) dot over head_dim in two
- *           accumulators (even and odd 8-float slices), summed and reduced with
- *           a fixed hadd tree; then × scale.
- *   softmax: per head, max over the chunk, e = exp(s - max) with a polynomial exp
+ *   scores: the cache stores K transposed inside each block (rp_kv_layer), so 16
+ *           keys' element i are adjacent: per group of 16 keys and four query rows,
+ *           one broadcast query element times 8 keys per FMA, each key's score one
+ *           FMA chain over head_dim in order from zero (RP_ATTN_KGROUP), × scale;
+ *           no horizontal sums.
+ *   softmax: per row, max over the chunk, e = exp(s - max) with a polynomial exp
  *           (below), l = Σ e in eight lanes then a fixed horizontal sum.
- *   values: per head and 64-float slice of head_dim, o += e[p] · V[p] over the
+ *   values: per row and 64-float slice of head_dim, o += e[p] · V[p] over the
  *           chunk's keys in order, eight accumulators.
  *
- * Determinism: every (head, key) score, every chunk sum and every output lane
+ * The chunk's K groups and V rows are packed into scratch as float32 first
+ * (rp_cpu_attn_pack: halves converted exactly, float32 copied, then read from L1
+ * by every tile of rows), except float32 that one tile reads once, in place.
+ *
+ * Determinism: every (row, key) score, every chunk sum and every output lane
  * sees the same instruction sequence whatever the chunk's place, its length, the
- * other rows of its span and the thread that runs it (a short last group of keys reuses the chunk's
- * last row and drops the extra lanes; padded score lanes hold -inf and give
- * e = 0). All float arithmetic is written with intrinsics.
+ * other rows of its span and the thread that runs it (lanes past a row's end hold
+ * scores with other keys, or with whatever the block's unused slots hold, and
+ * are made -inf, so e = 0, before anything reads them). All float arithmetic is
+ * written with intrinsics.
  *
  * exp: exp8 of vexp.h (inputs are <= 0 here).
  */
@@ -62,27 +70,6 @@ void rp_cpu_attn_exp_avx2(const float *x, float *y, int n)
 {
     for (int i = 0; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, exp8(_mm256_loadu_ps(x + i)));
-}
-
-// Dots of one query head with four key rows: {q·k0, q·k1, q·k2, q·k3}.
-RP_INLINE __m128 dot4(const float *q, const float *const *kr, int hd)
-{
-    __m256 a0[4], a1[4];
-#pragma GCC unroll 4
-    for (int u = 0; u < 4; u++)
-        a0[u] = a1[u] = _mm256_setzero_ps();
-    for (int i = 0; i < hd; i += 16) {
-        __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            a0[u] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kr[u] + i), a0[u]);
-            a1[u] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kr[u] + i + 8), a1[u]);
-        }
-    }
-    __m256 s0 = _mm256_add_ps(a0[0], a1[0]), s1 = _mm256_add_ps(a0[1], a1[1]);
-    __m256 s2 = _mm256_add_ps(a0[2], a1[2]), s3 = _mm256_add_ps(a0[3], a1[3]);
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 float rp_cpu_attn_softmax_avx2(float *s, int n, float *l)
@@ -149,22 +136,24 @@ void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
         dst[i] = rp_cpu_kv_half(src[i]);
 }
 
-void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow)
+void rp_cpu_attn_k_groups(const rp_attn_chunk *a, const void **kg)
 {
-    int n = a->p1 - a->p0, blk = a->p0 / a->bs, off = a->p0 % a->bs;
-    size_t eb = a->f16 ? 2 : 4;
-    for (int p = 0; p < n; p++) {
-        size_t e = ((size_t)a->bt[blk] * a->bs + off) * a->stride * eb; // the row's first byte
-        krow[p] = (const uint8_t *)a->k + e;
-        vrow[p] = (const uint8_t *)a->v + e;
-        if (++off == a->bs) {
-            off = 0;
-            blk++;
-        }
+    size_t eb = a->f16 ? 2 : 4, block = a->stride * (size_t)a->bs; // elements between blocks' K
+    for (int g = 0, n = rp_cpu_attn_n_groups(a); g < n; g++) {
+        int p = a->p0 + g * RP_ATTN_KGROUP;
+        kg[g] = (const uint8_t *)a->k + ((size_t)a->bt[p / a->bs] * block + (size_t)(p % a->bs)) * eb;
     }
 }
 
-#define PACK_AHEAD 32 // rows fetched ahead while packing: a row takes a few cycles, memory far more
+void rp_cpu_attn_v_rows(const rp_attn_chunk *a, const void **vrow)
+{
+    size_t eb = a->f16 ? 2 : 4;
+    for (int p = a->p0; p < a->p1; p++)
+        vrow[p - a->p0] =
+            (const uint8_t *)a->v + ((size_t)a->bt[p / a->bs] * a->bs + (size_t)(p % a->bs)) * a->stride * eb;
+}
+
+#define PACK_AHEAD 32 // V rows fetched ahead while packing: a row takes a few cycles, memory far more
 
 // n (a multiple of 8) floats copied.
 RP_INLINE void copy_f32(const float *src, float *dst, int n)
@@ -173,64 +162,140 @@ RP_INLINE void copy_f32(const float *src, float *dst, int n)
         _mm256_storeu_ps(dst + i, _mm256_loadu_ps(src + i));
 }
 
-// Asks for one K or V row of hd values of eb bytes to be brought into L1.
-RP_INLINE void prefetch_row(const void *row, int hd, size_t eb)
+// n (a multiple of 8) values of the cache's type at src as float32 at dst.
+RP_INLINE void to_f32(const void *src, bool f16, float *dst, int n)
 {
-    for (size_t i = 0; i < (size_t)hd * eb; i += 64)
-        _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+    if (f16)
+        f16_to_f32(src, dst, n);
+    else
+        copy_f32(src, dst, n);
 }
 
-void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow, bool pack)
+// Asks for the cache lines of n bytes from p to be brought into L1.
+RP_INLINE void prefetch_bytes(const void *p, size_t n)
 {
-    int n = a->p1 - a->p0, hd = a->hd;
-    rp_cpu_attn_kv_slots(a, (const void **)krow, (const void **)vrow);
-    if (!a->f16 && !pack)
-        return;
-    size_t eb = a->f16 ? 2 : 4;
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+}
+
+// K group g of the chunk as float32 at dst (16 per element of head_dim), gathered key
+// by key (for a block size that is not a multiple of the group); keys past p1 zero.
+static void pack_k_gather(const rp_attn_chunk *a, int g, float *dst)
+{
+    size_t block = a->stride * (size_t)a->bs;
+    for (int u = 0; u < RP_ATTN_KGROUP; u++) {
+        int p = a->p0 + g * RP_ATTN_KGROUP + u;
+        size_t e = p < a->p1 ? (size_t)a->bt[p / a->bs] * block + (size_t)(p % a->bs) : 0;
+        for (int i = 0; i < a->hd; i++, e += (size_t)a->bs)
+            dst[i * RP_ATTN_KGROUP + u] = p >= a->p1 ? 0.0f
+                                          : a->f16   ? rp_fp16_to_f32(((const uint16_t *)a->k)[e])
+                                                     : ((const float *)a->k)[e];
+    }
+}
+
+void rp_cpu_attn_pack(const rp_attn_chunk *a, const float **kg, const float **vrow)
+{
+    int n = a->p1 - a->p0, hd = a->hd, ng = rp_cpu_attn_n_groups(a);
+    size_t eb = a->f16 ? 2 : 4, ld = (size_t)a->bs * eb; // bytes between a group's elements in the cache
     float *kt = a->kv_tmp, *vt = a->kv_tmp + (size_t)RP_ATTN_CHUNK * hd;
+    if (a->bs % RP_ATTN_KGROUP == 0) {
+        const void *src[RP_ATTN_CHUNK / RP_ATTN_KGROUP];
+        rp_cpu_attn_k_groups(a, src);
+        for (int g = 0; g < ng; g++) {
+            float *dst = kt + (size_t)g * RP_ATTN_KGROUP * hd;
+            for (int i = 0; i < hd; i++) {
+                if (g + 1 < ng) // the next group, as far ahead as this one has gone
+                    _mm_prefetch((const char *)src[g + 1] + i * ld, _MM_HINT_T0);
+                to_f32((const uint8_t *)src[g] + i * ld, a->f16, dst + i * RP_ATTN_KGROUP, RP_ATTN_KGROUP);
+            }
+            kg[g] = dst;
+        }
+    } else
+        for (int g = 0; g < ng; g++) {
+            pack_k_gather(a, g, kt + (size_t)g * RP_ATTN_KGROUP * hd);
+            kg[g] = kt + (size_t)g * RP_ATTN_KGROUP * hd;
+        }
+    const void *vr[RP_ATTN_CHUNK];
+    rp_cpu_attn_v_rows(a, vr);
     for (int p = 0; p < n; p++) {
-        if (p + PACK_AHEAD < n) {
-            prefetch_row(krow[p + PACK_AHEAD], hd, eb);
-            prefetch_row(vrow[p + PACK_AHEAD], hd, eb);
-        }
-        if (a->f16) {
-            f16_to_f32((const uint16_t *)krow[p], kt + (size_t)p * hd, hd);
-            f16_to_f32((const uint16_t *)vrow[p], vt + (size_t)p * hd, hd);
-        } else {
-            copy_f32(krow[p], kt + (size_t)p * hd, hd);
-            copy_f32(vrow[p], vt + (size_t)p * hd, hd);
-        }
-        krow[p] = kt + (size_t)p * hd;
+        if (p + PACK_AHEAD < n)
+            prefetch_bytes(vr[p + PACK_AHEAD], (size_t)hd * eb);
+        to_f32(vr[p], a->f16, vt + (size_t)p * hd, hd);
         vrow[p] = vt + (size_t)p * hd;
+    }
+}
+
+#define ROWS 4 // query rows whose scores are computed together: each K load serves all of them
+
+// Scores of R query rows (q[r]) with the K groups kg[0..ng) of float32 (element i of a
+// group's keys at kg[g] + i * ld), into s[r] + 16 g: per key one FMA chain over
+// head_dim from zero (RP_ATTN_KGROUP), then × scale; a group's 16 keys in two registers.
+RP_INLINE void scores(const float *const *q, int R, const float *const *kg, int ng, size_t ld, int hd, __m256 scale,
+                      float *const *s)
+{
+    for (int g = 0; g < ng; g++) {
+        __m256 acc[ROWS][2];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        const float *k = kg[g];
+        for (int i = 0; i < hd; i++) {
+            __m256 k0 = _mm256_loadu_ps(k + i * ld), k1 = _mm256_loadu_ps(k + i * ld + 8);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                __m256 qb = _mm256_broadcast_ss(q[r] + i);
+                acc[r][0] = _mm256_fmadd_ps(qb, k0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(qb, k1, acc[r][1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(s[r] + g * RP_ATTN_KGROUP, _mm256_mul_ps(acc[r][0], scale));
+            _mm256_storeu_ps(s[r] + g * RP_ATTN_KGROUP + 8, _mm256_mul_ps(acc[r][1], scale));
+        }
     }
 }
 
 void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
 {
-    int n = a->p1 - a->p0, hd = a->hd, nq = a->n_q;
-    const float *krow[RP_ATTN_CHUNK], *vrow[RP_ATTN_CHUNK];
-    rp_cpu_attn_kv_rows(a, krow, vrow, false);
-    // Scores, four keys at a time for every row that has them: the four K rows are
-    // read once for all the span's tokens. Lanes past a row's end hold dots with
-    // other keys (or the chunk's last one repeated); row_finish makes them -inf.
-    const __m128 scale = _mm_set1_ps(a->scale);
-    for (int p = 0; p < n; p += 4) {
-        const float *kr[4];
-        for (int u = 0; u < 4; u++)
-            kr[u] = krow[p + u < n ? p + u : n - 1];
-        for (int i = 0; i < a->n_tok; i++) {
-            if (p >= a->end[i] - a->p0)
-                continue;
-            const float *q = a->q + (size_t)i * a->q_stride;
-            float *s = a->scores + (size_t)i * nq * RP_ATTN_CHUNK + p;
-            for (int g = 0; g < nq; g++)
-                _mm_storeu_ps(s + (size_t)g * RP_ATTN_CHUNK, _mm_mul_ps(dot4(q + (size_t)g * hd, kr, hd), scale));
+    int hd = a->hd, nq = a->n_q, rows = a->n_tok * nq;
+    const float *kg[RP_ATTN_CHUNK / RP_ATTN_KGROUP], *vrow[RP_ATTN_CHUNK];
+    size_t ld = RP_ATTN_KGROUP;
+    if (!a->f16 && rows <= ROWS && a->bs % RP_ATTN_KGROUP == 0) { // float32 used once: in place
+        rp_cpu_attn_k_groups(a, (const void **)kg);
+        rp_cpu_attn_v_rows(a, (const void **)vrow);
+        ld = (size_t)a->bs;
+    } else
+        rp_cpu_attn_pack(a, kg, vrow);
+    // Scores, ROWS rows at a time over the groups of keys the tile's last row has
+    // (positions ascend, so it has the most): lanes past a row's end are made -inf by
+    // the softmax in row_finish.
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    for (int r = 0; r < rows; r += ROWS) {
+        const float *q[ROWS];
+        float *s[ROWS];
+        int R = rows - r < ROWS ? rows - r : ROWS;
+        int ng = (a->end[(r + R - 1) / nq] - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
+        for (int j = 0; j < R; j++) {
+            q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
+            s[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
+        }
+        switch (R) { // (R a constant in each: the accumulators stay in registers)
+        case 1:
+            scores(q, 1, kg, ng, ld, hd, scale, s);
+            break;
+        case 2:
+            scores(q, 2, kg, ng, ld, hd, scale, s);
+            break;
+        case 3:
+            scores(q, 3, kg, ng, ld, hd, scale, s);
+            break;
+        default:
+            scores(q, ROWS, kg, ng, ld, hd, scale, s);
+            break;
         }
     }
-    for (int i = 0; i < a->n_tok; i++)
-        for (int g = 0; g < nq; g++) {
-            int r = i * nq + g;
-            row_finish(a, vrow, a->end[i] - a->p0, a->scores + (size_t)r * RP_ATTN_CHUNK, a->m + r, a->l + r,
-                       a->o + (size_t)r * hd);
-        }
+    for (int r = 0; r < rows; r++)
+        row_finish(a, vrow, a->end[r / nq] - a->p0, a->scores + (size_t)r * RP_ATTN_CHUNK, a->m + r, a->l + r,
+                   a->o + (size_t)r * hd);
 }

@@ -393,15 +393,23 @@ static inline void axpy(float *restrict o, float w, const float *restrict v, int
         o[i] += w * v[i];
 }
 
-// Slot `slot`'s row of kv head kvh in a layer's K or V array (base), as float32:
-// in place, or converted into buf (hd floats) when the cache holds halves.
-static const float *kv_row(const attn_job *j, const void *base, size_t slot, int kvh, float *buf)
+// Slot `slot`'s values of kv head kvh in a layer's K array (transposed inside its block,
+// so gathered into buf) or V array (in place when the cache holds float32), as float32.
+static const float *kv_row(const attn_job *j, bool key, size_t slot, int kvh, float *buf)
 {
-    size_t e = (slot * j->n_kv_head + kvh) * j->head_dim;
-    if (j->kv->type == RP_DTYPE_F32)
-        return (const float *)base + e;
-    const uint16_t *h = (const uint16_t *)base + e;
-    for (int i = 0; i < j->head_dim; i++)
+    int hd = j->head_dim, bs = j->info->block_size;
+    bool f32 = j->kv->type == RP_DTYPE_F32;
+    if (key) {
+        size_t e = rp_kv_k_index(slot, kvh, 0, j->n_kv_head, hd, bs);
+        for (int i = 0; i < hd; i++, e += (size_t)bs)
+            buf[i] = f32 ? ((const float *)j->kv->k)[e] : rp_fp16_to_f32(((const uint16_t *)j->kv->k)[e]);
+        return buf;
+    }
+    size_t e = rp_kv_v_index(slot, kvh, 0, j->n_kv_head, hd);
+    if (f32)
+        return (const float *)j->kv->v + e;
+    const uint16_t *h = (const uint16_t *)j->kv->v + e;
+    for (int i = 0; i < hd; i++)
         buf[i] = rp_fp16_to_f32(h[i]);
     return buf;
 }
@@ -425,7 +433,7 @@ static void attn_worker(void *ctx, int ith, int nth)
         int len = info->pos[t] + 1;
         float mx = -INFINITY;
         for (int p = 0; p < len; p++) {
-            float s = dot8(q, kv_row(j, j->kv->k, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd) * j->scale;
+            float s = dot8(q, kv_row(j, true, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd) * j->scale;
             scores[p] = s;
             if (s > mx)
                 mx = s;
@@ -438,7 +446,7 @@ static void attn_worker(void *ctx, int ith, int nth)
         for (int i = 0; i < hd; i++)
             acc[i] = 0;
         for (int p = 0; p < len; p++)
-            axpy(acc, scores[p], kv_row(j, j->kv->v, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd);
+            axpy(acc, scores[p], kv_row(j, false, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd);
         float *o = j->out + ((size_t)t * j->n_head + h) * hd;
         float inv = 1.0f / sum;
         for (int i = 0; i < hd; i++)
@@ -510,12 +518,12 @@ static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kv
     }
     int r0 = i0 * group;
     bool f16 = j->kv->type == RP_DTYPE_F16;
-    size_t eb = f16 ? 2 : 4, off = (size_t)kvh * hd * eb;
+    size_t eb = f16 ? 2 : 4;
     *a = (rp_attn_chunk){
         .q = j->q + ((size_t)(t0 + i0) * j->n_head + (size_t)kvh * group) * hd,
         .q_stride = (size_t)j->n_head * hd,
-        .k = (const uint8_t *)j->kv->k + off,
-        .v = (const uint8_t *)j->kv->v + off,
+        .k = (const uint8_t *)j->kv->k + rp_kv_k_index(0, kvh, 0, j->n_kv_head, hd, j->info->block_size) * eb,
+        .v = (const uint8_t *)j->kv->v + rp_kv_v_index(0, kvh, 0, j->n_kv_head, hd) * eb,
         .stride = (size_t)j->n_kv_head * hd,
         .f16 = f16,
         .kv_tmp = scores + attn_thread_floats(group, hd) - 2 * (size_t)RP_ATTN_CHUNK * hd,
@@ -761,21 +769,43 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     return RP_OK;
 }
 
-// Elements [e, e + n) of a layer's K or V array (of type) = src, as halves when the
-// cache holds them (rp_cpu_kv_half: the same bits at every SIMD level).
-static void kv_store(void *base, rp_dtype type, size_t e, const float *src, size_t n)
+// n values as the cache stores them (of type) at dst: copied, or as halves
+// (rp_cpu_kv_half: the same bits at every SIMD level).
+static void kv_put(void *dst, rp_dtype type, const float *src, size_t n)
 {
     if (type == RP_DTYPE_F32) {
-        memcpy((float *)base + e, src, n * sizeof(float));
+        memcpy(dst, src, n * sizeof(float));
         return;
     }
-    uint16_t *dst = (uint16_t *)base + e;
+    uint16_t *h = dst;
     if (rp_cpu_simd_level() >= 1) {
-        rp_cpu_f32_to_f16_avx2(src, dst, (int64_t)n);
+        rp_cpu_f32_to_f16_avx2(src, h, (int64_t)n);
         return;
     }
     for (size_t i = 0; i < n; i++)
-        dst[i] = rp_cpu_kv_half(src[i]);
+        h[i] = rp_cpu_kv_half(src[i]);
+}
+
+// Writes one token's K and V (n_kv_head x head_dim each) into its slot: V as a row,
+// K scattered to its block's transposed layout (see rp_kv_layer).
+static void kv_store(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, int hd, const float *k, const float *v)
+{
+    size_t eb = kv->type == RP_DTYPE_F32 ? 4 : 2;
+    kv_put((uint8_t *)kv->v + rp_kv_v_index(slot, 0, 0, n_kv_head, hd) * eb, kv->type, v, (size_t)n_kv_head * hd);
+    union {
+        float f[1024]; // head_dim <= 1024 (the config check)
+        uint16_t h[1024];
+    } row;
+    for (int kvh = 0; kvh < n_kv_head; kvh++) {
+        kv_put(row.f, kv->type, k + (size_t)kvh * hd, (size_t)hd);
+        size_t e = rp_kv_k_index(slot, kvh, 0, n_kv_head, hd, bs);
+        if (kv->type == RP_DTYPE_F32)
+            for (int i = 0; i < hd; i++, e += (size_t)bs)
+                ((float *)kv->k)[e] = row.f[i];
+        else
+            for (int i = 0; i < hd; i++, e += (size_t)bs)
+                ((uint16_t *)kv->k)[e] = row.h[i];
+    }
 }
 
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
@@ -786,8 +816,8 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
     size_t width = (size_t)n_kv_head * head_dim;
     int max_len = 0;
     for (int t = 0; t < info->n_tokens; t++) {
-        kv_store(kv->k, kv->type, (size_t)info->slot[t] * width, k + (size_t)t * width, width);
-        kv_store(kv->v, kv->type, (size_t)info->slot[t] * width, v + (size_t)t * width, width);
+        kv_store(kv, (size_t)info->slot[t], info->block_size, n_kv_head, head_dim, k + (size_t)t * width,
+                 v + (size_t)t * width);
         if (info->pos[t] + 1 > max_len)
             max_len = info->pos[t] + 1;
     }

@@ -63,11 +63,14 @@ int rp_cpu_simd_level(void);
 typedef struct rp_attn_chunk {
     const float *q;     // token i's n_q heads (n_q, hd) at q + i * q_stride
     size_t q_stride;    // floats between tokens' query rows
-    const void *k, *v;  // cache base plus the KV head's offset: slot s's row at element k + s * stride
-    size_t stride;      // elements between slots (n_kv_head * hd)
+    const void *k, *v;  // the KV head's K and V in the cache (rp_kv_layer's layout), as elements:
+                        // slot s = b * bs + o has V row v + s * stride and K element i at
+                        // k + b * stride * bs + i * bs + o
+    size_t stride;      // elements between slots of V (n_kv_head * hd)
     bool f16;           // K and V are IEEE half (else float32)
-    float *kv_tmp;      // scratch (2, RP_ATTN_CHUNK, hd): the chunk's K and V rows as float32, packed
-                        // (converted from halves, or copied), when a kernel wants them there
+    float *kv_tmp;      // scratch (2, RP_ATTN_CHUNK, hd): the chunk's K groups and V rows as
+                        // float32, packed (converted from halves, or copied), when a kernel
+                        // wants them there (rp_cpu_attn_pack)
     const int32_t *bt;  // block table of the sequence
     int bs;             // block size (slots per block)
     int p0, p1;         // key range: p1 = the largest end[i]
@@ -79,21 +82,36 @@ typedef struct rp_attn_chunk {
     float *o;           // out (n_tok * n_q, hd): Σ exp(s - m) · v, not normalized
 } rp_attn_chunk;
 
+// Keys per K group: a score kernel keeps a group's 16 scores in one AVX-512 register
+// (two AVX2 ones) and computes each as one FMA chain over head_dim in order, from
+// zero (q[0]·k[0], + q[1]·k[1], ...), then × scale: a score's bits are the same in both
+// kernels, whatever the rows, tiles and lanes around it.
+#define RP_ATTN_KGROUP 16
+
 // Computes a chunk with AVX2/FMA (attn_avx2.c); a row's bits depend only on its query,
 // its key range and the K/V there (not on the other rows, on where the chunk sits or
 // on the thread). Thread-safe for distinct outputs.
 void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a);
-// The same bits with AVX-512 (attn_avx512.c): 16-lane dot products and value sums
-// whose lanes follow the AVX2 kernel's operations one for one.
+// The same bits with AVX-512 (attn_avx512.c): the same score chains 16 keys to a
+// register, value sums whose lanes follow the AVX2 kernel's operations one for one.
 void rp_cpu_attn_chunk_avx512(const rp_attn_chunk *a);
-// The chunk's K and V rows through the block table: krow[p], vrow[p] for key
-// position p0 + p, p in [0, p1 - p0), where they are in the cache (of its type)
-// (attn_avx2.c; both chunk kernels use it).
-void rp_cpu_attn_kv_slots(const rp_attn_chunk *a, const void **krow, const void **vrow);
-// The same rows as float32: in the cache, or packed into a->kv_tmp (halves converted
-// exactly, float32 rows copied) when the cache holds halves or pack is set; the packing
-// fetches rows ahead of it.
-void rp_cpu_attn_kv_rows(const rp_attn_chunk *a, const float **krow, const float **vrow, bool pack);
+// Groups of the chunk: (p1 - p0) keys in groups of RP_ATTN_KGROUP from p0.
+static inline int rp_cpu_attn_n_groups(const rp_attn_chunk *a)
+{
+    return (a->p1 - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
+}
+// The chunk's K groups where they are in the cache (of its type), when bs is a
+// multiple of RP_ATTN_KGROUP: element i of group g's keys (positions p0 + 16 g ..)
+// at kg[g] + i * bs elements; lanes past p1 hold other slots of the block.
+void rp_cpu_attn_k_groups(const rp_attn_chunk *a, const void **kg);
+// The chunk's V rows where they are in the cache: vrow[p] for key position p0 + p,
+// p in [0, p1 - p0).
+void rp_cpu_attn_v_rows(const rp_attn_chunk *a, const void **vrow);
+// Both as float32 packed into a->kv_tmp (halves converted exactly): K group g at
+// kg[g], element i of its keys at kg[g] + 16 i (lanes past p1 hold other slots of
+// the block, or zeros when bs is not a multiple of RP_ATTN_KGROUP), V rows at
+// vrow[p]; the packing fetches what it reads ahead of it.
+void rp_cpu_attn_pack(const rp_attn_chunk *a, const float **kg, const float **vrow);
 // The largest finite IEEE half: K and V beyond it are cached as it (not as infinity, which
 // would make every score it meets inf or NaN).
 #define RP_KV_HALF_MAX 65504.0f

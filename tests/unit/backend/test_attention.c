@@ -10,7 +10,10 @@
  * The AVX-512 kernel gives the AVX2 kernel's bits. Every test but the exp's runs
  * twice: over a cache of float32 K/V and over one of halves (whose values the
  * float64 reference reads exactly); the op's f16 writes clamp to the half range and
- * round as rp_f32_to_fp16.
+ * round as rp_f32_to_fp16. The caches use the op's layout (K transposed inside each
+ * block, rp_kv_layer) with blocks of 16 tokens; the SIMD-against-scalar and span
+ * tests also run with blocks of 32 (two key groups a block) and of 4 (not a whole
+ * key group: the kernels gather K key by key).
  */
 #include "test_util.h"
 
@@ -52,19 +55,34 @@ static bool have_simd(void)
  * One paged cache holding n_seq sequences of random K/V (blocks handed out in
  * shuffled order) and a query token at any position of any sequence.
  */
-enum { BS = 16 };
-
-static rp_dtype kv_type = RP_DTYPE_F32; // of the caches the tests make (set by the setups)
+static int BS = 16;                     // tokens per block of the caches the tests make
+static rp_dtype kv_type = RP_DTYPE_F32; // and their type (both set by the setups)
 
 static int setup_f32(void **state)
 {
     kv_type = RP_DTYPE_F32;
+    BS = 16;
     return 0;
 }
 
 static int setup_f16(void **state)
 {
     kv_type = RP_DTYPE_F16;
+    BS = 16;
+    return 0;
+}
+
+static int setup_f32_bs32(void **state)
+{
+    kv_type = RP_DTYPE_F32;
+    BS = 32;
+    return 0;
+}
+
+static int setup_f16_bs4(void **state)
+{
+    kv_type = RP_DTYPE_F16;
+    BS = 4;
     return 0;
 }
 
@@ -73,8 +91,15 @@ typedef struct cache {
     int len[4];
     int32_t *bt[4];
     float *k, *v;        // (n_blocks, BS, n_kv, hd): the values (each a half's when kv_type is f16)
-    uint16_t *k16, *v16; // the same as halves, the op's cache when kv_type is f16
+    float *kop;          // k in the op's layout (rp_kv_k_index): the op's K when kv_type is f32
+    uint16_t *k16, *v16; // the same as halves in the op's layout, its cache when kv_type is f16
 } cache;
+
+// Index in the op's K array of element i (of n_kv * hd) of slot's row.
+static size_t k_index(const cache *c, size_t slot, size_t i)
+{
+    return rp_kv_k_index(slot, (int)(i / (size_t)c->hd), (int)(i % (size_t)c->hd), c->n_kv, c->hd, BS);
+}
 
 static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group, int hd, float kscale)
 {
@@ -104,6 +129,7 @@ static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group,
     size_t n = (size_t)n_blocks * BS * n_kv * hd;
     c->k = malloc(n * sizeof(float));
     c->v = malloc(n * sizeof(float));
+    c->kop = malloc(n * sizeof(float));
     c->k16 = malloc(n * sizeof(uint16_t));
     c->v16 = malloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) {
@@ -116,6 +142,11 @@ static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group,
             c->v[i] = rp_fp16_to_f32(c->v16[i]);
         }
     }
+    size_t w = (size_t)n_kv * hd;
+    for (size_t i = 0; i < n; i++) // K in the op's layout, as float32 and as halves
+        c->kop[k_index(c, i / w, i % w)] = c->k[i];
+    for (size_t i = 0; i < n; i++)
+        c->k16[i] = rp_f32_to_fp16(c->kop[i]);
 }
 
 static void cache_deinit(cache *c)
@@ -124,6 +155,7 @@ static void cache_deinit(cache *c)
         free(c->bt[s]);
     free(c->k);
     free(c->v);
+    free(c->kop);
     free(c->k16);
     free(c->v16);
 }
@@ -174,7 +206,7 @@ static void batch_deinit(batch *b)
 
 static void run_attn(rp_backend *be, cache *c, const batch *b, float *out)
 {
-    rp_kv_layer kv = {c->k, c->v, RP_DTYPE_F32};
+    rp_kv_layer kv = {c->kop, c->v, RP_DTYPE_F32};
     if (kv_type == RP_DTYPE_F16)
         kv = (rp_kv_layer){c->k16, c->v16, RP_DTYPE_F16};
     rp_attn_info info = {.n_tokens = b->n, .block_size = BS, .pos = b->pos, .slot = b->slot, .block_table = b->bt};
@@ -337,7 +369,7 @@ static void test_f16_store(void **state)
         run_attn(be, &c, &b, o);
         for (int t = 0; t < 3; t++)
             for (size_t i = 0; i < w; i++) {
-                assert_int_equal(c.k16[(size_t)b.slot[t] * w + i], f16_bits(b.k[t * w + i]));
+                assert_int_equal(c.k16[k_index(&c, (size_t)b.slot[t], i)], f16_bits(b.k[t * w + i]));
                 assert_int_equal(c.v16[(size_t)b.slot[t] * w + i], f16_bits(b.v[t * w + i]));
             }
         free(o);
@@ -407,10 +439,12 @@ static void test_simd_vs_scalar(void **state)
                         sn += (double)o_scalar[t * qw + i] * o_scalar[t * qw + i];
                     }
                     rel = sqrt(rel / sn);
-                    if (es > 1e-6 || rel > 1e-5)
+                    // a SIMD score is one FMA chain over head_dim (the reference sums eight
+                    // lanes): up to ~2e-6 against float64 where the scalar code has ~1.5e-6
+                    if (es > 3e-6 || rel > 1e-5)
                         print_message("hd %d group %d len %d pos %d: simd %.2e scalar %.2e simd-vs-scalar %.2e\n", hd,
                                       group, len, b.pos[t], es, er, rel);
-                    assert_true(es < 1e-6);
+                    assert_true(es < 3e-6);
                     assert_true(rel < 1e-5);
                     worst_simd = es > worst_simd ? es : worst_simd;
                     worst_scalar = er > worst_scalar ? er : worst_scalar;
@@ -628,6 +662,10 @@ int main(void)
         cmocka_unit_test_setup(test_batch_invariance, setup_f16),
         cmocka_unit_test_setup(test_spans, setup_f32),
         cmocka_unit_test_setup(test_spans, setup_f16),
+        cmocka_unit_test_setup(test_simd_vs_scalar, setup_f32_bs32),
+        cmocka_unit_test_setup(test_simd_vs_scalar, setup_f16_bs4),
+        cmocka_unit_test_setup(test_spans, setup_f32_bs32),
+        cmocka_unit_test_setup(test_spans, setup_f16_bs4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,6 +15,8 @@
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY // the streaming state on the stack, as disk.c has it
+#include <xxhash.h>
 
 static rp_backend *BE;
 
@@ -635,6 +637,38 @@ static void test_bad_files(void **state)
     assert_int_equal(st.disk_rejects, 1);
     assert_false(rp_file_exists(dst));
     assert_true(rp_file_exists(src)); // its own folder is untouched
+
+    // A file of the previous format version (K by token, not transposed in the block),
+    // valid in every other way (its header checksum made again): deleted at the index.
+    {
+        rp_kv_pool *p = make_pool(8);
+        rp_cache *c = make_cache(p, FP_A, dir, 0);
+        publish_idle(p, c, t, 1, 3.0f);
+        rp_cache_destroy(c);
+        rp_kv_pool_destroy(p);
+    }
+    assert_int_equal(restart_stats(dir).disk_blocks, 1); // as written: indexed
+    {
+        block_header h;
+        int32_t toks[BS];
+        int fd = open(f[0], O_RDWR);
+        assert_true(fd >= 0);
+        assert_int_equal(pread(fd, &h, sizeof(h), 0), sizeof(h));
+        assert_int_equal(pread(fd, toks, sizeof(toks), sizeof(h)), sizeof(toks));
+        h.version = BLOCK_VERSION - 1;
+        XXH3_state_t xs;
+        XXH3_INITSTATE(&xs);
+        XXH3_64bits_reset(&xs);
+        XXH3_64bits_update(&xs, &h, offsetof(block_header, header_sum));
+        XXH3_64bits_update(&xs, toks, sizeof(toks));
+        h.header_sum = XXH3_64bits_digest(&xs);
+        assert_int_equal(pwrite(fd, &h, sizeof(h), 0), sizeof(h));
+        close(fd);
+    }
+    st = restart_stats(dir);
+    assert_int_equal(st.disk_blocks, 0);
+    assert_int_equal(st.disk_rejects, 1);
+    assert_false(rp_file_exists(f[0]));
 
     // Temp files: of a process that is gone, or not ours at all: deleted; of a
     // live process (this one): kept.
