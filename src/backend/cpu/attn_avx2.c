@@ -147,10 +147,12 @@ void rp_cpu_attn_k_groups(const rp_attn_chunk *a, const void **kg)
 
 void rp_cpu_attn_v_rows(const rp_attn_chunk *a, const void **vrow)
 {
-    size_t eb = a->f16 ? 2 : 4;
-    for (int p = a->p0; p < a->p1; p++)
-        vrow[p - a->p0] =
-            (const uint8_t *)a->v + ((size_t)a->bt[p / a->bs] * a->bs + (size_t)(p % a->bs)) * a->stride * eb;
+    size_t eb = a->f16 ? 2 : 4, row = a->stride * eb;
+    for (int p = a->p0, n = 0; p < a->p1;) { // block by block (no division per key)
+        const uint8_t *slot = (const uint8_t *)a->v + ((size_t)a->bt[p / a->bs] * a->bs + (size_t)(p % a->bs)) * row;
+        for (int off = p % a->bs; off < a->bs && p < a->p1; off++, p++, slot += row)
+            vrow[n++] = slot;
+    }
 }
 
 #define PACK_AHEAD 32 // V rows fetched ahead while packing: a row takes a few cycles, memory far more
