@@ -58,32 +58,31 @@ static bool have_simd(void)
 static int BS = 16;                     // tokens per block of the caches the tests make
 static rp_dtype kv_type = RP_DTYPE_F32; // and their type (both set by the setups)
 
+static int use(rp_dtype type, int block_size)
+{
+    kv_type = type;
+    BS = block_size;
+    return 0;
+}
+
 static int setup_f32(void **state)
 {
-    kv_type = RP_DTYPE_F32;
-    BS = 16;
-    return 0;
+    return use(RP_DTYPE_F32, 16);
 }
 
 static int setup_f16(void **state)
 {
-    kv_type = RP_DTYPE_F16;
-    BS = 16;
-    return 0;
+    return use(RP_DTYPE_F16, 16);
 }
 
 static int setup_f32_bs32(void **state)
 {
-    kv_type = RP_DTYPE_F32;
-    BS = 32;
-    return 0;
+    return use(RP_DTYPE_F32, 32);
 }
 
 static int setup_f16_bs4(void **state)
 {
-    kv_type = RP_DTYPE_F16;
-    BS = 4;
-    return 0;
+    return use(RP_DTYPE_F16, 4);
 }
 
 typedef struct cache {
