@@ -136,13 +136,17 @@ void rp_cpu_f32_to_f16_avx2(const float *src, uint16_t *dst, int64_t n)
         dst[i] = rp_cpu_kv_half(src[i]);
 }
 
+// Element offset from a->k of element 0 of key position p (element i is i * bs further).
+RP_INLINE size_t k_elem(const rp_attn_chunk *a, int p)
+{
+    return (size_t)a->bt[p / a->bs] * a->stride * (size_t)a->bs + (size_t)(p % a->bs);
+}
+
 void rp_cpu_attn_k_groups(const rp_attn_chunk *a, const void **kg)
 {
-    size_t eb = a->f16 ? 2 : 4, block = a->stride * (size_t)a->bs; // elements between blocks' K
-    for (int g = 0, n = rp_cpu_attn_n_groups(a); g < n; g++) {
-        int p = a->p0 + g * RP_ATTN_KGROUP;
-        kg[g] = (const uint8_t *)a->k + ((size_t)a->bt[p / a->bs] * block + (size_t)(p % a->bs)) * eb;
-    }
+    size_t eb = a->f16 ? 2 : 4;
+    for (int g = 0, n = rp_cpu_attn_n_groups(a); g < n; g++)
+        kg[g] = (const uint8_t *)a->k + k_elem(a, a->p0 + g * RP_ATTN_KGROUP) * eb;
 }
 
 void rp_cpu_attn_v_rows(const rp_attn_chunk *a, const void **vrow)
@@ -184,10 +188,9 @@ RP_INLINE void prefetch_bytes(const void *p, size_t n)
 // by key (for a block size that is not a multiple of the group); keys past p1 zero.
 static void pack_k_gather(const rp_attn_chunk *a, int g, float *dst)
 {
-    size_t block = a->stride * (size_t)a->bs;
     for (int u = 0; u < RP_ATTN_KGROUP; u++) {
         int p = a->p0 + g * RP_ATTN_KGROUP + u;
-        size_t e = p < a->p1 ? (size_t)a->bt[p / a->bs] * block + (size_t)(p % a->bs) : 0;
+        size_t e = p < a->p1 ? k_elem(a, p) : 0;
         for (int i = 0; i < a->hd; i++, e += (size_t)a->bs)
             dst[i * RP_ATTN_KGROUP + u] = p >= a->p1 ? 0.0f
                                           : a->f16   ? rp_fp16_to_f32(((const uint16_t *)a->k)[e])
@@ -269,19 +272,13 @@ void rp_cpu_attn_chunk_avx2(const rp_attn_chunk *a)
         ld = (size_t)a->bs;
     } else
         rp_cpu_attn_pack(a, kg, vrow);
-    // Scores, ROWS rows at a time over the groups of keys the tile's last row has
-    // (positions ascend, so it has the most): lanes past a row's end are made -inf by
-    // the softmax in row_finish.
+    // Scores, ROWS rows at a time (rp_cpu_attn_tile; row_finish's softmax drops the
+    // lanes past a row's end).
     const __m256 scale = _mm256_set1_ps(a->scale);
     for (int r = 0; r < rows; r += ROWS) {
         const float *q[ROWS];
         float *s[ROWS];
-        int R = rows - r < ROWS ? rows - r : ROWS;
-        int ng = (a->end[(r + R - 1) / nq] - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
-        for (int j = 0; j < R; j++) {
-            q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
-            s[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
-        }
+        int R = rows - r < ROWS ? rows - r : ROWS, ng = rp_cpu_attn_tile(a, r, R, q, s);
         switch (R) { // (R a constant in each: the accumulators stay in registers)
         case 1:
             scores(q, 1, kg, ng, ld, hd, scale, s);

@@ -188,19 +188,13 @@ RP_INLINE void chunk(const rp_attn_chunk *a, const void *const *kg, size_t ld, c
                      bool pf)
 {
     int hd = a->hd, nq = a->n_q, rows = a->n_tok * nq;
-    // Scores, ROWS rows at a time over the groups of keys the tile's last row has
-    // (positions ascend, so that row has the most): lanes past a row's end are made
-    // -inf by the softmax.
+    // Scores, ROWS rows at a time (rp_cpu_attn_tile; the softmax drops the lanes past a
+    // row's end).
     const __m512 scale = _mm512_set1_ps(a->scale);
     for (int r = 0; r < rows; r += ROWS) {
         const float *q[ROWS];
         float *s[ROWS];
-        int R = rows - r < ROWS ? rows - r : ROWS;
-        int ng = (a->end[(r + R - 1) / nq] - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
-        for (int j = 0; j < R; j++) {
-            q[j] = a->q + (size_t)((r + j) / nq) * a->q_stride + (size_t)((r + j) % nq) * hd;
-            s[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
-        }
+        int R = rows - r < ROWS ? rows - r : ROWS, ng = rp_cpu_attn_tile(a, r, R, q, s);
         switch (R) { // (R a constant in each: the accumulators stay in registers)
         case 1:
             scores(q, 1, kg, ng, ld, f16, hd, scale, s);

@@ -792,19 +792,18 @@ static void kv_store(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, int hd
 {
     size_t eb = kv->type == RP_DTYPE_F32 ? 4 : 2;
     kv_put((uint8_t *)kv->v + rp_kv_v_index(slot, 0, 0, n_kv_head, hd) * eb, kv->type, v, (size_t)n_kv_head * hd);
-    union {
-        float f[1024]; // head_dim <= 1024 (the config check)
-        uint16_t h[1024];
-    } row;
+    uint16_t half[1024]; // head_dim <= 1024 (the config check)
     for (int kvh = 0; kvh < n_kv_head; kvh++) {
-        kv_put(row.f, kv->type, k + (size_t)kvh * hd, (size_t)hd);
+        const float *src = k + (size_t)kvh * hd;
         size_t e = rp_kv_k_index(slot, kvh, 0, n_kv_head, hd, bs);
-        if (kv->type == RP_DTYPE_F32)
+        if (kv->type == RP_DTYPE_F32) {
             for (int i = 0; i < hd; i++, e += (size_t)bs)
-                ((float *)kv->k)[e] = row.f[i];
-        else
-            for (int i = 0; i < hd; i++, e += (size_t)bs)
-                ((uint16_t *)kv->k)[e] = row.h[i];
+                ((float *)kv->k)[e] = src[i];
+            continue;
+        }
+        kv_put(half, kv->type, src, (size_t)hd);
+        for (int i = 0; i < hd; i++, e += (size_t)bs)
+            ((uint16_t *)kv->k)[e] = half[i];
     }
 }
 

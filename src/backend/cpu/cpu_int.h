@@ -100,6 +100,18 @@ static inline int rp_cpu_attn_n_groups(const rp_attn_chunk *a)
 {
     return (a->p1 - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
 }
+// Tile [r, r + R) of a chunk's query rows (row r: token r / n_q, head r % n_q): each
+// row's query at q[j] and scores at s[j]; returns the key groups the tile's last row
+// has (positions ascend, so it has the most: the others' lanes past their end are
+// made -inf by the softmax).
+static inline int rp_cpu_attn_tile(const rp_attn_chunk *a, int r, int R, const float **q, float **s)
+{
+    for (int j = 0; j < R; j++) {
+        q[j] = a->q + (size_t)((r + j) / a->n_q) * a->q_stride + (size_t)((r + j) % a->n_q) * a->hd;
+        s[j] = a->scores + (size_t)(r + j) * RP_ATTN_CHUNK;
+    }
+    return (a->end[(r + R - 1) / a->n_q] - a->p0 + RP_ATTN_KGROUP - 1) / RP_ATTN_KGROUP;
+}
 // The chunk's K groups where they are in the cache (of its type), when bs is a
 // multiple of RP_ATTN_KGROUP: element i of group g's keys (positions p0 + 16 g ..)
 // at kg[g] + i * bs elements; lanes past p1 hold other slots of the block.
