@@ -5,8 +5,9 @@
  * Not part of the build or the test suite. Build against a configured tree:
  *   cc -O2 -I src bench/matmul_batch_bench.c build/librapid_core.a -lm -lpthread -o /tmp/mmbb
  *   /tmp/mmbb [threads]
- * Each shape (ne0 x rows: gate/up 384 x 2048, down 1024 x 384, o 384 x 384, the output head
- * 384 x 8192) gets random BF16 weights; for each token count the best of 30 timings of 10
+ * Each shape is run twice, side by side: float32 activations ("f32") and, where the CPU
+ * has AVX512_BF16, activations rounded to bf16 ("bf16"). Each shape (ne0 x rows: gate/up 384 x 2048, down 1024 x 384, o
+ * 384 x 384, the output head 384 x 8192) gets random BF16 weights; for each token count the best of 30 timings of 10
  * matmuls is reported as multiply-adds per second. Compare builds side by side in one
  * session: the machine's load moves the figures.
  */
@@ -39,28 +40,30 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < ne0 * rows; i++)
             w[i] = rp_f32_to_bf16(rnd());
         rp_tensor t = {.type = RP_DTYPE_BF16, .ne = {ne0, rows}, .data = w, .nbytes = (size_t)(ne0 * rows) * 2};
-        printf("%4lld x %-5lld", (long long)ne0, (long long)rows);
-        for (int k = 0; k < NS; k++) {
-            int n = ns[k];
-            float *x = rp_malloc_aligned((size_t)(n * ne0) * sizeof(float));
-            float *y = rp_malloc_aligned((size_t)(n * rows) * sizeof(float));
-            void *scratch = rp_malloc_aligned(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, ne0, n) + 64);
-            for (int64_t i = 0; i < n * ne0; i++)
-                x[i] = rnd();
-            double best = 1e9;
-            for (int r = 0; r < 30; r++) {
-                double t0 = rp_time_s();
-                for (int q = 0; q < 10; q++)
-                    rp_cpu_matmul(pool, &t, x, n, y, scratch);
-                double dt = (rp_time_s() - t0) / 10;
-                best = dt < best ? dt : best;
+        for (int mode = 0; mode < (rp_cpu_has_bf16_dot() ? 2 : 1); mode++) {
+            printf("%4lld x %-5lld %s", (long long)ne0, (long long)rows, mode ? "bf16" : "f32 ");
+            for (int k = 0; k < NS; k++) {
+                int n = ns[k];
+                float *x = rp_malloc_aligned((size_t)(n * ne0) * sizeof(float));
+                float *y = rp_malloc_aligned((size_t)(n * rows) * sizeof(float));
+                void *scratch = rp_malloc_aligned(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, ne0, n) + 64);
+                for (int64_t i = 0; i < n * ne0; i++)
+                    x[i] = rnd();
+                double best = 1e9;
+                for (int r = 0; r < 30; r++) {
+                    double t0 = rp_time_s();
+                    for (int q = 0; q < 10; q++)
+                        rp_cpu_matmul(pool, &t, x, n, y, scratch, mode == 1);
+                    double dt = (rp_time_s() - t0) / 10;
+                    best = dt < best ? dt : best;
+                }
+                printf("  n%-2d %5.1f", n, (double)n * (double)ne0 * (double)rows / best / 1e9);
+                rp_free_aligned(x);
+                rp_free_aligned(y);
+                rp_free_aligned(scratch);
             }
-            printf("  n%-2d %5.1f", n, (double)n * (double)ne0 * (double)rows / best / 1e9);
-            rp_free_aligned(x);
-            rp_free_aligned(y);
-            rp_free_aligned(scratch);
+            printf("\n");
         }
-        printf("\n");
         rp_free_aligned(w);
     }
     rp_pool_destroy(pool);

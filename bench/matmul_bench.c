@@ -135,7 +135,7 @@ int main(int argc, char **argv)
             double t0 = rp_time_s();
             rp_pool_run(pool, read_task, &rj);
             double t1 = rp_time_s();
-            rp_cpu_matmul(pool, &w, x, 1, y, scratch);
+            rp_cpu_matmul(pool, &w, x, 1, y, scratch, false);
             double t2 = rp_time_s();
             best_rd = t1 - t0 < best_rd ? t1 - t0 : best_rd;
             best = t2 - t1 < best ? t2 - t1 : best;
@@ -146,7 +146,7 @@ int main(int argc, char **argv)
         double best8 = 1e30;
         for (int rep = 0; rep < 3; rep++) {
             double t0 = rp_time_s();
-            rp_cpu_matmul(pool, &w, x, 8, y, scratch);
+            rp_cpu_matmul(pool, &w, x, 8, y, scratch, false);
             double dt = rp_time_s() - t0;
             best8 = dt < best8 ? dt : best8;
         }

@@ -3,7 +3,7 @@
  * it: does a batched step read the weights once for all its sequences?
  *
  *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4]
- *              [--kv f16|f32]
+ *              [--kv f16|f32] [--f32-activations]
  *
  * For each batch size B: B sequences each hold a context of N tokens (prefilled
  * once, fixed-seed token ids), then S decode forwards of B tokens (one per
@@ -35,8 +35,11 @@ int main(int argc, char **argv)
     const char *model_path = "models/rapid-tiny", *list = "1,2,4,8,16";
     int ctx = 256, steps = 200, threads = 0;
     rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
+    bool f32_act = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--batch") && i + 1 < argc)
+        if (!strcmp(argv[i], "--f32-activations"))
+            f32_act = true;
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             list = argv[++i];
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
             ctx = atoi(argv[++i]);
@@ -53,7 +56,7 @@ int main(int argc, char **argv)
             model_path = argv[i];
         else {
             fprintf(stderr, "usage: step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] "
-                            "[--quant q8|q4]\n");
+                            "[--quant q8|q4] [--kv f16|f32] [--f32-activations]\n");
             return 2;
         }
     }
@@ -76,6 +79,7 @@ int main(int argc, char **argv)
     rp_model_params_default(&mp);
     mp.n_threads = threads;
     mp.quant = quant;
+    mp.f32_activations = f32_act;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_kv_pool *kv = NULL;

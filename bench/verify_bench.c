@@ -14,7 +14,7 @@
  * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
  *
  * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu] [--simd LEVEL]
- *                     [--kv f16|f32]
+ *                     [--kv f16|f32] [--f32-activations]
  */
 #include "model/model.h"
 
@@ -45,8 +45,11 @@ int main(int argc, char **argv)
     const char *path = NULL;
     int threads = 0, ctx = 1500, reps = 15, max_n = 32;
     rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
+    bool f32_act = false;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--kv") && i + 1 < argc)
+        if (!strcmp(argv[i], "--f32-activations"))
+            f32_act = true;
+        else if (!strcmp(argv[i], "--kv") && i + 1 < argc)
             kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
@@ -70,19 +73,20 @@ int main(int argc, char **argv)
             path = argv[i];
         else {
             fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
-                            "[--cpu] [--simd LEVEL]\n");
+                            "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations]\n");
             return 2;
         }
     }
     if (!path || ctx < 1 || reps < 1 || max_n < 1 || max_n > 512) {
         fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
-                        "[--cpu] [--simd LEVEL]\n");
+                        "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations]\n");
         return 2;
     }
     rp_model_params mp;
     rp_model_params_default(&mp);
     mp.n_threads = threads;
     mp.quant = quant;
+    mp.f32_activations = f32_act;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_kv_pool *kv = NULL;

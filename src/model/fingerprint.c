@@ -183,8 +183,10 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
 
     put_i64(&h, m->params.quant);
     put_str(&h, m->be->ops->name);
-    if (strcmp(m->be->ops->name, "cpu") == 0)
+    if (strcmp(m->be->ops->name, "cpu") == 0) {
         put_str(&h, rp_cpu_simd_name());
+        put_i64(&h, rp_backend_cpu_bf16_act(m->be));
+    }
     put_file(&h, "/proc/self/exe", "executable");
 
     char *real = realpath(m->path, NULL); // libc's allocation: freed with free()

@@ -78,6 +78,7 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     }
     if ((st = rp_backend_cpu_create(m->params.n_threads, &m->be)))
         goto fail;
+    rp_backend_cpu_set_bf16_act(m->be, !m->params.f32_activations);
     m->huge_pages = rp_huge_pages_enabled();
     double t0 = rp_time_s();
     if (rp_dir_exists(path))
@@ -98,9 +99,11 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
         m->prof->n_tokens = prof_n;
     }
     const rp_model_config *c = &m->cfg;
-    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights, %.1f MB",
-             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab,
-             rp_dtype_name(m->layers[0].wq.type), m->weight_bytes / 1e6);
+    rp_dtype wtype = m->layers[0].wq.type;
+    snprintf(
+        m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights%s, %.1f MB", c->arch_name,
+        c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(wtype),
+        wtype == RP_DTYPE_BF16 && rp_backend_cpu_bf16_act(m->be) ? " (bf16 activations)" : "", m->weight_bytes / 1e6);
     if (!m->params.quiet)
         RP_LOGI("loaded %s (%s) in %.2f s", path, m->desc, rp_time_s() - t0);
     *out = m;

@@ -84,6 +84,10 @@ typedef struct rp_model_params {
     int n_threads;        // CPU threads, 0 = all cores
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
+    // BF16 matrices take float32 activations even where the CPU has a bf16 dot product
+    // (AVX512_BF16), on which the default rounds them to bf16 (rp_backend_cpu_set_bf16_act):
+    // the float32 reference's numbers, at about half the batched matmul speed there.
+    bool f32_activations;
     bool quiet;           // no load messages
     // Float matrices stay in the file's mapping (4 KiB pages) instead of being copied
     // to the weight arena on 2 MiB pages: no copy at load, slower decode (load.c).
@@ -126,7 +130,8 @@ int rp_model_kv_layers(const rp_model *m);
 
 // A 128-bit identity of what decides this model's KV numbers (the prefix
 // cache's keys and disk folder): the config, the rope frequencies, every weight
-// tensor's name, type and shape, --quant, the backend and its SIMD level,
+// tensor's name, type and shape, --quant, the backend and its SIMD level (and bf16
+// activations),
 // Rapid's version and the executable's size and mtime, and the model files'
 // path, names, sizes and modification times (not their bytes). Two loads of the same unchanged files with the same
 // settings agree; a changed file, quantization or kernel level does not.

@@ -29,6 +29,7 @@ typedef struct cpu_backend {
     rp_pool *pool;
     void *mm_scratch; // quantized activations for matmul
     size_t mm_scratch_size;
+    bool bf16_act; // BF16 weights take bf16-rounded activations (rp_backend_cpu_set_bf16_act)
     float *scores; // attention scores, scores_per_thread floats per thread
     size_t scores_per_thread;
     void *attn_part; // chunk partials of a split attention (see attn_split)
@@ -156,7 +157,7 @@ static rp_status cpu_matmul(rp_backend *be, const rp_tensor *w, const float *x, 
     rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(w->type, w->ne[0], n));
     if (st)
         return st;
-    rp_cpu_matmul(c->pool, w, x, n, y, c->mm_scratch);
+    rp_cpu_matmul(c->pool, w, x, n, y, c->mm_scratch, c->bf16_act);
     return RP_OK;
 }
 
@@ -176,12 +177,12 @@ static rp_status cpu_matmul_group(rp_backend *be, const rp_matmul_desc *mm, int 
     if (st)
         return st;
     if (rp_cpu_matmul_group_fusable(mm, count)) {
-        rp_cpu_matmul_group(c->pool, mm, count, false, x, n, c->mm_scratch);
+        rp_cpu_matmul_group(c->pool, mm, count, false, x, n, c->mm_scratch, c->bf16_act);
         return RP_OK;
     }
     // mixed types (GGUF files mix quantizations): one matmul at a time
     for (int i = 0; i < count; i++)
-        rp_cpu_matmul_group(c->pool, &mm[i], 1, false, x, n, c->mm_scratch);
+        rp_cpu_matmul_group(c->pool, &mm[i], 1, false, x, n, c->mm_scratch, c->bf16_act);
     return RP_OK;
 }
 
@@ -199,7 +200,7 @@ static rp_status cpu_matmul_glu(rp_backend *be, const rp_tensor *gate, const rp_
     rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(gate->type, gate->ne[0], n));
     if (st)
         return st;
-    rp_cpu_matmul_group(c->pool, mm, 2, true, x, n, c->mm_scratch);
+    rp_cpu_matmul_group(c->pool, mm, 2, true, x, n, c->mm_scratch, c->bf16_act);
     return RP_OK;
 }
 
@@ -898,6 +899,17 @@ rp_status rp_backend_cpu_create(int n_threads, rp_backend **out)
     }
     *out = &c->base;
     return RP_OK;
+}
+
+bool rp_backend_cpu_set_bf16_act(rp_backend *be, bool on)
+{
+    cpu(be)->bf16_act = on && rp_cpu_has_bf16_dot();
+    return cpu(be)->bf16_act;
+}
+
+bool rp_backend_cpu_bf16_act(const rp_backend *be)
+{
+    return ((const cpu_backend *)be)->bf16_act;
 }
 
 int rp_backend_cpu_threads(const rp_backend *be)

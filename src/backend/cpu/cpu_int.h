@@ -4,8 +4,9 @@
  * cpu_backend.c fills the backend vtable (buffers, norms, rope, attention, ...)
  * and calls the matmul kernels declared here (matmul.c: scalar reference and
  * dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI kernels
- * for some types; the highest level the CPU has is chosen at run time) and the
- * attention chunk kernel (attn_avx2.c).
+ * for some types; matmul_avx512bf16.c: BF16 weights against bf16 activations; the
+ * highest level the CPU has is chosen at run time) and the attention chunk kernel
+ * (attn_avx2.c).
  */
 #ifndef RP_CPU_INT_H
 #define RP_CPU_INT_H
@@ -21,8 +22,9 @@ size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n);
 // y (n, w->ne[1]) = x (n, w->ne[0]) · wᵀ on the pool's threads. scratch holds at
 // least rp_cpu_matmul_scratch_bytes(...) bytes, 64-byte aligned. Every output
 // element is reduced in the same order whatever n, the token's index and the
-// thread count are (see backend.h, Determinism).
-void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch);
+// thread count are (see backend.h, Determinism). bf16_act: BF16 weights take their
+// activations rounded to bf16 where rp_cpu_has_bf16_dot() (else ignored).
+void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch, bool bf16_act);
 
 // Weights per fused group (rp_cpu_matmul_group).
 #define RP_MM_MAX_GROUP 4
@@ -38,7 +40,7 @@ bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count);
 // silu(gate) * up (mm[1].y keeps up); bias and residual are ignored. Same scratch as
 // rp_cpu_matmul; each output element is bitwise what rp_cpu_matmul gives.
 void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n,
-                         void *scratch);
+                         void *scratch, bool bf16_act);
 
 // out[i] = silu(gate[i]) · up[i] (out may be gate): silu_avx2.c with AVX2, else
 // gate / (1 + expf(-gate)) · up. Each element's result depends only on its inputs.

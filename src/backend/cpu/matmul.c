@@ -9,17 +9,19 @@
  * activations there too, split into even and odd halves): on the calling thread
  * for up to 16k elements, else in a pool run that splits the tokens. Kernels are
  * chosen per weight type: the highest instruction-set level the CPU has (cpuid,
- * XGETBV) with a kernel for the type, capped by a test hook. Then the threads split the union of the group's weight rows, in chunks
- * of one tile's rows: each streams its own contiguous share front to back and
- * then takes chunks from the back of the others' shares (a core the machine slows
- * does not hold the run up). Each thread computes its rows for every token through
- * a tile kernel (rp_mm_kernel, quant.h) that handles up to RP_MM_MAX_NR rows ×
- * RP_MM_MAX_NT tokens per call, so a weight row is read once per token tile, and
- * finishes them with the element-wise tail (bias, residual add, silu(gate) * up).
- * Decode (n = 1) hands the kernels a chunk's rows, which they walk one at a time (a
- * single sequential stream per core reads DRAM faster than interleaved ones);
- * prefill walks a block of rows that fits in L2 once per group of tokens (as many as
- * the kernel asks for, rp_mm_tokens_avx512).
+ * XGETBV) with a kernel for the type, capped by a test hook. Then the threads split the union of the group's weight
+ * rows, in chunks of one tile's rows: each streams its own contiguous share front to back and then takes chunks from
+ * the back of the others' shares (a core the machine slows does not hold the run up). Each thread computes its rows for
+ * every token through a tile kernel (rp_mm_kernel, quant.h) that handles up to RP_MM_MAX_NR rows × RP_MM_MAX_NT tokens
+ * per call, so a weight row is read once per token tile, and finishes them with the element-wise tail (bias, residual
+ * add, silu(gate) * up). Decode (n = 1) hands the kernels a chunk's rows, which they walk one at a time (a single
+ * sequential stream per core reads DRAM faster than interleaved ones); prefill walks a block of rows that fits in L2
+ * once per group of tokens (as many as the kernel asks for, rp_mm_tokens_avx512).
+ *
+ * BF16 weights meet their activations either as float32 (the kernels above) or, when
+ * the caller asks (bf16_act) and the CPU has AVX512_BF16, rounded to bf16 on the bf16
+ * dot product (matmul_avx512bf16.c: about twice the multiply-adds per cycle, different
+ * numbers). Without AVX512_BF16 the request is ignored: activations stay float32.
  *
  * Determinism: each output y[t][r] is one kernel's dot of row r with token t,
  * and kernels promise the same operation sequence for every (r, t) whatever the
@@ -270,6 +272,20 @@ static int simd_level(void)
     return c < m ? c : m;
 }
 
+static atomic_int g_cpu_bf16 = -1; // AVX512_BF16: -1 unknown
+
+// The AVX512_BF16 dot product (cpuid leaf 7, sub-leaf 1, EAX bit 5), on top of AVX-512.
+bool rp_cpu_has_bf16_dot(void)
+{
+    int v = atomic_load(&g_cpu_bf16);
+    if (v < 0) {
+        unsigned a = 0, b, c, d;
+        v = cpu_level() >= LVL_AVX512 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+        atomic_store(&g_cpu_bf16, v);
+    }
+    return v && simd_level() >= LVL_AVX512;
+}
+
 int rp_cpu_simd_level(void)
 {
     return simd_level();
@@ -306,10 +322,15 @@ typedef struct mm_isa {
     int tokens; // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
 } mm_isa;
 
-static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0)
+static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0, bool bf16_act)
 {
     mm_isa m = {0};
-    if (level >= LVL_AVX512 && (m.kern = rp_mm_kernel_avx512(wtype))) {
+    if (bf16_act && wtype == RP_DTYPE_BF16 && rp_cpu_has_bf16_dot()) {
+        m.kern = rp_mm_kernel_bf16dot();
+        m.act_bytes = rp_mm_act_bytes_bf16dot(ne0);
+        m.quantize_act = rp_mm_act_bf16dot;
+        m.tokens = rp_mm_tokens_bf16dot(ne0);
+    } else if (level >= LVL_AVX512 && (m.kern = rp_mm_kernel_avx512(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
         m.quantize_act = rp_mm_act_fn_avx512(wtype);
         m.tokens = rp_mm_tokens_avx512(wtype, ne0);
@@ -586,7 +607,7 @@ bool rp_cpu_matmul_group_fusable(const rp_matmul_desc *mm, int count)
 }
 
 void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n,
-                         void *scratch)
+                         void *scratch, bool bf16_act)
 {
     RP_ASSERT(rp_cpu_matmul_group_fusable(mm, count) && (!glu || (count == 2 && mm[0].w->ne[1] == mm[1].w->ne[1])));
     if (n <= 0)
@@ -594,7 +615,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     const rp_tensor *w = mm[0].w;
     mm_job j = {.count = glu ? 1 : count, .glu = glu, .x = x, .n = n, .ne0 = w->ne[0], .xtype = partner_type(w->type)};
     j.dot = scalar_dot(w->type);
-    mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0]);
+    mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0], bf16_act);
     j.kern = isa.kern;
     j.tokens = isa.tokens ? isa.tokens : RP_MM_MAX_NT;
     j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
@@ -636,10 +657,10 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     rp_pool_run(pool, matmul_task, &j);
 }
 
-void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch)
+void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch, bool bf16_act)
 {
     if (n <= 0 || w->ne[1] <= 0)
         return;
     rp_matmul_desc d = {.w = w, .y = y};
-    rp_cpu_matmul_group(pool, &d, 1, false, x, n, scratch);
+    rp_cpu_matmul_group(pool, &d, 1, false, x, n, scratch, bf16_act);
 }

@@ -14,7 +14,8 @@
  * each block's integer sum once.
  *
  * Also declared here: the per-ISA matmul tile kernels that matmul.c dispatches to
- * (scalar ones in matmul.c, AVX2 ones in matmul_avx2.c, AVX-512 ones in matmul_avx512.c).
+ * (scalar ones in matmul.c, AVX2 ones in matmul_avx2.c, AVX-512 ones in matmul_avx512.c,
+ * BF16 × bf16 activations in matmul_avx512bf16.c).
  *
  * Threads: everything here is pure functions of their arguments.
  */
@@ -153,5 +154,14 @@ typedef void (*rp_mm_act_fn)(const float *x, int64_t ne0, uint8_t *out);
 // read the partner type (or plain floats) as they are.
 size_t rp_mm_act_bytes_avx512(rp_dtype wtype, int64_t ne0);
 rp_mm_act_fn rp_mm_act_fn_avx512(rp_dtype wtype);
+
+// AVX512_BF16 (matmul_avx512bf16.c): the kernel for BF16 weights against activations
+// rounded to bf16, its activation layout (the row as bf16, zero padded to a multiple of
+// 32 elements; rp_mm_act_bytes_bf16dot bytes, written by rp_mm_act_bf16dot), and the
+// tokens it wants per call in prefill (as rp_mm_tokens_avx512).
+rp_mm_kernel rp_mm_kernel_bf16dot(void);
+size_t rp_mm_act_bytes_bf16dot(int64_t ne0);
+void rp_mm_act_bf16dot(const float *x, int64_t ne0, uint8_t *out);
+int rp_mm_tokens_bf16dot(int64_t ne0);
 
 #endif

@@ -2,7 +2,8 @@
  * test_matmul.c - the CPU matmul kernels: SIMD vs scalar reference by normalized
  * error for every weight type and several shapes, the scalar reference vs a
  * float64 dot of the dequantized weights, and bitwise determinism of a token's
- * output whatever the batch size, its place in the batch and the thread count.
+ * output whatever the batch size, its place in the batch and the thread count; the
+ * AVX512_BF16 kernel (bf16 activations) against a float64 dot of the same roundings.
  */
 #include "test_util.h"
 
@@ -56,11 +57,15 @@ static void wmat_init(wmat *m, rp_dtype type, int64_t rows, int64_t ne0)
     m->t = (rp_tensor){.type = type, .ne = {ne0, rows}, .data = m->data, .nbytes = rb * (size_t)rows};
 }
 
+// BF16 weights take bf16-rounded activations (the AVX512_BF16 kernel) in run_matmul
+// and check_group while this is set.
+static bool g_bf16_act;
+
 static void run_matmul(rp_pool *pool, const wmat *m, const float *x, int n, float *y)
 {
     size_t sb = rp_cpu_matmul_scratch_bytes(m->t.type, m->t.ne[0], n);
     void *scratch = sb ? rp_malloc_aligned(sb) : NULL;
-    rp_cpu_matmul(pool, &m->t, x, n, y, scratch);
+    rp_cpu_matmul(pool, &m->t, x, n, y, scratch, g_bf16_act);
     rp_free_aligned(scratch);
 }
 
@@ -275,7 +280,78 @@ static void test_determinism(void **state)
                     check_determinism(all_types[ti], simd_levels[lv], true);
             }
     }
+    if (rp_cpu_force_simd("avx512") && rp_cpu_has_bf16_dot()) { // BF16 against bf16 activations
+        g_bf16_act = true;
+        check_determinism(RP_DTYPE_BF16, "avx512", false);
+        check_determinism(RP_DTYPE_BF16, "avx512", true);
+        g_bf16_act = false;
+    } else {
+        print_message("no AVX512_BF16 on this CPU: its kernel's determinism not tested\n");
+    }
     rp_cpu_force_scalar(false);
+}
+
+// bf16 rounding to nearest even, as vcvtne2ps2bf16 does (inputs here are normal numbers).
+static float round_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u = (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// The AVX512_BF16 kernel against a float64 dot of the bf16 weights with the activations
+// rounded to bf16: row lengths with and without a partial last chunk, every tile shape.
+// The products are exact in both, so what differs is float summation (error ~1e-7 of
+// the dot's magnitude, Σ|w·x|); the rounding of the activations themselves is checked
+// against float32 activations (~2^-9 of it, bounded by 4e-3).
+static void test_bf16_dot(void **state)
+{
+    (void)state;
+    if (!rp_cpu_has_bf16_dot()) {
+        print_message("no AVX512_BF16 on this CPU: its kernel is not tested\n");
+        return;
+    }
+    rp_pool *pool = NULL;
+    assert_int_equal(rp_pool_create(2, &pool), RP_OK);
+    const int64_t lens[] = {16, 32, 40, 64, 96, 100, 384, 1000, 2056};
+    const int ns[] = {1, 2, 3, 4, 5, 6, 9, 13};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+            const int64_t ne0 = lens[li], rows = 11;
+            const int n = ns[ni];
+            wmat m;
+            wmat_init(&m, RP_DTYPE_BF16, rows, ne0);
+            float *x = malloc((size_t)(n * ne0) * sizeof(float));
+            float *y = malloc((size_t)(n * rows) * sizeof(float)), *yf = malloc((size_t)(n * rows) * sizeof(float));
+            fill_normal(x, n * ne0);
+            g_bf16_act = true;
+            run_matmul(pool, &m, x, n, y);
+            g_bf16_act = false;
+            run_matmul(pool, &m, x, n, yf);
+            const rp_bf16 *w = m.data;
+            for (int t = 0; t < n; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double ref = 0, mag = 0;
+                    for (int64_t i = 0; i < ne0; i++) {
+                        double p = (double)rp_bf16_to_f32(w[r * ne0 + i]) * round_bf16(x[t * ne0 + i]);
+                        ref += p, mag += fabs(p);
+                    }
+                    double got = y[t * rows + r], f32 = yf[t * rows + r];
+                    if (fabs(got - ref) > 1e-6 * mag)
+                        fail_msg("ne0 %lld n %d (%d, %lld): %.9g, reference %.9g", (long long)ne0, n, t, (long long)r,
+                                 got, ref);
+                    if (fabs(got - f32) > 4e-3 * mag)
+                        fail_msg("ne0 %lld n %d (%d, %lld): %.9g, float32 activations %.9g", (long long)ne0, n, t,
+                                 (long long)r, got, f32);
+                }
+            free(x);
+            free(y);
+            free(yf);
+            free(m.data);
+        }
+    rp_pool_destroy(pool);
 }
 
 // The AVX2 activation quantizer gives the reference Q8_0 values, scales and half sums.
@@ -367,7 +443,7 @@ static void test_edges(void **state)
     float y[10] = {42, 42, 42, 42, 42, 42, 42, 42, 42, 42};
     float x[128];
     fill_normal(x, 128);
-    rp_cpu_matmul(NULL, &m.t, x, 0, y, NULL);
+    rp_cpu_matmul(NULL, &m.t, x, 0, y, NULL, false);
     for (int i = 0; i < 10; i++)
         assert_true(y[i] == 42);
     run_matmul(NULL, &m, x, 2, y);
@@ -409,7 +485,7 @@ static void check_group(rp_pool *pool, rp_dtype type, int n)
     size_t sb = rp_cpu_matmul_scratch_bytes(type, ne0, n);
     void *scratch = sb ? rp_malloc_aligned(sb) : NULL;
     assert_true(rp_cpu_matmul_group_fusable(d, 3));
-    rp_cpu_matmul_group(pool, d, 3, false, x, n, scratch);
+    rp_cpu_matmul_group(pool, d, 3, false, x, n, scratch, g_bf16_act);
     for (int i = 0; i < 3; i++)
         if (memcmp(got[i], ref[i], (size_t)(n * rows[i]) * sizeof(float)) != 0)
             fail_msg("%s n %d: group output %d differs from the separate matmul", rp_dtype_name(type), n, i);
@@ -418,7 +494,7 @@ static void check_group(rp_pool *pool, rp_dtype type, int n)
     for (int64_t e = 0; e < n * 70; e++)
         res_ref[e] += ref[0][e];
     rp_matmul_desc r1 = {.w = &m[0].t, .y = got[0], .residual = res_got};
-    rp_cpu_matmul_group(pool, &r1, 1, false, x, n, scratch);
+    rp_cpu_matmul_group(pool, &r1, 1, false, x, n, scratch, g_bf16_act);
     assert_memory_equal(got[0], ref[0], (size_t)(n * 70) * sizeof(float));
     assert_memory_equal(res_got, res_ref, (size_t)(n * 70) * sizeof(float));
     // glu: gate = m[0], up = a second 70-row weight
@@ -428,7 +504,7 @@ static void check_group(rp_pool *pool, rp_dtype type, int n)
     run_matmul(pool, &up, x, n, up_ref);
     rp_cpu_silu_mul(ref[0], ref[0], up_ref, n * 70);
     rp_matmul_desc gu[2] = {{.w = &m[0].t, .y = got[0]}, {.w = &up.t, .y = up_got}};
-    rp_cpu_matmul_group(pool, gu, 2, true, x, n, scratch);
+    rp_cpu_matmul_group(pool, gu, 2, true, x, n, scratch, g_bf16_act);
     assert_memory_equal(up_got, up_ref, (size_t)(n * 70) * sizeof(float));
     if (memcmp(got[0], ref[0], (size_t)(n * 70) * sizeof(float)) != 0)
         fail_msg("%s n %d: glu differs from matmul, matmul, silu_mul", rp_dtype_name(type), n);
@@ -466,6 +542,12 @@ static void test_group(void **state)
             }
     }
     rp_cpu_force_scalar(false);
+    g_bf16_act = rp_cpu_has_bf16_dot(); // the AVX512_BF16 kernel's groups (nothing new without it)
+    for (int k = 0; g_bf16_act && k < 4; k++) {
+        check_group(p1, RP_DTYPE_BF16, ns[k]);
+        check_group(p3, RP_DTYPE_BF16, ns[k]);
+    }
+    g_bf16_act = false;
     // mixed types do not fuse
     wmat a, b;
     wmat_init(&a, RP_DTYPE_Q8_0, 4, 64);
@@ -523,15 +605,11 @@ static void test_silu(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_simd_name),
-        cmocka_unit_test(test_scratch_bytes),
-        cmocka_unit_test(test_simd_vs_scalar),
-        cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_edges),
-        cmocka_unit_test(test_act_quant),
-        cmocka_unit_test(test_act_quant_avx512),
-        cmocka_unit_test(test_group),
-        cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_simd_name),      cmocka_unit_test(test_scratch_bytes),
+        cmocka_unit_test(test_simd_vs_scalar), cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_bf16_dot),       cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_act_quant),      cmocka_unit_test(test_act_quant_avx512),
+        cmocka_unit_test(test_group),          cmocka_unit_test(test_silu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

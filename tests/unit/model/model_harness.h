@@ -112,17 +112,27 @@ static inline int32_t *harness_ids(json_t *arr, int *n)
     return v;
 }
 
-static inline rp_model *harness_load(const char *path, int threads, rp_dtype quant)
+// f32_act: BF16 weights take float32 activations (rp_model_params.f32_activations), as
+// every comparison with a reference's float32 numbers needs; false: the default, bf16
+// activations where the CPU has AVX512_BF16.
+static inline rp_model *harness_load_act(const char *path, int threads, rp_dtype quant, bool f32_act)
 {
     rp_model_params p;
     rp_model_params_default(&p);
     p.n_threads = threads;
     p.quant = quant;
+    p.f32_activations = f32_act;
     p.quiet = true;
     rp_model *m = NULL;
     if (rp_model_load(path, &p, &m))
         fail_msg("loading %s: %s", path, rp_error_message());
     return m;
+}
+
+// A model with float32 activations: the numbers the reference fixtures hold.
+static inline rp_model *harness_load(const char *path, int threads, rp_dtype quant)
+{
+    return harness_load_act(path, threads, quant, true);
 }
 
 #endif

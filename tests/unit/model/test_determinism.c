@@ -1,8 +1,9 @@
 /*
  * test_determinism.c - a sequence's logits are bitwise identical whatever else is
  * in the batch, wherever it sits in the batch, however its prompt is chunked,
- * and for 1 or 2 threads (DESIGN.md, Determinism). Checked on a float model,
- * a model quantized at load (q8), and a K-quant GGUF file.
+ * and for 1 or 2 threads (DESIGN.md, Determinism). Checked on float models (BF16
+ * weights with float32 and with bf16 activations), models quantized at load (q8, q4),
+ * and K-quant GGUF files.
  */
 #include "model_harness.h"
 
@@ -46,10 +47,10 @@ static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int t
     rp_kv_pool_destroy(kv);
 }
 
-static void check_model(const char *path, rp_dtype quant)
+static void check_model(const char *path, rp_dtype quant, bool f32_act)
 {
-    rp_model *m1 = harness_load(path, 1, quant);
-    rp_model *m2 = harness_load(path, 2, quant);
+    rp_model *m1 = harness_load_act(path, 1, quant, f32_act);
+    rp_model *m2 = harness_load_act(path, 2, quant, f32_act);
     int V = rp_model_get_config(m1)->n_vocab;
     size_t bytes = (size_t)N_PROMPT * V * sizeof(float);
     int32_t prompts[N_SEQS][N_PROMPT];
@@ -83,7 +84,7 @@ static void check_model(const char *path, rp_dtype quant)
         }
     }
     print_message("  %s (%s): identical logits across chunking, batch placement and threads\n", path,
-                  rp_dtype_name(quant));
+                  rp_model_describe(m1));
     free(ref);
     free(got);
     rp_model_destroy(m1);
@@ -95,10 +96,12 @@ static void test_fixture_models(void **state)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3"));
-    check_model(path, RP_DTYPE_F32);
+    check_model(path, RP_DTYPE_F32, true);
     snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/llama3"));
-    check_model(path, RP_DTYPE_Q8_0);
-    check_model(path, RP_DTYPE_Q4_0);
+    check_model(path, RP_DTYPE_F32, true);
+    check_model(path, RP_DTYPE_F32, false); // BF16 weights: bf16 activations where the CPU has them
+    check_model(path, RP_DTYPE_Q8_0, true);
+    check_model(path, RP_DTYPE_Q4_0, true);
 }
 
 static void test_float_model(void **state)
@@ -106,7 +109,8 @@ static void test_float_model(void **state)
     RP_TEST_NEED_CONFORMANCE(conf);
     char path[4096];
     snprintf(path, sizeof(path), "%s/gguf/qwen2/hf", conf);
-    check_model(path, RP_DTYPE_F32);
+    check_model(path, RP_DTYPE_F32, true);
+    check_model(path, RP_DTYPE_F32, false);
 }
 
 static void test_quantized_on_load(void **state)
@@ -114,8 +118,8 @@ static void test_quantized_on_load(void **state)
     RP_TEST_NEED_CONFORMANCE(conf);
     char path[4096];
     snprintf(path, sizeof(path), "%s/gguf/llama3-bpe/hf", conf);
-    check_model(path, RP_DTYPE_Q8_0);
-    check_model(path, RP_DTYPE_Q4_0);
+    check_model(path, RP_DTYPE_Q8_0, true);
+    check_model(path, RP_DTYPE_Q4_0, true);
 }
 
 static void test_kquant_gguf(void **state)
@@ -123,9 +127,9 @@ static void test_kquant_gguf(void **state)
     RP_TEST_NEED_CONFORMANCE(conf);
     char path[4096];
     snprintf(path, sizeof(path), "%s/gguf/qwen2/qwen2-Q4_K_M.gguf", conf);
-    check_model(path, RP_DTYPE_F32);
+    check_model(path, RP_DTYPE_F32, true);
     snprintf(path, sizeof(path), "%s/gguf/llama-spm/llama-spm-Q5_K_M.gguf", conf);
-    check_model(path, RP_DTYPE_F32);
+    check_model(path, RP_DTYPE_F32, true);
 }
 
 int main(void)

@@ -32,6 +32,7 @@ static int setup(void **state)
     rp_model_params_default(&p);
     p.n_threads = 2;
     p.quiet = true;
+    p.f32_activations = true; // the fixtures' float32 numbers (the engine's tests run the default)
     return rp_model_load(rp_test_source("models/rapid-tiny"), &p, &tiny) ? -1 : 0;
 }
 

@@ -1,0 +1,161 @@
+/*
+ * matmul_avx512bf16.c - BF16 weights against activations rounded to bf16, on the
+ * AVX512_BF16 dot product (vdpbf16ps).
+ *
+ * The fast way to multiply a bf16 matrix, and the one llama.cpp and bf16 inference in
+ * PyTorch take: the activations are rounded to bf16 once per matmul (vcvtne2ps2bf16,
+ * round to nearest even), then one instruction multiplies 16 pairs of weights by 16
+ * pairs of activations and adds both products to 16 float accumulators: 32
+ * multiply-adds where matmul_avx512.c's float kernel needs two FMAs and the unpacking
+ * of the weights. The products of two bf16 values are exact in float; what is lost is
+ * the activations' low 16 bits of mantissa (a relative error of up to 2^-9 in each, the
+ * weights' own precision), so a model's logits move by about 1% of their spread
+ * against float32 activations. The choice is the model's (rp_model_params.f32_activations).
+ *
+ * Order: two accumulators per (row, token); chunk k of 32 elements goes into
+ * accumulator k & 1; the output is hsum16 of their sum. Every (row, token) gets that
+ * sequence in every tile shape (quant.h's determinism contract). Tiles of 1 row x up to
+ * 4 tokens: per chunk one weight load and one activation load per token.
+ */
+#include "quant.h"
+
+#include "avx512_util.h"
+
+#ifndef RP_PF_DIST
+#define RP_PF_DIST 4096 // as matmul_avx512.c
+#endif
+
+#define DOT_TT 8 // tokens per tile
+
+size_t rp_mm_act_bytes_bf16dot(int64_t ne0)
+{
+    return (size_t)((ne0 + 31) / 32) * 32 * sizeof(uint16_t);
+}
+
+// One activation row rounded to bf16 (nearest even), zero padded to a multiple of 32.
+void rp_mm_act_bf16dot(const float *x, int64_t ne0, uint8_t *out)
+{
+    for (int64_t i = 0; i < ne0; i += 32, out += 64) {
+        int64_t rem = ne0 - i;
+        __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
+        __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
+        __m512 lo = _mm512_maskz_loadu_ps(m0, x + i), hi = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+int rp_mm_tokens_bf16dot(int64_t ne0)
+{
+    int64_t fit = (24 << 10) / (int64_t)rp_mm_act_bytes_bf16dot(ne0) / DOT_TT * DOT_TT;
+    return fit < DOT_TT ? DOT_TT : fit > RP_MM_MAX_NT ? RP_MM_MAX_NT : (int)fit;
+}
+
+// Chunk c (32 elements from c * 32) of one row against NT tokens, into acc; the last
+// chunk of a row whose length is not a multiple of 32 loads its weights masked (the
+// activations are zero padded, but 0 times what lies past a row could be a NaN).
+RP_INLINE void dot_chunk(const uint8_t *w, const uint8_t *x, size_t xs, int64_t c, __mmask32 m, __m512 *acc,
+                         const int NT)
+{
+    const uint8_t *wc = w + c * 64;
+    __m512bh wv;
+    if (m == (__mmask32)~0u) {
+        _mm_prefetch((const char *)wc + RP_PF_DIST, _MM_HINT_T0);
+        wv = (__m512bh)load_bf16x32(wc);
+    } else {
+        wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wc);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++)
+        acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_loadu_si512(x + t * xs + c * 64));
+}
+
+// One weight row against NT tokens: y[t * ldy] for t < NT.
+RP_INLINE void tile_dot(const uint8_t *w, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy, const int NT)
+{
+    __m512 a0[DOT_TT], a1[DOT_TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++)
+        a0[t] = a1[t] = _mm512_setzero_ps();
+    const __mmask32 all = (__mmask32)~0u;
+    int64_t full = ne0 / 32, c = 0;
+    for (; c + 2 <= full; c += 2) {
+        dot_chunk(w, x, xs, c, all, a0, NT);
+        dot_chunk(w, x, xs, c + 1, all, a1, NT);
+    }
+    if (c < full) // c is even
+        dot_chunk(w, x, xs, c++, all, a0, NT);
+    if (ne0 % 32) { // (two calls: a pointer chosen at run time would keep the accumulators in memory)
+        __mmask32 m = (__mmask32)((1u << (ne0 % 32)) - 1);
+        if (c & 1)
+            dot_chunk(w, x, xs, c, m, a1, NT);
+        else
+            dot_chunk(w, x, xs, c, m, a0, NT);
+    }
+    __m512 sum[DOT_TT];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++)
+        sum[t] = _mm512_add_ps(a0[t], a1[t]);
+    store_tile_sums(sum, y, ldy, 1, NT);
+}
+
+/* One row at a time (a single stream per core reads the weights fastest, and with the
+ * dot product this cheap the stream is what bounds a batch of a few tokens) against up
+ * to DOT_TT tokens, the tokens cut into passes of nearly equal size (6 tokens: 3 + 3,
+ * not 4 + 2). */
+static __attribute__((noinline)) void k_dot_multi(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                                  int nt, int64_t ne0, float *y, size_t ldy)
+{
+    _Static_assert(DOT_TT == 8, "the switch below instantiates these tile shapes");
+    int passes = (nt + DOT_TT - 1) / DOT_TT;
+    for (int p = 0, t = 0; p < passes; p++) {
+        int m = nt / passes + (p < nt % passes);
+        const uint8_t *xt = x + (size_t)t * xs;
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            float *yt = y + (size_t)t * ldy + r;
+            switch (m) {
+            case 1:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 1);
+                break;
+            case 2:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 2);
+                break;
+            case 3:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 3);
+                break;
+            case 4:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 4);
+                break;
+            case 5:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 5);
+                break;
+            case 6:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 6);
+                break;
+            case 7:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 7);
+                break;
+            default:
+                tile_dot(wr, xt, xs, ne0, yt, ldy, 8);
+                break;
+            }
+        }
+        t += m;
+    }
+}
+
+static void k_dot(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    if (nt > 1) {
+        k_dot_multi(w, ws, nr, x, xs, nt, ne0, y, ldy);
+        return;
+    }
+    for (int r = 0; r < nr; r++)
+        tile_dot(w + (size_t)r * ws, x, xs, ne0, y + r, ldy, 1);
+}
+
+rp_mm_kernel rp_mm_kernel_bf16dot(void)
+{
+    return k_dot;
+}
