@@ -98,6 +98,64 @@ RP_INLINE void tile_dot(const uint8_t *w, const uint8_t *x, size_t xs, int64_t n
     store_tile_sums(sum, y, ldy, 1, NT);
 }
 
+// dot_chunk for two rows at once (each activation load serves both).
+RP_INLINE void dot_chunk2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t c, __mmask32 m,
+                          __m512 acc[][DOT_TT], const int NR, const int NT)
+{
+    __m512bh wv[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *wc = w + r * ws + c * 64;
+        if (m == (__mmask32)~0u) {
+            _mm_prefetch((const char *)wc + RP_PF_DIST, _MM_HINT_T0);
+            wv[r] = (__m512bh)load_bf16x32(wc);
+        } else {
+            wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, wc);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) {
+        __m512bh xv = (__m512bh)_mm512_loadu_si512(x + t * xs + c * 64);
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+            acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+    }
+}
+
+// tile_dot for NR rows at once: y[t * ldy + r], each output as tile_dot computes it.
+RP_INLINE void tile_dot2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                         const int NR, const int NT)
+{
+    __m512 a0[2][DOT_TT], a1[2][DOT_TT];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+            a0[r][t] = a1[r][t] = _mm512_setzero_ps();
+    const __mmask32 all = (__mmask32)~0u;
+    int64_t full = ne0 / 32, c = 0;
+    for (; c + 2 <= full; c += 2) {
+        dot_chunk2(w, ws, x, xs, c, all, a0, NR, NT);
+        dot_chunk2(w, ws, x, xs, c + 1, all, a1, NR, NT);
+    }
+    if (c < full) // c is even
+        dot_chunk2(w, ws, x, xs, c++, all, a0, NR, NT);
+    if (ne0 % 32) { // (two calls: a pointer chosen at run time would keep the accumulators in memory)
+        __mmask32 m = (__mmask32)((1u << (ne0 % 32)) - 1);
+        if (c & 1)
+            dot_chunk2(w, ws, x, xs, c, m, a1, NR, NT);
+        else
+            dot_chunk2(w, ws, x, xs, c, m, a0, NR, NT);
+    }
+    __m512 sum[2 * DOT_TT];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++)
+            sum[r * NT + t] = _mm512_add_ps(a0[r][t], a1[r][t]);
+    store_tile_sums(sum, y, ldy, NR, NT);
+}
+
 /* One row at a time (a single stream per core reads the weights fastest, and with the
  * dot product this cheap the stream is what bounds a batch of a few tokens) against up
  * to DOT_TT tokens, the tokens cut into passes of nearly equal size (6 tokens: 3 + 3,
@@ -144,9 +202,50 @@ static __attribute__((noinline)) void k_dot_multi(const uint8_t *w, size_t ws, i
     }
 }
 
+/* Prefill groups (more than DOT_TT tokens, their block of rows in L2) go two rows at a
+ * time against up to DOT_TT2 tokens, in passes of nearly equal size, so that each
+ * activation load serves both rows. (A function of its own: folded into k_dot_multi,
+ * its tiles made the few-token ones measurably slower.) */
+#define DOT_TT2 6
+
+#define DOT_TILE2(NT) tile_dot2(wr, ws, xt, xs, ne0, yt, ldy, 2, NT)
+static __attribute__((noinline)) void k_dot_multi2(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                                                   int nt, int64_t ne0, float *y, size_t ldy)
+{
+    _Static_assert(DOT_TT2 == 6, "the switch below instantiates these tile shapes");
+    int passes = (nt + DOT_TT2 - 1) / DOT_TT2;
+    for (int p = 0, t = 0; p < passes; p++) {
+        int m = nt / passes + (p < nt % passes);
+        const uint8_t *xt = x + (size_t)t * xs;
+        int r = 0;
+        for (; m >= 4 && r + 2 <= nr; r += 2) { // (passes of more than DOT_TT tokens hold at least 4)
+            const uint8_t *wr = w + (size_t)r * ws;
+            float *yt = y + (size_t)t * ldy + r;
+            switch (m) {
+            case 4:
+                DOT_TILE2(4);
+                break;
+            case 5:
+                DOT_TILE2(5);
+                break;
+            default:
+                DOT_TILE2(6);
+                break;
+            }
+        }
+        if (r < nr) // an odd last row
+            k_dot_multi(w + (size_t)r * ws, ws, nr - r, xt, xs, m, ne0, y + (size_t)t * ldy + r, ldy);
+        t += m;
+    }
+}
+
 static void k_dot(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
                   size_t ldy)
 {
+    if (nt > DOT_TT) {
+        k_dot_multi2(w, ws, nr, x, xs, nt, ne0, y, ldy);
+        return;
+    }
     if (nt > 1) {
         k_dot_multi(w, ws, nr, x, xs, nt, ne0, y, ldy);
         return;
