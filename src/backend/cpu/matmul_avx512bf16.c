@@ -14,8 +14,11 @@
  *
  * Order: two accumulators per (row, token); chunk k of 32 elements goes into
  * accumulator k & 1; the output is hsum16 of their sum. Every (row, token) gets that
- * sequence in every tile shape (quant.h's determinism contract). Tiles of 1 row x up to
- * 4 tokens: per chunk one weight load and one activation load per token.
+ * sequence in every tile shape (quant.h's determinism contract). A few tokens (decode,
+ * a batch of sequences, a verification) take one row at a time, up to 8 tokens a pass;
+ * prefill groups take two rows at a time, up to 6 tokens a pass (k_dot_multi2). One
+ * Zen 5 core, weights in cache (bench/matmul_batch_bench.c): 50-55 GMAC/s for one token,
+ * 110-140 from 6 tokens on, against 40 and 80-95 with float32 activations.
  */
 #include "quant.h"
 
@@ -25,7 +28,7 @@
 #define RP_PF_DIST 4096 // as matmul_avx512.c
 #endif
 
-#define DOT_TT 8 // tokens per tile
+#define DOT_TT 8 // tokens per one-row pass
 
 size_t rp_mm_act_bytes_bf16dot(int64_t ne0)
 {
@@ -50,57 +53,12 @@ int rp_mm_tokens_bf16dot(int64_t ne0)
     return fit < DOT_TT ? DOT_TT : fit > RP_MM_MAX_NT ? RP_MM_MAX_NT : (int)fit;
 }
 
-// Chunk c (32 elements from c * 32) of one row against NT tokens, into acc; the last
-// chunk of a row whose length is not a multiple of 32 loads its weights masked (the
-// activations are zero padded, but 0 times what lies past a row could be a NaN).
-RP_INLINE void dot_chunk(const uint8_t *w, const uint8_t *x, size_t xs, int64_t c, __mmask32 m, __m512 *acc,
-                         const int NT)
-{
-    const uint8_t *wc = w + c * 64;
-    __m512bh wv;
-    if (m == (__mmask32)~0u) {
-        _mm_prefetch((const char *)wc + RP_PF_DIST, _MM_HINT_T0);
-        wv = (__m512bh)load_bf16x32(wc);
-    } else {
-        wv = (__m512bh)_mm512_maskz_loadu_epi16(m, wc);
-    }
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; t++)
-        acc[t] = _mm512_dpbf16_ps(acc[t], wv, (__m512bh)_mm512_loadu_si512(x + t * xs + c * 64));
-}
-
-// One weight row against NT tokens: y[t * ldy] for t < NT.
-RP_INLINE void tile_dot(const uint8_t *w, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy, const int NT)
-{
-    __m512 a0[DOT_TT], a1[DOT_TT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; t++)
-        a0[t] = a1[t] = _mm512_setzero_ps();
-    const __mmask32 all = (__mmask32)~0u;
-    int64_t full = ne0 / 32, c = 0;
-    for (; c + 2 <= full; c += 2) {
-        dot_chunk(w, x, xs, c, all, a0, NT);
-        dot_chunk(w, x, xs, c + 1, all, a1, NT);
-    }
-    if (c < full) // c is even
-        dot_chunk(w, x, xs, c++, all, a0, NT);
-    if (ne0 % 32) { // (two calls: a pointer chosen at run time would keep the accumulators in memory)
-        __mmask32 m = (__mmask32)((1u << (ne0 % 32)) - 1);
-        if (c & 1)
-            dot_chunk(w, x, xs, c, m, a1, NT);
-        else
-            dot_chunk(w, x, xs, c, m, a0, NT);
-    }
-    __m512 sum[DOT_TT];
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; t++)
-        sum[t] = _mm512_add_ps(a0[t], a1[t]);
-    store_tile_sums(sum, y, ldy, 1, NT);
-}
-
-// dot_chunk for two rows at once (each activation load serves both).
-RP_INLINE void dot_chunk2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t c, __mmask32 m,
-                          __m512 acc[][DOT_TT], const int NR, const int NT)
+// Chunk c (32 elements from c * 32) of NR rows against NT tokens, into acc (each
+// activation load serves every row); the last chunk of a row whose length is not a
+// multiple of 32 loads its weights masked (the activations are zero padded, but 0 times
+// what lies past a row could be a NaN).
+RP_INLINE void dot_chunk(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t c, __mmask32 m,
+                         __m512 acc[][DOT_TT], const int NR, const int NT)
 {
     __m512bh wv[2];
 #pragma GCC unroll 2
@@ -122,9 +80,9 @@ RP_INLINE void dot_chunk2(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
     }
 }
 
-// tile_dot for NR rows at once: y[t * ldy + r], each output as tile_dot computes it.
-RP_INLINE void tile_dot2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
-                         const int NR, const int NT)
+// NR weight rows against NT tokens: y[t * ldy + r].
+RP_INLINE void tile_dot(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                        const int NR, const int NT)
 {
     __m512 a0[2][DOT_TT], a1[2][DOT_TT];
 #pragma GCC unroll 2
@@ -135,17 +93,17 @@ RP_INLINE void tile_dot2(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
     const __mmask32 all = (__mmask32)~0u;
     int64_t full = ne0 / 32, c = 0;
     for (; c + 2 <= full; c += 2) {
-        dot_chunk2(w, ws, x, xs, c, all, a0, NR, NT);
-        dot_chunk2(w, ws, x, xs, c + 1, all, a1, NR, NT);
+        dot_chunk(w, ws, x, xs, c, all, a0, NR, NT);
+        dot_chunk(w, ws, x, xs, c + 1, all, a1, NR, NT);
     }
     if (c < full) // c is even
-        dot_chunk2(w, ws, x, xs, c++, all, a0, NR, NT);
+        dot_chunk(w, ws, x, xs, c++, all, a0, NR, NT);
     if (ne0 % 32) { // (two calls: a pointer chosen at run time would keep the accumulators in memory)
         __mmask32 m = (__mmask32)((1u << (ne0 % 32)) - 1);
         if (c & 1)
-            dot_chunk2(w, ws, x, xs, c, m, a1, NR, NT);
+            dot_chunk(w, ws, x, xs, c, m, a1, NR, NT);
         else
-            dot_chunk2(w, ws, x, xs, c, m, a0, NR, NT);
+            dot_chunk(w, ws, x, xs, c, m, a0, NR, NT);
     }
     __m512 sum[2 * DOT_TT];
 #pragma GCC unroll 2
@@ -173,28 +131,28 @@ static __attribute__((noinline)) void k_dot_multi(const uint8_t *w, size_t ws, i
             float *yt = y + (size_t)t * ldy + r;
             switch (m) {
             case 1:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 1);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 1);
                 break;
             case 2:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 2);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 2);
                 break;
             case 3:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 3);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 3);
                 break;
             case 4:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 4);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 4);
                 break;
             case 5:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 5);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 5);
                 break;
             case 6:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 6);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 6);
                 break;
             case 7:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 7);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 7);
                 break;
             default:
-                tile_dot(wr, xt, xs, ne0, yt, ldy, 8);
+                tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 1, 8);
                 break;
             }
         }
@@ -208,7 +166,7 @@ static __attribute__((noinline)) void k_dot_multi(const uint8_t *w, size_t ws, i
  * its tiles made the few-token ones measurably slower.) */
 #define DOT_TT2 6
 
-#define DOT_TILE2(NT) tile_dot2(wr, ws, xt, xs, ne0, yt, ldy, 2, NT)
+#define DOT_TILE2(NT) tile_dot(wr, ws, xt, xs, ne0, yt, ldy, 2, NT)
 static __attribute__((noinline)) void k_dot_multi2(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                                                    int nt, int64_t ne0, float *y, size_t ldy)
 {
@@ -251,7 +209,7 @@ static void k_dot(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t 
         return;
     }
     for (int r = 0; r < nr; r++)
-        tile_dot(w + (size_t)r * ws, x, xs, ne0, y + r, ldy, 1);
+        tile_dot(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1);
 }
 
 rp_mm_kernel rp_mm_kernel_bf16dot(void)
