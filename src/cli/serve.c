@@ -67,7 +67,7 @@ static void serve_usage(FILE *f)
                "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
                "      --f32-activations      bf16 weights multiply float32 activations (the float32 reference's\n"
                "                             numbers; on CPUs with AVX512_BF16 the default rounds activations\n"
-               "                             to bf16, about twice as fast in prefill and batches)\n"
+               "                             to bf16, ~1.4x faster in prefill and batched steps)\n"
                "      --mmap                 keep float weights in the file's mapping: no copy at load, less\n"
                "                             memory, decode ~20%% slower (default: weights up to half the\n"
                "                             available memory are copied to 2 MiB pages)\n"

@@ -89,35 +89,42 @@ static void test_run_matches_library(void **state)
     int32_t *ids;
     size_t n_ids;
     assert_int_equal(rp_tok_encode(tok, prompt, strlen(prompt), true, &ids, &n_ids), RP_OK);
-    rp_model *m = harness_load(model, 1, RP_DTYPE_F32);
-    int32_t gen[16];
-    harness_greedy(m, ids, (int)n_ids, 16, gen, NULL);
-    // rapid run stops at an end-of-generation token; so does the expectation.
-    const rp_model_config *cfg = rp_model_get_config(m);
-    size_t n_gen = 0;
-    for (bool stop = false; n_gen < 16 && !stop; n_gen += !stop) {
-        stop = rp_tok_is_eog(tok, gen[n_gen]);
-        for (int i = 0; i < cfg->n_eos; i++)
-            stop = stop || gen[n_gen] == cfg->eos_ids[i];
+    // BF16 weights: the default (bf16 activations where the CPU has them) and --f32-activations
+    for (int f32 = 0; f32 <= 1; f32++) {
+        rp_model *m = harness_load_act(model, 1, RP_DTYPE_F32, f32);
+        int32_t gen[16];
+        harness_greedy(m, ids, (int)n_ids, 16, gen, NULL);
+        // rapid run stops at an end-of-generation token; so does the expectation.
+        const rp_model_config *cfg = rp_model_get_config(m);
+        size_t n_gen = 0;
+        for (bool stop = false; n_gen < 16 && !stop; n_gen += !stop) {
+            stop = rp_tok_is_eog(tok, gen[n_gen]);
+            for (int i = 0; i < cfg->n_eos; i++)
+                stop = stop || gen[n_gen] == cfg->eos_ids[i];
+        }
+        char *want;
+        size_t want_len;
+        assert_int_equal(rp_tok_decode(tok, gen, n_gen, true, &want, &want_len), RP_OK);
+        for (int threads = 1; threads <= 2; threads++) {
+            char args[8192];
+            snprintf(args, sizeof(args), "run '%s' -p '%s' -n 16 --threads %d --raw%s", model, prompt, threads,
+                     f32 ? " --f32-activations" : "");
+            assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
+            size_t n = strlen(out);
+            assert_true(n >= 1 && out[n - 1] == '\n');
+            out[n - 1] = 0;
+            if (strcmp(out, want) != 0)
+                fail_msg("rapid run%s printed [%s], the library decodes [%s]", f32 ? " --f32-activations" : "", out,
+                         want);
+            assert_non_null(strstr(err, "prompt: "));
+            assert_non_null(strstr(err, "generated: "));
+            // the stats line names the arithmetic
+            assert_true(!strstr(err, "(bf16 activations)") == (f32 || !rp_cpu_has_bf16_dot()));
+        }
+        rp_free(want);
+        rp_model_destroy(m);
     }
-    char *want;
-    size_t want_len;
-    assert_int_equal(rp_tok_decode(tok, gen, n_gen, true, &want, &want_len), RP_OK);
-    for (int threads = 1; threads <= 2; threads++) {
-        char args[8192];
-        snprintf(args, sizeof(args), "run '%s' -p '%s' -n 16 --threads %d --raw", model, prompt, threads);
-        assert_int_equal(run_rapid(args, out, sizeof(out), err, sizeof(err)), 0);
-        size_t n = strlen(out);
-        assert_true(n >= 1 && out[n - 1] == '\n');
-        out[n - 1] = 0;
-        if (strcmp(out, want) != 0)
-            fail_msg("rapid run printed [%s], the library decodes [%s]", out, want);
-        assert_non_null(strstr(err, "prompt: "));
-        assert_non_null(strstr(err, "generated: "));
-    }
-    rp_free(want);
     rp_free(ids);
-    rp_model_destroy(m);
     rp_tok_destroy(tok);
 }
 
