@@ -20,8 +20,9 @@
  *
  * BF16 weights meet their activations either as float32 (the kernels above) or, when
  * the caller asks (bf16_act) and the CPU has AVX512_BF16, rounded to bf16 on the bf16
- * dot product (matmul_avx512bf16.c: about twice the multiply-adds per cycle, different
- * numbers). Without AVX512_BF16 the request is ignored: activations stay float32.
+ * dot product (matmul_avx512bf16.c: up to twice the multiply-adds per cycle, different
+ * numbers). Without AVX512_BF16 the request is ignored: activations stay float32. The
+ * backend asks only where that pays (rp_cpu_bf16_dot_pays).
  *
  * Determinism: each output y[t][r] is one kernel's dot of row r with token t,
  * and kernels promise the same operation sequence for every (r, t) whatever the
@@ -272,18 +273,37 @@ static int simd_level(void)
     return c < m ? c : m;
 }
 
-static atomic_int g_cpu_bf16 = -1; // AVX512_BF16: -1 unknown
+static atomic_int g_cpu_bf16 = -1; // bit 0: AVX512_BF16, bit 1: an AMD CPU; -1 unknown
+
+static int cpu_bf16(void)
+{
+    int v = atomic_load(&g_cpu_bf16);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = cpu_level() >= LVL_AVX512 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+        char vendor[13] = {0};
+        if (__get_cpuid(0, &a, &b, &c, &d)) {
+            memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4);
+            v |= strcmp(vendor, "AuthenticAMD") == 0 ? 2 : 0;
+        }
+        atomic_store(&g_cpu_bf16, v);
+    }
+    return v;
+}
 
 // The AVX512_BF16 dot product (cpuid leaf 7, sub-leaf 1, EAX bit 5), on top of AVX-512.
 bool rp_cpu_has_bf16_dot(void)
 {
-    int v = atomic_load(&g_cpu_bf16);
-    if (v < 0) {
-        unsigned a = 0, b, c, d;
-        v = cpu_level() >= LVL_AVX512 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-        atomic_store(&g_cpu_bf16, v);
-    }
-    return v && simd_level() >= LVL_AVX512;
+    return (cpu_bf16() & 1) && simd_level() >= LVL_AVX512;
+}
+
+// Measured: on Zen 5 vdpbf16ps issues two a cycle, like FMAs, so it does twice their
+// multiply-adds (Zen 4, the other AMD CPU with it, is taken to gain alike: not measured);
+// on Intel's Xeons it issues one a cycle, and the bf16 kernel ran 25-35% slower than the float one (a 16-core Xeon,
+// bench/RESULTS.md), which AMX, not AVX512_BF16, will answer there.
+bool rp_cpu_bf16_dot_pays(void)
+{
+    return rp_cpu_has_bf16_dot() && (cpu_bf16() & 2);
 }
 
 int rp_cpu_simd_level(void)
