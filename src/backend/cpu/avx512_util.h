@@ -1,13 +1,15 @@
 /*
  * avx512_util.h - helpers shared by the AVX-512 matmul files (matmul_avx512.c,
- * matmul_avx512bf16.c): fixed-order horizontal sums of a tile's accumulators and the
- * load of 32 bf16 weights. Included only by files compiled for AVX-512.
+ * matmul_avx512bf16.c): fixed-order horizontal sums of a tile's accumulators, the
+ * masked load of 32 activations and the load of 32 bf16 weights. Included only by
+ * files compiled for AVX-512.
  */
 #ifndef RP_AVX512_UTIL_H
 #define RP_AVX512_UTIL_H
 
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define RP_INLINE static inline __attribute__((always_inline))
 
@@ -48,6 +50,15 @@ RP_INLINE void store_tile_sums(const __m512 *s, float *y, size_t ldy, const int 
     }
     for (; k < NR * NT; k++)
         y[(size_t)(k % NT) * ldy + (size_t)(k / NT)] = hsum16(s[k]);
+}
+
+// The 32 floats of an activation row from element i, zeros past its end (rem = ne0 - i
+// elements left): the first 16 in *lo, the next 16 in *hi.
+RP_INLINE void load_act32(const float *x, int64_t rem, __m512 *lo, __m512 *hi)
+{
+    __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
+    __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
+    *lo = _mm512_maskz_loadu_ps(m0, x), *hi = _mm512_maskz_loadu_ps(m1, x + 16);
 }
 
 // 32 bf16 weights as two 256-bit loads: an mmap'd file's tensors are often 32 bytes past a

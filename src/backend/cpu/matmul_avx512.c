@@ -128,10 +128,8 @@ static void split_act_bf16(const float *x, int64_t ne0, uint8_t *out)
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     float *o = (float *)out;
     for (int64_t i = 0; i < ne0; i += 32, o += 32) {
-        int64_t rem = ne0 - i;
-        __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
-        __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
-        __m512 a = _mm512_maskz_loadu_ps(m0, x + i), b = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        __m512 a, b;
+        load_act32(x + i, ne0 - i, &a, &b);
         _mm512_storeu_ps(o, _mm512_permutex2var_ps(a, ev, b));
         _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(a, od, b));
     }

@@ -39,10 +39,8 @@ size_t rp_mm_act_bytes_bf16dot(int64_t ne0)
 void rp_mm_act_bf16dot(const float *x, int64_t ne0, uint8_t *out)
 {
     for (int64_t i = 0; i < ne0; i += 32, out += 64) {
-        int64_t rem = ne0 - i;
-        __mmask16 m0 = rem >= 16 ? 0xFFFF : (__mmask16)((1u << rem) - 1);
-        __mmask16 m1 = rem >= 32 ? 0xFFFF : rem <= 16 ? 0 : (__mmask16)((1u << (rem - 16)) - 1);
-        __m512 lo = _mm512_maskz_loadu_ps(m0, x + i), hi = _mm512_maskz_loadu_ps(m1, x + i + 16);
+        __m512 lo, hi;
+        load_act32(x + i, ne0 - i, &lo, &hi);
         _mm512_storeu_si512(out, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
 }
