@@ -154,9 +154,10 @@ struct rp_backend {
 rp_status rp_backend_cpu_create(int n_threads, rp_backend **out);
 int rp_backend_cpu_threads(const rp_backend *be);
 // BF16 weights take their activations rounded to bf16 (on) or as float32 (off, the
-// default of a new backend). Honoured only where rp_cpu_bf16_dot_pays(): there a
-// batched matmul does up to twice the multiply-adds per cycle, and the numbers differ
-// from float32 activations' by the rounding (see matmul_avx512bf16.c). Returns whether
+// default of a new backend). Honoured only where rp_cpu_bf16_act_pays(): there a
+// batched matmul does up to twice (AMD) or several times (AMX) the multiply-adds per
+// cycle, and the numbers differ from float32 activations' by the rounding (see
+// matmul_avx512bf16.c, matmul_amx.c). Returns whether
 // it is in effect. Set it before the first op; be must be a CPU backend.
 bool rp_backend_cpu_set_bf16_act(rp_backend *be, bool on);
 bool rp_backend_cpu_bf16_act(const rp_backend *be);
@@ -181,13 +182,19 @@ const char *rp_cpu_simd_name(void);
 // True when the CPU has the AVX512_BF16 dot product and the kernels may use it (the
 // test hooks below cap it with the AVX-512 level).
 bool rp_cpu_has_bf16_dot(void);
-// True when it is also faster than the float32 kernels: AMD's (Zen 4, Zen 5), not
-// Intel's Xeons, where it issues at half the FMA rate (matmul.c).
-bool rp_cpu_bf16_dot_pays(void);
+// True when the CPU has AMX tiles for bf16 (AMX-TILE, AMX-BF16, AVX512_BF16, the OS's
+// permission) and the kernels may use them (capped like rp_cpu_has_bf16_dot).
+bool rp_cpu_has_amx(void);
+// True when bf16 activations are faster than float32 ones: AMX, or AMD's bf16 dot product
+// (Zen 4, Zen 5; not Intel's, which issues at half the FMA rate: matmul.c).
+bool rp_cpu_bf16_act_pays(void);
 // Test hook: forces the scalar reference kernels (true) or the best available (false).
 void rp_cpu_force_scalar(bool on);
 // Test hook: caps the kernels at the level named as rp_cpu_simd_name names them; false
 // (nothing changed) for an unknown name or a level this CPU lacks.
 bool rp_cpu_force_simd(const char *name);
+// Test hook: keeps the AMX kernel out (true), so bf16 activations take the AVX512_BF16
+// dot product where there is one, or lets it back in (false).
+void rp_cpu_force_no_amx(bool off);
 
 #endif

@@ -186,6 +186,8 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
     if (strcmp(m->be->ops->name, "cpu") == 0) {
         put_str(&h, rp_cpu_simd_name());
         put_i64(&h, rp_backend_cpu_bf16_act(m->be));
+        if (rp_backend_cpu_bf16_act(m->be)) // AMX's bf16 numbers differ from AVX512_BF16's
+            put_str(&h, rp_cpu_has_amx() ? "amx" : "avx512_bf16");
     }
     put_file(&h, "/proc/self/exe", "executable");
 

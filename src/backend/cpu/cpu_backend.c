@@ -903,7 +903,7 @@ rp_status rp_backend_cpu_create(int n_threads, rp_backend **out)
 
 bool rp_backend_cpu_set_bf16_act(rp_backend *be, bool on)
 {
-    cpu(be)->bf16_act = on && rp_cpu_bf16_dot_pays();
+    cpu(be)->bf16_act = on && rp_cpu_bf16_act_pays();
     return cpu(be)->bf16_act;
 }
 

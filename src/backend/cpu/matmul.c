@@ -19,10 +19,13 @@
  * once per group of tokens (as many as the kernel asks for, rp_mm_tokens_avx512).
  *
  * BF16 weights meet their activations either as float32 (the kernels above) or, when
- * the caller asks (bf16_act) and the CPU has AVX512_BF16, rounded to bf16 on the bf16
- * dot product (matmul_avx512bf16.c: up to twice the multiply-adds per cycle, different
- * numbers). Without AVX512_BF16 the request is ignored: activations stay float32. The
- * backend asks only where that pays (rp_cpu_bf16_dot_pays).
+ * the caller asks (bf16_act), rounded to bf16: on Intel's AMX tiles where the CPU has
+ * them and the rows are a multiple of 32 elements (matmul_amx.c: the activations of all
+ * tokens packed together, 16-row chunks), else on the AVX512_BF16 dot product
+ * (matmul_avx512bf16.c: up to twice the multiply-adds per cycle of the float kernels).
+ * Different numbers from float32 activations, and from each other. Without either the
+ * request is ignored: activations stay float32. The backend asks only where that pays
+ * (rp_cpu_bf16_act_pays).
  *
  * Determinism: each output y[t][r] is one kernel's dot of row r with token t,
  * and kernels promise the same operation sequence for every (r, t) whatever the
@@ -38,6 +41,8 @@
 #include <cpuid.h>
 #include <math.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* ---- scalar reference dots: one weight row · one activation row ---- */
 
@@ -297,13 +302,46 @@ bool rp_cpu_has_bf16_dot(void)
     return (cpu_bf16() & 1) && simd_level() >= LVL_AVX512;
 }
 
-// Measured: on Zen 5 vdpbf16ps issues two a cycle, like FMAs, so it does twice their
-// multiply-adds (Zen 4, the other AMD CPU with it, is taken to gain alike: not measured);
-// on Intel's Xeons it issues one a cycle, and the bf16 kernel ran 25-35% slower than the float one (a 16-core Xeon,
-// bench/RESULTS.md), which AMX, not AVX512_BF16, will answer there.
-bool rp_cpu_bf16_dot_pays(void)
+static atomic_int g_cpu_amx = -1; // AMX-BF16 usable: CPU, OS tile state, permission; -1 unknown
+static atomic_bool g_no_amx;      // test hook
+
+static int cpu_amx(void)
 {
-    return rp_cpu_has_bf16_dot() && (cpu_bf16() & 2);
+    int v = atomic_load(&g_cpu_amx);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0, lo = 0, hi = 0;
+        v = (cpu_bf16() & 1) && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 22)) && (d & (1u << 24));
+        if (v) { // AMX-BF16 and AMX-TILE; then XTILECFG and XTILEDATA enabled in XCR0
+            __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            v = (lo & (3u << 17)) == (3u << 17);
+        }
+        // Linux hands tile data to a process that asks (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+        // once, for all its threads.
+        if (v)
+            v = syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+        atomic_store(&g_cpu_amx, v);
+    }
+    return v;
+}
+
+bool rp_cpu_has_amx(void)
+{
+    return !atomic_load(&g_no_amx) && simd_level() >= LVL_AVX512 && cpu_amx();
+}
+
+void rp_cpu_force_no_amx(bool off)
+{
+    atomic_store(&g_no_amx, off);
+}
+
+// Measured (bench/RESULTS.md): on Zen 5 vdpbf16ps issues two a cycle, like FMAs, so it
+// does twice their multiply-adds (Zen 4, the other AMD CPU with it, is taken to gain
+// alike: not measured); on Intel's Xeons it issues one a cycle, and the bf16 kernel ran
+// 25-35% slower than the float one. There AMX pays instead: on a 16-core Xeon, prefill
+// 2.8x and batched steps 1.5-2x faster, a one-token step 10-30% slower.
+bool rp_cpu_bf16_act_pays(void)
+{
+    return rp_cpu_has_amx() || (rp_cpu_has_bf16_dot() && (cpu_bf16() & 2));
 }
 
 int rp_cpu_simd_level(void)
@@ -340,12 +378,15 @@ typedef struct mm_isa {
     size_t act_bytes;
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out);
     int tokens; // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
+    bool amx;   // matmul_amx.c instead of a tile kernel
 } mm_isa;
 
 static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0, bool bf16_act)
 {
     mm_isa m = {0};
-    if (bf16_act && wtype == RP_DTYPE_BF16 && rp_cpu_has_bf16_dot()) {
+    if (bf16_act && wtype == RP_DTYPE_BF16 && ne0 % 32 == 0 && rp_cpu_has_amx()) {
+        m.amx = true;
+    } else if (bf16_act && wtype == RP_DTYPE_BF16 && rp_cpu_has_bf16_dot()) {
         m.kern = rp_mm_kernel_bf16dot();
         m.act_bytes = rp_mm_act_bytes_bf16dot(ne0);
         m.quantize_act = rp_mm_act_bf16dot;
@@ -396,7 +437,11 @@ size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
     size_t a, b, c, total;
     if (partner_type(wtype) == RP_DTYPE_F32) { // float weights: only a SIMD layout of the activations
         size_t r = rp_mm_act_bytes_avx512(wtype, ne0);
-        return n > 0 && r && rp_mul_size(r, (size_t)n, &total) ? total : 0;
+        if (n <= 0 || !r || !rp_mul_size(r, (size_t)n, &total))
+            return 0;
+        if (wtype == RP_DTYPE_BF16 && ne0 % 32 == 0 && rp_mm_act_bytes_amx(ne0, n) > total) // AMX: blocks of 16
+            total = rp_mm_act_bytes_amx(ne0, n);
+        return total;
     }
     if (n <= 0 || !act_row_bytes(wtype, ne0, 0, &a) ||
         !act_row_bytes(wtype, ne0, rp_mm_act_bytes_avx2(wtype, ne0), &b) ||
@@ -437,6 +482,7 @@ typedef struct mm_job {
     size_t wstride;    // bytes per weight row (all parts share the type and ne0)
     rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
     int tokens;        // tokens per kernel call in prefill (<= RP_MM_MAX_NT)
+    bool amx;          // matmul_amx.c: xq holds the tokens packed in blocks of 16
     dot_fn dot;        // scalar reference dot
     int64_t n_chunks;
     int64_t batch;    // chunks taken at a time
@@ -447,7 +493,9 @@ static void quantize_row(const mm_job *j, int64_t t)
 {
     const float *src = j->x + t * j->ne0;
     uint8_t *dst = j->xq + (size_t)t * j->xstride;
-    if (j->quantize_act)
+    if (j->amx)
+        rp_mm_act_amx(src, j->ne0, (int)t, j->xq);
+    else if (j->quantize_act)
         j->quantize_act(src, j->ne0, dst);
     else if (j->xtype == RP_DTYPE_Q8_0)
         rp_quant_row_q8_0(src, (rp_block_q8_0 *)dst, j->ne0);
@@ -459,7 +507,12 @@ static void quantize_task(void *p, int ith, int nth)
 {
     mm_job *j = p;
     int64_t lo, hi;
-    rp_split_range(j->n, ith, nth, &lo, &hi);
+    if (j->amx) { // whole blocks of 16 tokens: their columns share cache lines
+        rp_split_range((j->n + 15) / 16, ith, nth, &lo, &hi);
+        lo *= 16, hi = hi * 16 < j->n ? hi * 16 : j->n;
+    } else {
+        rp_split_range(j->n, ith, nth, &lo, &hi);
+    }
     for (int64_t t = lo; t < hi; t++)
         quantize_row(j, t);
 }
@@ -472,6 +525,10 @@ static void compute_rows(const mm_job *j, const rp_tensor *wt, float *y, int64_t
     size_t ldy = (size_t)wt->ne[1];
     int64_t ne0 = j->ne0;
 
+    if (j->amx) {
+        rp_mm_amx(w + (size_t)lo * j->wstride, j->wstride, hi - lo, x, j->n, ne0, y + lo, ldy);
+        return;
+    }
     if (!j->kern) { // scalar reference: one dot per output
         for (int64_t r = lo; r < hi; r++)
             for (int t = 0; t < j->n; t++)
@@ -637,13 +694,14 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     j.dot = scalar_dot(w->type);
     mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0], bf16_act);
     j.kern = isa.kern;
+    j.amx = isa.amx;
     j.tokens = isa.tokens ? isa.tokens : RP_MM_MAX_NT;
     j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
     bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) &&
               act_row_bytes(w->type, w->ne[0], isa.act_bytes, &j.xstride);
     RP_ASSERT(ok && j.dot != NULL);
 
-    const int64_t cr = RP_MM_MAX_NR; // chunk: the rows of one tile
+    const int64_t cr = isa.amx ? 16 : RP_MM_MAX_NR; // chunk: the rows of one tile
     for (int i = 0; i < j.count; i++) {
         j.part[i] = (mm_part){.d = &mm[i], .rows = mm[i].w->ne[1], .chunk0 = j.n_chunks, .chunk_rows = cr};
         j.n_chunks += (j.part[i].rows + cr - 1) / cr;
@@ -665,9 +723,11 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
         j.ranges = ranges;
     }
 
-    if (j.xtype != RP_DTYPE_F32 || j.quantize_act) {
+    if (j.xtype != RP_DTYPE_F32 || j.quantize_act || j.amx) {
         RP_ASSERT(scratch != NULL);
         j.xq = scratch;
+        if (j.amx)
+            rp_mm_act_amx_clear(j.ne0, n, j.xq);
         if (n <= 2 || (int64_t)n * j.ne0 <= 16384) // a pool run costs more than a few rows here
             for (int t = 0; t < n; t++)
                 quantize_row(&j, t);

@@ -164,4 +164,15 @@ size_t rp_mm_act_bytes_bf16dot(int64_t ne0);
 void rp_mm_act_bf16dot(const float *x, int64_t ne0, uint8_t *out);
 int rp_mm_tokens_bf16dot(int64_t ne0);
 
+// AMX (matmul_amx.c): BF16 weights against activations rounded to bf16, for rows of a
+// multiple of 32 elements. The activations of all n tokens are packed together, in
+// blocks of 16 tokens (rp_mm_act_bytes_amx bytes; rp_mm_act_amx_clear zeros the last
+// block, then rp_mm_act_amx writes each token's column); rp_mm_amx computes
+// y[t * ldy + r] for rows [0, nr) and tokens [0, n).
+size_t rp_mm_act_bytes_amx(int64_t ne0, int n);
+void rp_mm_act_amx_clear(int64_t ne0, int n, uint8_t *out);
+void rp_mm_act_amx(const float *x, int64_t ne0, int t, uint8_t *out);
+void rp_mm_amx(const uint8_t *w, size_t wstride, int64_t nr, const uint8_t *x, int n, int64_t ne0, float *y,
+               size_t ldy);
+
 #endif

@@ -3,7 +3,8 @@
  * error for every weight type and several shapes, the scalar reference vs a
  * float64 dot of the dequantized weights, and bitwise determinism of a token's
  * output whatever the batch size, its place in the batch and the thread count; the
- * AVX512_BF16 kernel (bf16 activations) against a float64 dot of the same roundings.
+ * bf16-activation kernels (AVX512_BF16, and AMX where the CPU has it) against a float64
+ * dot of the same roundings, and AMX's packing of the activations.
  */
 #include "test_util.h"
 
@@ -57,8 +58,8 @@ static void wmat_init(wmat *m, rp_dtype type, int64_t rows, int64_t ne0)
     m->t = (rp_tensor){.type = type, .ne = {ne0, rows}, .data = m->data, .nbytes = rb * (size_t)rows};
 }
 
-// BF16 weights take bf16-rounded activations (the AVX512_BF16 kernel) in run_matmul
-// and check_group while this is set.
+// BF16 weights take bf16-rounded activations (the AMX or the AVX512_BF16 kernel) in
+// run_matmul and check_group while this is set.
 static bool g_bf16_act;
 
 static void run_matmul(rp_pool *pool, const wmat *m, const float *x, int n, float *y)
@@ -119,7 +120,9 @@ static void test_scratch_bytes(void **state)
     (void)state;
     assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_F32, 100, 4), 0);
     // BF16: room for the AVX-512 kernel's even/odd split of the activations (32-element chunks)
-    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 64, 4), 4 * 64 * 4);
+    // and, for rows of a multiple of 32, for AMX's blocks of 16 tokens (1 KiB per 32 elements)
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 64, 4), 2 * 1024);
+    assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 384, 20), 20 * 384 * 4);
     assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_BF16, 40, 1), 64 * 4);
     assert_int_equal(rp_cpu_matmul_scratch_bytes(RP_DTYPE_F16, 64, 4), 0);
     // Q8_0 partners: room for Q8_0 blocks and for the AVX2 layout (blocks padded to 4, scales, half sums)
@@ -221,14 +224,20 @@ static void test_simd_vs_scalar(void **state)
     rp_pool_destroy(pool);
 }
 
+// Row lengths for check_determinism: quantized, a partial group of blocks at the end;
+// float, a partial SIMD step (328 = 5 * 64 + 8). long_rows: float rows of 2056 elements,
+// whose activations fill L1 in fewer tokens (the AVX-512 BF16 kernel then takes 4 per
+// group, not 12).
+static int64_t det_ne0(rp_dtype type, bool long_rows)
+{
+    return rp_dtype_block(type) == 256 ? 512 : is_quant(type) ? 320 : long_rows ? 2056 : 328;
+}
+
 // y for a token is bitwise the same alone, at positions 0, 3, 7, 16 of a batch of 17, with 1 or 2 threads.
-// level: a name for rp_cpu_force_simd ("scalar" included). long_rows: float rows of 2056 elements,
-// whose activations fill L1 in fewer tokens (the AVX-512 BF16 kernel then takes 4 per group, not 12).
-static void check_determinism(rp_dtype type, const char *level, bool long_rows)
+// level: a name for rp_cpu_force_simd ("scalar" included).
+static void check_determinism(rp_dtype type, const char *level, int64_t ne0)
 {
     const int64_t rows = 37;
-    // quantized: a partial group of blocks at the end; float: a partial SIMD step (328 = 5 * 64 + 8)
-    const int64_t ne0 = rp_dtype_block(type) == 256 ? 512 : is_quant(type) ? 320 : long_rows ? 2056 : 328;
     const int n = 17;
     wmat m;
     wmat_init(&m, type, rows, ne0);
@@ -272,18 +281,27 @@ static void test_determinism(void **state)
 {
     (void)state;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
-        check_determinism(all_types[ti], "scalar", false);
+        rp_dtype t = all_types[ti];
+        check_determinism(t, "scalar", det_ne0(t, false));
         for (int lv = 0; lv < N_LEVELS; lv++)
             if (rp_cpu_force_simd(simd_levels[lv])) {
-                check_determinism(all_types[ti], simd_levels[lv], false);
-                if (!is_quant(all_types[ti]))
-                    check_determinism(all_types[ti], simd_levels[lv], true);
+                check_determinism(t, simd_levels[lv], det_ne0(t, false));
+                if (!is_quant(t))
+                    check_determinism(t, simd_levels[lv], det_ne0(t, true));
             }
     }
     if (rp_cpu_force_simd("avx512") && rp_cpu_has_bf16_dot()) { // BF16 against bf16 activations
         g_bf16_act = true;
-        check_determinism(RP_DTYPE_BF16, "avx512", false);
-        check_determinism(RP_DTYPE_BF16, "avx512", true);
+        rp_cpu_force_no_amx(true);
+        check_determinism(RP_DTYPE_BF16, "avx512", det_ne0(RP_DTYPE_BF16, false));
+        check_determinism(RP_DTYPE_BF16, "avx512", det_ne0(RP_DTYPE_BF16, true));
+        rp_cpu_force_no_amx(false);
+        if (rp_cpu_has_amx()) { // rows of a multiple of 32 elements: 17 tokens are two blocks
+            check_determinism(RP_DTYPE_BF16, "avx512", 320);
+            check_determinism(RP_DTYPE_BF16, "avx512", 2048);
+        } else {
+            print_message("no AMX on this CPU: its kernel's determinism not tested\n");
+        }
         g_bf16_act = false;
     } else {
         print_message("no AVX512_BF16 on this CPU: its kernel's determinism not tested\n");
@@ -301,25 +319,21 @@ static float round_bf16(float f)
     return f;
 }
 
-// The AVX512_BF16 kernel against a float64 dot of the bf16 weights with the activations
-// rounded to bf16: row lengths with and without a partial last chunk, every tile shape.
-// The products are exact in both, so what differs is float summation (error ~1e-7 of
-// the dot's magnitude, Σ|w·x|); the rounding of the activations themselves is checked
-// against float32 activations (~2^-9 of it, bounded by 4e-3).
-static void test_bf16_dot(void **state)
+// A bf16-activation kernel against a float64 dot of the bf16 weights with the activations
+// rounded to bf16: row lengths with and without a partial last chunk (AMX takes only
+// multiples of 32; the others go to the AVX512_BF16 kernel), every tile shape (AMX: 1-3
+// blocks of 16 tokens, 1-3 blocks of 16 rows, partial ones). The products are exact in
+// both, so what differs is float summation (error ~1e-7 of the dot's magnitude, Σ|w·x|);
+// the rounding of the activations themselves is checked against float32 activations
+// (~2^-9 of it, bounded by 4e-3).
+static void check_bf16_act(rp_pool *pool, bool amx)
 {
-    (void)state;
-    if (!rp_cpu_has_bf16_dot()) {
-        print_message("no AVX512_BF16 on this CPU: its kernel is not tested\n");
-        return;
-    }
-    rp_pool *pool = NULL;
-    assert_int_equal(rp_pool_create(2, &pool), RP_OK);
     const int64_t lens[] = {16, 32, 40, 64, 96, 100, 384, 1000, 2056};
-    const int ns[] = {1, 2, 3, 4, 5, 6, 9, 13};
+    const int ns[] = {1, 2, 3, 4, 5, 6, 9, 13, 16, 17, 33, 40};
+    const int64_t rows_amx[] = {11, 16, 37};
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-            const int64_t ne0 = lens[li], rows = 11;
+            const int64_t ne0 = lens[li], rows = amx ? rows_amx[(li + ni) % 3] : 11;
             const int n = ns[ni];
             wmat m;
             wmat_init(&m, RP_DTYPE_BF16, rows, ne0);
@@ -351,7 +365,60 @@ static void test_bf16_dot(void **state)
             free(yf);
             free(m.data);
         }
+}
+
+static void test_bf16_act(void **state)
+{
+    (void)state;
+    if (!rp_cpu_has_bf16_dot()) {
+        print_message("no AVX512_BF16 on this CPU: the bf16-activation kernels are not tested\n");
+        return;
+    }
+    rp_pool *pool = NULL;
+    assert_int_equal(rp_pool_create(2, &pool), RP_OK);
+    rp_cpu_force_no_amx(true);
+    check_bf16_act(pool, false);
+    rp_cpu_force_no_amx(false);
+    if (rp_cpu_has_amx())
+        check_bf16_act(pool, true);
+    else
+        print_message("no AMX on this CPU: its kernel is not tested\n");
     rp_pool_destroy(pool);
+}
+
+// AMX's activation layout: per block of 16 tokens and 32 elements, row p holds each
+// token's bf16 pair (2p, 2p + 1) at byte 64p + 4c; pad columns are zero. Needs only
+// AVX512_BF16 (the packing's instructions), not AMX.
+static void test_act_amx(void **state)
+{
+    (void)state;
+    if (!rp_cpu_has_bf16_dot()) {
+        print_message("no AVX512_BF16 on this CPU: AMX's packing is not tested\n");
+        return;
+    }
+    const int64_t ne0 = 64;
+    const int n = 19;
+    float *x = malloc((size_t)(n * ne0) * sizeof(float));
+    fill_normal(x, n * ne0);
+    size_t bytes = rp_mm_act_bytes_amx(ne0, n);
+    assert_int_equal(bytes, 2 * 2 * 1024);
+    uint8_t *out = malloc(bytes);
+    memset(out, 0x5a, bytes);
+    rp_mm_act_amx_clear(ne0, n, out);
+    for (int t = 0; t < n; t++)
+        rp_mm_act_amx(x + t * ne0, ne0, t, out);
+    for (int t = 0; t < 32; t++)
+        for (int64_t i = 0; i < ne0; i++) {
+            int64_t k = i / 32, p = (i % 32) / 2;
+            uint16_t got;
+            memcpy(&got,
+                   out + ((size_t)(t / 16) * 2 + (size_t)k) * 1024 + (size_t)(64 * p + 4 * (t % 16) + 2 * (i % 2)), 2);
+            float want = t < n ? round_bf16(x[t * ne0 + i]) : 0.0f;
+            if (rp_bf16_to_f32(got) != want || (t >= n && got != 0))
+                fail_msg("token %d element %lld: %#x, want %g", t, (long long)i, got, want);
+        }
+    free(x);
+    free(out);
 }
 
 // The AVX2 activation quantizer gives the reference Q8_0 values, scales and half sums.
@@ -542,11 +609,17 @@ static void test_group(void **state)
             }
     }
     rp_cpu_force_scalar(false);
-    g_bf16_act = rp_cpu_has_bf16_dot(); // the AVX512_BF16 kernel's groups (nothing new without it)
-    for (int k = 0; g_bf16_act && k < 4; k++) {
-        check_group(p1, RP_DTYPE_BF16, ns[k]);
-        check_group(p3, RP_DTYPE_BF16, ns[k]);
+    g_bf16_act = rp_cpu_has_bf16_dot(); // the bf16-activation kernels' groups (nothing new without them)
+    for (int amx = 0; g_bf16_act && amx < 2; amx++) {
+        rp_cpu_force_no_amx(!amx);
+        if (amx && !rp_cpu_has_amx())
+            break;
+        for (int k = 0; k < 4; k++) {
+            check_group(p1, RP_DTYPE_BF16, ns[k]);
+            check_group(p3, RP_DTYPE_BF16, ns[k]);
+        }
     }
+    rp_cpu_force_no_amx(false);
     g_bf16_act = false;
     // mixed types do not fuse
     wmat a, b;
@@ -605,11 +678,17 @@ static void test_silu(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_simd_name),      cmocka_unit_test(test_scratch_bytes),
-        cmocka_unit_test(test_simd_vs_scalar), cmocka_unit_test(test_determinism),
-        cmocka_unit_test(test_bf16_dot),       cmocka_unit_test(test_edges),
-        cmocka_unit_test(test_act_quant),      cmocka_unit_test(test_act_quant_avx512),
-        cmocka_unit_test(test_group),          cmocka_unit_test(test_silu),
+        cmocka_unit_test(test_simd_name),
+        cmocka_unit_test(test_scratch_bytes),
+        cmocka_unit_test(test_simd_vs_scalar),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_bf16_act),
+        cmocka_unit_test(test_act_amx),
+        cmocka_unit_test(test_edges),
+        cmocka_unit_test(test_act_quant),
+        cmocka_unit_test(test_act_quant_avx512),
+        cmocka_unit_test(test_group),
+        cmocka_unit_test(test_silu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -119,7 +119,7 @@ static void test_run_matches_library(void **state)
             assert_non_null(strstr(err, "prompt: "));
             assert_non_null(strstr(err, "generated: "));
             // the stats line names the arithmetic
-            assert_true(!strstr(err, "(bf16 activations)") == (f32 || !rp_cpu_bf16_dot_pays()));
+            assert_true(!strstr(err, "(bf16 activations)") == (f32 || !rp_cpu_bf16_act_pays()));
         }
         rp_free(want);
         rp_model_destroy(m);

@@ -114,7 +114,7 @@ static inline int32_t *harness_ids(json_t *arr, int *n)
 
 // f32_act: BF16 weights take float32 activations (rp_model_params.f32_activations), as
 // every comparison with a reference's float32 numbers needs; false: the default, bf16
-// activations where the CPU has a bf16 dot product that pays (rp_cpu_bf16_dot_pays).
+// activations where the CPU has a bf16 dot product that pays (rp_cpu_bf16_act_pays).
 static inline rp_model *harness_load_act(const char *path, int threads, rp_dtype quant, bool f32_act)
 {
     rp_model_params p;

@@ -76,7 +76,7 @@ static void test_greedy_matches_transformers(void **state)
 #define BF16_MARGIN 0.05f
 static void test_greedy_bf16_activations(void **state)
 {
-    if (!rp_cpu_bf16_dot_pays())
+    if (!rp_cpu_bf16_act_pays())
         print_message(
             "  this CPU has no bf16 dot product that pays: the default is float32 activations, checked again\n");
     assert_true(check_greedy(false, BF16_MARGIN) >= 280);
