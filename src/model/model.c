@@ -100,10 +100,13 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     }
     const rp_model_config *c = &m->cfg;
     rp_dtype wtype = m->layers[0].wq.type;
+    const char *act = "";
+    if (wtype == RP_DTYPE_BF16 && rp_backend_cpu_bf16_act(m->be))
+        act = rp_cpu_has_amx() ? " (bf16 activations, AMX)" : " (bf16 activations)";
     snprintf(
         m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights%s, %.1f MB", c->arch_name,
         c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(wtype),
-        wtype == RP_DTYPE_BF16 && rp_backend_cpu_bf16_act(m->be) ? " (bf16 activations)" : "", m->weight_bytes / 1e6);
+        act, m->weight_bytes / 1e6);
     if (!m->params.quiet)
         RP_LOGI("loaded %s (%s) in %.2f s", path, m->desc, rp_time_s() - t0);
     *out = m;
