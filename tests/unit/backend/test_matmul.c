@@ -322,7 +322,7 @@ static float round_bf16(float f)
 // A bf16-activation kernel against a float64 dot of the bf16 weights with the activations
 // rounded to bf16: row lengths with and without a partial last chunk (AMX takes only
 // multiples of 32; the others go to the AVX512_BF16 kernel), every tile shape (AMX: 1-3
-// blocks of 16 tokens, 1-3 blocks of 16 rows, partial ones). The products are exact in
+// blocks of 16 tokens, 1-5 blocks of 16 rows, partial ones). The products are exact in
 // both, so what differs is float summation (error ~1e-7 of the dot's magnitude, Σ|w·x|);
 // the rounding of the activations themselves is checked against float32 activations
 // (~2^-9 of it, bounded by 4e-3).
@@ -330,10 +330,10 @@ static void check_bf16_act(rp_pool *pool, bool amx)
 {
     const int64_t lens[] = {16, 32, 40, 64, 96, 100, 384, 1000, 2056};
     const int ns[] = {1, 2, 3, 4, 5, 6, 9, 13, 16, 17, 33, 40};
-    const int64_t rows_amx[] = {11, 16, 37};
+    const int64_t rows_amx[] = {11, 16, 37, 70};
     for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-            const int64_t ne0 = lens[li], rows = amx ? rows_amx[(li + ni) % 3] : 11;
+            const int64_t ne0 = lens[li], rows = amx ? rows_amx[(li + ni) % 4] : 11;
             const int n = ns[ni];
             wmat m;
             wmat_init(&m, RP_DTYPE_BF16, rows, ne0);
