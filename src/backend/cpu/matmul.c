@@ -338,7 +338,8 @@ void rp_cpu_force_no_amx(bool off)
 // does twice their multiply-adds (Zen 4, the other AMD CPU with it, is taken to gain
 // alike: not measured); on Intel's Xeons it issues one a cycle, and the bf16 kernel ran
 // 25-35% slower than the float one. There AMX pays instead: on a 16-core Xeon, prefill
-// 2.8x and batched steps 1.5-2x faster, a one-token step 10-30% slower.
+// 2.8x and batched steps 1.5-2x faster, a one-token step slower (a 0.5B model's decode
+// by 4-7%, rapid-tiny's step by 40-50%).
 bool rp_cpu_bf16_act_pays(void)
 {
     return rp_cpu_has_amx() || (rp_cpu_has_bf16_dot() && (cpu_bf16() & 2));
