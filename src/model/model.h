@@ -84,8 +84,8 @@ typedef struct rp_model_params {
     int n_threads;        // CPU threads, 0 = all cores
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
-    // BF16 matrices take float32 activations even where the CPU has a bf16 dot product
-    // that pays (AMD's AVX512_BF16), on which the default rounds them to bf16
+    // BF16 matrices take float32 activations even where bf16 arithmetic pays (AMD's
+    // AVX512_BF16, Intel's AMX), on which the default rounds them to bf16
     // (rp_backend_cpu_set_bf16_act): the float32 reference's numbers, slower there.
     bool f32_activations;
     bool quiet;           // no load messages

@@ -382,10 +382,16 @@ typedef struct mm_isa {
     bool amx;   // matmul_amx.c instead of a tile kernel
 } mm_isa;
 
+// Weights AMX's kernel can take: BF16 rows of whole 32-element chunks.
+static bool amx_shape(rp_dtype wtype, int64_t ne0)
+{
+    return wtype == RP_DTYPE_BF16 && ne0 % 32 == 0;
+}
+
 static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0, bool bf16_act)
 {
     mm_isa m = {0};
-    if (bf16_act && wtype == RP_DTYPE_BF16 && ne0 % 32 == 0 && rp_cpu_has_amx()) {
+    if (bf16_act && amx_shape(wtype, ne0) && rp_cpu_has_amx()) {
         m.amx = true;
     } else if (bf16_act && wtype == RP_DTYPE_BF16 && rp_cpu_has_bf16_dot()) {
         m.kern = rp_mm_kernel_bf16dot();
@@ -440,7 +446,7 @@ size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n)
         size_t r = rp_mm_act_bytes_avx512(wtype, ne0);
         if (n <= 0 || !r || !rp_mul_size(r, (size_t)n, &total))
             return 0;
-        if (wtype == RP_DTYPE_BF16 && ne0 % 32 == 0 && rp_mm_act_bytes_amx(ne0, n) > total) // AMX: blocks of 16
+        if (amx_shape(wtype, ne0) && rp_mm_act_bytes_amx(ne0, n) > total) // AMX: blocks of 16 tokens
             total = rp_mm_act_bytes_amx(ne0, n);
         return total;
     }

@@ -55,8 +55,8 @@ void rp_mm_act_amx(const float *x, int64_t ne0, int t, uint8_t *out)
 {
     int64_t nk = ne0 / 32;
     uint8_t *col = out + (size_t)(t / BLOCK) * (size_t)nk * TILE_BYTES + (size_t)(t % BLOCK) * 4;
-    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            _mm512_set1_epi32(64));
+    const __m512i rows = _mm512_setr_epi32(0, 64, 128, 192, 256, 320, 384, 448, 512, 576, 640, 704, 768, 832, 896,
+                                           960); // byte offsets of B's 16 rows
     for (int64_t k = 0; k < nk; k++) {
         __m512i v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 32 * k + 16), _mm512_loadu_ps(x + 32 * k));
         _mm512_i32scatter_epi32(col + (size_t)k * TILE_BYTES, rows, v, 1);
