@@ -231,6 +231,11 @@ MAIN = dict(
     rope_theta=1000000.0,
     mtp_layers=1,
 )
+# A scaling probe (not the shipped model): RAPID_TRAIN_MAIN='{"hidden_size": 640, ...}' in the
+# environment of every stage overrides these sizes, so that the same pipeline can train a
+# larger model to see whether capacity is what limits the evaluation (README, "Session 11: a scaling probe").
+if os.environ.get("RAPID_TRAIN_MAIN"):
+    MAIN.update(json.loads(os.environ["RAPID_TRAIN_MAIN"]))
 # Draft sibling: 2 layers, ~1.5M parameters, bf16 ~3 MB.
 DRAFT = dict(
     vocab_size=VOCAB_SIZE,
