@@ -75,7 +75,10 @@ mkdir -p "$out/runs" "$out/logs"
 tmp=$(mktemp -d)
 server_pidfile=$tmp/server.pid
 cache_flag=
-if "$rapid" serve --help 2>&1 | grep -q -- '--cache-dir'; then cache_flag=yes; fi
+# (the help is read whole first: `| grep -q` under pipefail fails when grep exits before
+# the last write of the help, whose writer then dies of SIGPIPE)
+serve_help=$("$rapid" serve --help 2>&1 || true)
+case $serve_help in *--cache-dir*) cache_flag=yes ;; esac
 
 stop_server() {
     local pid
