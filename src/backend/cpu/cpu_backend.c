@@ -9,7 +9,8 @@
  * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
  * 64, fixed-position key chunks through attn_avx2.c (attn_avx512.c with
  * AVX-512: the same bits) merged in chunk order (a sequence's consecutive
- * tokens through each chunk together). Every op splits its outputs over the
+ * tokens through each chunk together), the threads by kv head when they share
+ * them evenly. Every op splits its outputs over the
  * thread pool and reduces each output in a fixed order, so results do not
  * depend on the batch or the thread count (see backend.h).
  *
@@ -359,11 +360,59 @@ typedef struct attn_job {
     atomic_long next;   // next work item
     int64_t n_items;    // (span, kv head) pairs, or (span, kv head, chunk) triples when split
     const int *span;    // (n_spans + 1) first token of each span, then n_tokens
+    int n_spans;        // spans in the batch
     int64_t *item_base; // split: (n_spans + 1) first item of each span (chunks, then row blocks to merge)
     size_t *part_base;  // split: (n_spans + 1) first float of each span's partials in part
     float *part;        // split: per item, a chunk's m, l, o (attn_part_floats)
     void (*chunk)(const rp_attn_chunk *a); // the kernel: AVX2, or AVX-512 (the same bits)
+    const float *k, *v;                    // the batch's new K and V (n_tokens, n_kv_head * head_dim), to store
 } attn_job;
+
+// n values as the cache stores them (of type) at dst: copied, or as halves
+// (rp_cpu_kv_half: the same bits at every SIMD level).
+static void kv_put(void *dst, rp_dtype type, const float *src, size_t n)
+{
+    if (type == RP_DTYPE_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    if (rp_cpu_simd_level() >= 1) {
+        rp_cpu_f32_to_f16_avx2(src, h, (int64_t)n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = rp_cpu_kv_half(src[i]);
+}
+
+// Writes kv head kvh's K and V of one token (head_dim each) into its slot: V as a row,
+// K scattered to its block's transposed layout (see rp_kv_layer).
+static void kv_store_head(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, int hd, int kvh, const float *k,
+                          const float *v)
+{
+    size_t eb = kv->type == RP_DTYPE_F32 ? 4 : 2, e = rp_kv_k_index(slot, kvh, 0, n_kv_head, hd, bs);
+    kv_put((uint8_t *)kv->v + rp_kv_v_index(slot, kvh, 0, n_kv_head, hd) * eb, kv->type, v, (size_t)hd);
+    if (kv->type == RP_DTYPE_F32) {
+        for (int i = 0; i < hd; i++, e += (size_t)bs)
+            ((float *)kv->k)[e] = k[i];
+        return;
+    }
+    uint16_t half[1024]; // head_dim <= 1024 (the config check)
+    kv_put(half, kv->type, k, (size_t)hd);
+    for (int i = 0; i < hd; i++, e += (size_t)bs)
+        ((uint16_t *)kv->k)[e] = half[i];
+}
+
+// Writes the batch's K and V, every head, into their slots.
+static void kv_store_all(const attn_job *j)
+{
+    const rp_attn_info *info = j->info;
+    size_t width = (size_t)j->n_kv_head * j->head_dim;
+    for (int t = 0; t < info->n_tokens; t++)
+        for (int kvh = 0; kvh < j->n_kv_head; kvh++)
+            kv_store_head(j->kv, (size_t)info->slot[t], info->block_size, j->n_kv_head, j->head_dim, kvh,
+                          j->k + t * width + (size_t)kvh * j->head_dim, j->v + t * width + (size_t)kvh * j->head_dim);
+}
 
 // q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
 // then the lanes added pairwise, always in this order (whatever the batch), so
@@ -466,11 +515,14 @@ static void attn_worker(void *ctx, int ith, int nth)
  * each chunk together, so the chunk's K
  * and V are read once for the span, not once per token: chunk c holds the span's
  * tokens at positions >= c·RP_ATTN_CHUNK (a suffix of the span), each with its own
- * end. Work items are (span, kv head) pairs taken from a shared counter (spans of a
- * prompt differ in cost); when there are too few pairs for the threads (decode on
+ * end. Work items are (span, kv head) pairs: when the threads share the kv heads
+ * evenly, thread i takes heads i, i + nth, ... of every span (attn_head_worker: the
+ * same K/V lines at every step, so they stay in its caches; it stores its heads' new
+ * K/V itself); else they come from a shared counter (spans of a prompt differ in
+ * cost); when there are too few pairs for the threads (decode on
  * many threads) each chunk is its own item (attn_split) and the partials are merged
  * afterwards, by the calling thread or,
- * when there are many rows, on the pool by blocks of rows. Both ways run the same kernel on the
+ * when there are many rows, on the pool by blocks of rows. All ways run the same kernel on the
  * same chunks and the same merge for every row, so a token's output depends
  * only on its query and its sequence's K/V, whatever its span.
  *
@@ -576,31 +628,55 @@ static void attn_finish(const attn_job *j, int t0, int kvh, int g0, int g1, cons
     }
 }
 
-static void attn_simd_worker(void *ctx, int ith, int nth)
+// Span s of the unsplit path for kv head kvh: its chunks in order, each merged into
+// the run of those before it as it comes, then its outputs.
+static void attn_item(attn_job *j, int s, int kvh, int ith)
 {
-    attn_job *j = ctx;
     int hd = j->head_dim, group = j->n_head / j->n_kv_head;
     float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
     float *part = scores + (size_t)group * ATTN_SPAN_ONE * RP_ATTN_CHUNK;
     float *run = part + attn_part_floats(group * ATTN_SPAN_ONE, hd);
     rp_attn_chunk a;
     int end[ATTN_SPAN_ONE];
+    int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
+    int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
+    for (int c = 0; c < n_chunks; c++) {
+        int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
+        j->chunk(&a);
+        if (c > 0)
+            attn_merge(rows - r0, hd, run + r0, run + rows + r0, run + 2 * (size_t)rows + (size_t)r0 * hd, part + r0,
+                       part + rows + r0, part + 2 * (size_t)rows + (size_t)r0 * hd);
+    }
+    attn_finish(j, t0, kvh, 0, rows, run + rows, run + 2 * (size_t)rows);
+}
+
+// Unsplit, items (span, kv head) from the shared counter.
+static void attn_simd_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
     for (;;) {
         int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
         if (w >= j->n_items)
             break;
-        int s = (int)(w / j->n_kv_head), kvh = (int)(w % j->n_kv_head);
-        int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
-        int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
-        for (int c = 0; c < n_chunks; c++) {
-            int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
-            j->chunk(&a);
-            if (c > 0)
-                attn_merge(rows - r0, hd, run + r0, run + rows + r0, run + 2 * (size_t)rows + (size_t)r0 * hd,
-                           part + r0, part + rows + r0, part + 2 * (size_t)rows + (size_t)r0 * hd);
-        }
-        attn_finish(j, t0, kvh, 0, rows, run + rows, run + 2 * (size_t)rows);
+        attn_item(j, (int)(w / j->n_kv_head), (int)(w % j->n_kv_head), ith);
     }
+}
+
+// Unsplit, by kv head when the threads share the heads evenly: thread ith takes heads
+// ith, ith + nth, ... of every span, first storing their K and V of the batch (see
+// attn_simd).
+static void attn_head_worker(void *ctx, int ith, int nth)
+{
+    attn_job *j = ctx;
+    const rp_attn_info *info = j->info;
+    size_t width = (size_t)j->n_kv_head * j->head_dim;
+    for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
+        for (int t = 0; t < info->n_tokens; t++)
+            kv_store_head(j->kv, (size_t)info->slot[t], info->block_size, j->n_kv_head, j->head_dim, kvh,
+                          j->k + t * width + (size_t)kvh * j->head_dim, j->v + t * width + (size_t)kvh * j->head_dim);
+    for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
+        for (int s = 0; s < j->n_spans; s++)
+            attn_item(j, s, kvh, ith);
 }
 
 // Split runs: takes the next item from the shared counter; false when none is left.
@@ -707,6 +783,7 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     // cut into the fewest spans of at most ATTN_SPAN tokens, of nearly equal size (40 tokens:
     // 14 + 13 + 13, not 16 + 16 + 8, whose last span would read the context's K/V for fewer).
     int *span = c->attn_span, n_spans = 0;
+    bool cut = false; // a run cut into spans (a prefill chunk)
     for (int t0 = 0, t1; t0 < n_tokens; t0 = t1) {
         for (t1 = t0 + 1; t1 < n_tokens && info->block_table[t1] == info->block_table[t1 - 1] &&
                           info->pos[t1] == info->pos[t1 - 1] + 1;
@@ -715,9 +792,11 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
         int len = t1 - t0, parts = len <= ATTN_SPAN_ONE ? 1 : (len + ATTN_SPAN - 1) / ATTN_SPAN;
         for (int k = 0, t = t0; k < parts; t += len / parts + (k < len % parts), k++)
             span[n_spans++] = t;
+        cut |= parts > 1;
     }
     span[n_spans] = n_tokens;
     j->span = span;
+    j->n_spans = n_spans;
     j->chunk = rp_cpu_simd_level() >= 2 ? rp_cpu_attn_chunk_avx512 : rp_cpu_attn_chunk_avx2;
     atomic_init(&j->next, 0);
     // Split over key chunks when the (span, kv head) pairs cannot keep every thread busy
@@ -728,6 +807,21 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     int64_t pairs = (int64_t)n_spans * j->n_kv_head;
     bool split = (pairs < nth || (pairs % nth != 0 && pairs < 4 * nth)) && n_spans <= ATTN_SPLIT_MAX_SPANS &&
                  max_len > RP_ATTN_CHUNK;
+    // Unsplit, no prefill chunk, and the threads share the kv heads evenly: by head,
+    // every thread the same work, each storing its heads' K/V first (no other thread
+    // reads them). The data a thread reads, and the lines it writes, are then its own at
+    // every step and layer; from the shared counter a (span, kv head) often went to the
+    // other core than the step before, whose caches held it: on the 2-core Zen 5 VM a
+    // 3 MB buffer read back on the core that last held it takes 31-37 us, on the other
+    // 76-90 us, and decoding 4 sequences at context 256 the 12-20% of items that moved
+    // took 20-30% longer. A prefill's chunks are bound by arithmetic, not by memory: its
+    // spans stay on the counter, which balances them as the threads go (2,048 tokens on 2
+    // threads by head: 2-3% slower). Otherwise the batch's K/V is stored here first.
+    if (!split && !cut && j->n_kv_head % nth == 0) {
+        rp_pool_run(c->pool, attn_head_worker, j);
+        return RP_OK;
+    }
+    kv_store_all(j);
     if (!split) {
         j->n_items = (int64_t)n_spans * j->n_kv_head;
         rp_pool_run(c->pool, attn_simd_worker, j);
@@ -770,61 +864,29 @@ static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
     return RP_OK;
 }
 
-// n values as the cache stores them (of type) at dst: copied, or as halves
-// (rp_cpu_kv_half: the same bits at every SIMD level).
-static void kv_put(void *dst, rp_dtype type, const float *src, size_t n)
-{
-    if (type == RP_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    uint16_t *h = dst;
-    if (rp_cpu_simd_level() >= 1) {
-        rp_cpu_f32_to_f16_avx2(src, h, (int64_t)n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        h[i] = rp_cpu_kv_half(src[i]);
-}
-
-// Writes one token's K and V (n_kv_head x head_dim each) into its slot: V as a row,
-// K scattered to its block's transposed layout (see rp_kv_layer).
-static void kv_store(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, int hd, const float *k, const float *v)
-{
-    size_t eb = kv->type == RP_DTYPE_F32 ? 4 : 2;
-    kv_put((uint8_t *)kv->v + rp_kv_v_index(slot, 0, 0, n_kv_head, hd) * eb, kv->type, v, (size_t)n_kv_head * hd);
-    uint16_t half[1024]; // head_dim <= 1024 (the config check)
-    for (int kvh = 0; kvh < n_kv_head; kvh++) {
-        const float *src = k + (size_t)kvh * hd;
-        size_t e = rp_kv_k_index(slot, kvh, 0, n_kv_head, hd, bs);
-        if (kv->type == RP_DTYPE_F32) {
-            for (int i = 0; i < hd; i++, e += (size_t)bs)
-                ((float *)kv->k)[e] = src[i];
-            continue;
-        }
-        kv_put(half, kv->type, src, (size_t)hd);
-        for (int i = 0; i < hd; i++, e += (size_t)bs)
-            ((uint16_t *)kv->k)[e] = half[i];
-    }
-}
-
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                                const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
                                float *out)
 {
     cpu_backend *c = cpu(be);
-    size_t width = (size_t)n_kv_head * head_dim;
     int max_len = 0;
-    for (int t = 0; t < info->n_tokens; t++) {
-        kv_store(kv, (size_t)info->slot[t], info->block_size, n_kv_head, head_dim, k + (size_t)t * width,
-                 v + (size_t)t * width);
+    for (int t = 0; t < info->n_tokens; t++)
         if (info->pos[t] + 1 > max_len)
             max_len = info->pos[t] + 1;
-    }
-    attn_job j = {.c = c, .q = q, .kv = kv, .info = info, .n_head = n_head, .n_kv_head = n_kv_head,
-                  .head_dim = head_dim, .scale = scale, .out = out};
+    attn_job j = {.c = c,
+                  .q = q,
+                  .kv = kv,
+                  .info = info,
+                  .n_head = n_head,
+                  .n_kv_head = n_kv_head,
+                  .head_dim = head_dim,
+                  .scale = scale,
+                  .out = out,
+                  .k = k,
+                  .v = v};
     if (rp_cpu_simd_level() >= 1 && head_dim % 64 == 0)
-        return attn_simd(c, &j, max_len);
+        return attn_simd(c, &j, max_len); // (stores K and V itself)
+    kv_store_all(&j);
     int nth = rp_pool_size(c->pool);
     if ((size_t)max_len > c->scores_per_thread) {
         size_t per = c->scores_per_thread ? c->scores_per_thread : 1024;
