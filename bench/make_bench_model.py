@@ -11,10 +11,12 @@ intermediate 4864, vocab 151936, tied embeddings, rope_theta 1e6, q/k/v bias):
   generation_config.json  bos/eos ids
   model.safetensors       all tensors in BF16 (~0.99 GB), written by hand
   tokenizer.json          a minimal byte-level BPE: ids 0-255 are the 256 bytes
-                          (GPT-2 byte-to-unicode alphabet), no merges, plus the
-                          Qwen special tokens <|endoftext|> 151643,
-                          <|im_start|> 151644, <|im_end|> 151645. Text round-trips,
-                          one token per byte; it is NOT Qwen's real tokenizer.
+                          (GPT-2 byte-to-unicode alphabet), no merges, ids 256 to
+                          151642 the words " t256" ... " t151642" (so generated
+                          ids decode to text), plus the Qwen special tokens
+                          <|endoftext|> 151643, <|im_start|> 151644, <|im_end|>
+                          151645. Text round-trips, one token per byte; it is NOT
+                          Qwen's real tokenizer.
   tokenizer_config.json   the special tokens and a ChatML chat template
 
 The weights are random, so the text is noise: this model is for speed (the
@@ -175,6 +177,12 @@ CHAT_TEMPLATE = (
 def tokenizer_json():
     b2u = bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
+    # Every other id below the specials decodes to a word of its own (" t1234": "Ġ" is the
+    # space in the byte alphabet), so the random model's output is text a client counts:
+    # `rapid bench` measures decode speed from the streamed text. No merges make these, so
+    # encoding stays one token per byte.
+    first_special = min(i for i, _ in SPECIALS)
+    vocab.update({f"\u0120t{i}": i for i in range(256, first_special)})
     return {
         "version": "1.0",
         "truncation": None,
