@@ -26,6 +26,11 @@
 #include <stdatomic.h>
 #include <sys/mman.h>
 
+typedef struct huge_map {
+    void *p;
+    size_t bytes; // as asked (rp_free_huge rounds it as rp_malloc_huge did)
+} huge_map;
+
 typedef struct cpu_backend {
     rp_backend base;
     rp_pool *pool;
@@ -44,6 +49,8 @@ typedef struct cpu_backend {
     size_t rope_tab_size, rope_pos_size;
     const float *rope_freq;
     int rope_n, rope_half;
+    huge_map *huge; // (n_huge) cpu_alloc's buffers on 2 MiB pages, for cpu_free
+    int n_huge, cap_huge;
 } cpu_backend;
 
 static cpu_backend *cpu(rp_backend *be)
@@ -72,6 +79,7 @@ static void cpu_destroy(rp_backend *be)
 {
     cpu_backend *c = cpu(be);
     rp_pool_destroy(c->pool);
+    rp_free(c->huge);
     rp_free_aligned(c->mm_scratch);
     rp_free_aligned(c->scores);
     rp_free_aligned(c->attn_part);
@@ -86,15 +94,10 @@ static void cpu_destroy(rp_backend *be)
  * from 2 MiB on are mapped on 2 MiB pages and faulted in by the kernel: the KV cache
  * can be gigabytes (--kv-memory), and with 11.6 GB of it `rapid serve` started in
  * 58-74 s on the 2-core VM when 4 KiB pages were zeroed one fault at a time, 5-6 s
- * now. A header in front of the memory records its size and how it was mapped, for
- * cpu_free. */
-#define ALLOC_HEADER 64                  // bytes; keeps the memory 64-byte aligned
+ * now. Those mappings are listed (c->huge: a few per model, KV layers included) so that
+ * cpu_free unmaps them with their size; a header in front of the memory would cost a
+ * whole extra huge page for a buffer of an exact multiple of 2 MiB, as KV layers are. */
 #define ALLOC_HUGE_MIN ((size_t)2 << 20) // buffers from this size on go on huge pages
-
-typedef struct alloc_header {
-    size_t total; // bytes mapped, header included
-    bool huge;    // rp_malloc_huge (else rp_malloc_aligned)
-} alloc_header;
 
 // Faults in a fresh mapping's pages (zero, from the kernel) without writing them a second
 // time; false where the kernel cannot (MADV_POPULATE_WRITE: Linux 5.14): then memset.
@@ -110,30 +113,44 @@ static bool commit_pages(void *p, size_t n)
 
 static rp_status cpu_alloc(rp_backend *be, size_t bytes, void **out)
 {
-    _Static_assert(sizeof(alloc_header) <= ALLOC_HEADER, "the header fits its room");
+    cpu_backend *c = cpu(be);
     *out = NULL;
-    size_t total = bytes + ALLOC_HEADER;
-    bool huge = bytes >= ALLOC_HUGE_MIN;
-    uint8_t *p = total < bytes ? NULL : huge ? rp_malloc_huge(total) : rp_malloc_aligned(total);
+    if (bytes < ALLOC_HUGE_MIN) {
+        void *p = rp_malloc_aligned(bytes);
+        if (!p)
+            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+        memset(p, 0, bytes);
+        *out = p;
+        return RP_OK;
+    }
+    if (c->n_huge == c->cap_huge) {
+        int cap = c->cap_huge ? 2 * c->cap_huge : 16;
+        huge_map *h = rp_realloc(c->huge, (size_t)cap * sizeof(huge_map));
+        if (!h)
+            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+        c->huge = h;
+        c->cap_huge = cap;
+    }
+    void *p = rp_malloc_huge(bytes);
     if (!p)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
-    if (!huge || !commit_pages(p, total))
-        memset(p, 0, total);
-    *(alloc_header *)p = (alloc_header){.total = total, .huge = huge};
-    *out = p + ALLOC_HEADER;
+    if (!commit_pages(p, bytes))
+        memset(p, 0, bytes);
+    c->huge[c->n_huge++] = (huge_map){p, bytes};
+    *out = p;
     return RP_OK;
 }
 
 static void cpu_free(rp_backend *be, void *ptr)
 {
-    if (!ptr)
-        return;
-    uint8_t *p = (uint8_t *)ptr - ALLOC_HEADER;
-    alloc_header h = *(const alloc_header *)p;
-    if (h.huge)
-        rp_free_huge(p, h.total);
-    else
-        rp_free_aligned(p);
+    cpu_backend *c = cpu(be);
+    for (int i = 0; ptr && i < c->n_huge; i++)
+        if (c->huge[i].p == ptr) {
+            rp_free_huge(ptr, c->huge[i].bytes);
+            c->huge[i] = c->huge[--c->n_huge];
+            return;
+        }
+    rp_free_aligned(ptr);
 }
 
 static rp_status cpu_copy(rp_backend *be, void *dst, const void *src, size_t bytes)
@@ -445,15 +462,20 @@ static void kv_store_head(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, i
         ((uint16_t *)kv->k)[e] = half[i];
 }
 
+// Writes batch token t's K and V of kv head kvh into its slot.
+static void kv_store_token(const attn_job *j, int t, int kvh)
+{
+    size_t off = ((size_t)t * j->n_kv_head + (size_t)kvh) * j->head_dim;
+    kv_store_head(j->kv, (size_t)j->info->slot[t], j->info->block_size, j->n_kv_head, j->head_dim, kvh, j->k + off,
+                  j->v + off);
+}
+
 // Writes the batch's K and V, every head, into their slots.
 static void kv_store_all(const attn_job *j)
 {
-    const rp_attn_info *info = j->info;
-    size_t width = (size_t)j->n_kv_head * j->head_dim;
-    for (int t = 0; t < info->n_tokens; t++)
+    for (int t = 0; t < j->info->n_tokens; t++)
         for (int kvh = 0; kvh < j->n_kv_head; kvh++)
-            kv_store_head(j->kv, (size_t)info->slot[t], info->block_size, j->n_kv_head, j->head_dim, kvh,
-                          j->k + t * width + (size_t)kvh * j->head_dim, j->v + t * width + (size_t)kvh * j->head_dim);
+            kv_store_token(j, t, kvh);
 }
 
 // q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
@@ -710,12 +732,9 @@ static void attn_simd_worker(void *ctx, int ith, int nth)
 static void attn_head_worker(void *ctx, int ith, int nth)
 {
     attn_job *j = ctx;
-    const rp_attn_info *info = j->info;
-    size_t width = (size_t)j->n_kv_head * j->head_dim;
     for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
-        for (int t = 0; t < info->n_tokens; t++)
-            kv_store_head(j->kv, (size_t)info->slot[t], info->block_size, j->n_kv_head, j->head_dim, kvh,
-                          j->k + t * width + (size_t)kvh * j->head_dim, j->v + t * width + (size_t)kvh * j->head_dim);
+        for (int t = 0; t < j->info->n_tokens; t++)
+            kv_store_token(j, t, kvh);
     for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
         for (int s = 0; s < j->n_spans; s++)
             attn_item(j, s, kvh, ith);

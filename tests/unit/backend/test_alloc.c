@@ -2,7 +2,8 @@
  * test_alloc.c - the CPU backend's memory (rp_backend_ops.alloc / free): zero-filled,
  * 64-byte aligned, writable to its last byte, for small buffers (aligned malloc) and
  * large ones (2 MiB pages, faulted in at once), sizes around the threshold between them
- * included; freeing each as it was made (under ASan a wrong free would be reported);
+ * included; freeing each as it was made (under ASan a wrong free would be reported),
+ * many at once and out of order;
  * and the NOMEM error when an allocation is made to fail.
  */
 #include "backend/backend.h"
@@ -47,6 +48,31 @@ static void test_sizes(void **state)
     be->ops->destroy(be);
 }
 
+// Many large buffers held at once (more than the backend's first list of mappings) and
+// freed out of order, each still its own zeroed memory until then.
+static void test_many(void **state)
+{
+    (void)state;
+    rp_backend *be = NULL;
+    assert_int_equal(rp_backend_cpu_create(1, &be), RP_OK);
+    enum { N = 40 };
+    uint8_t *p[N];
+    for (int i = 0; i < N; i++) {
+        size_t bytes = 2 * MIB + (size_t)i * 4096;
+        assert_int_equal(be->ops->alloc(be, bytes, (void **)&p[i]), RP_OK);
+        assert_int_equal(p[i][0], 0);
+        assert_int_equal(p[i][bytes - 1], 0);
+        p[i][0] = (uint8_t)i; // a mark, checked after the others are freed
+    }
+    for (int i = 0; i < N; i += 2) // the even ones first, then the odd ones backwards
+        be->ops->free(be, p[i]);
+    for (int i = N - 1; i > 0; i -= 2) {
+        assert_int_equal(p[i][0], i);
+        be->ops->free(be, p[i]);
+    }
+    be->ops->destroy(be);
+}
+
 static void test_nomem(void **state)
 {
     (void)state;
@@ -62,7 +88,7 @@ static void test_nomem(void **state)
         assert_null(p);
     }
     void *p = NULL;
-    assert_int_equal(be->ops->alloc(be, SIZE_MAX - 8, &p), RP_ERR_NOMEM); // the header would overflow
+    assert_int_equal(be->ops->alloc(be, SIZE_MAX - 8, &p), RP_ERR_NOMEM); // 2 MiB pages: the size would overflow
     assert_null(p);
     be->ops->destroy(be);
 }
@@ -71,6 +97,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_many),
         cmocka_unit_test(test_nomem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
