@@ -16,6 +16,7 @@
  *
  * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]
  */
+#include "bench_model.h"
 #include "model/model.h"
 
 #include <immintrin.h>
@@ -162,6 +163,7 @@ int main(int argc, char **argv)
     const char *path = NULL;
     rp_model_params mp;
     rp_model_params_default(&mp);
+    int threads_arg = 0;
     int n_gen = 64, n_prompt = 16, n_runs = 5;
     rp_dtype kv_type = RP_DTYPE_F16;
     for (int i = 1; i < argc; i++) {
@@ -171,7 +173,7 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
             kv_type = strcmp(argv[++i], "f32") == 0 ? RP_DTYPE_F32 : RP_DTYPE_F16;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            mp.n_threads = atoi(argv[++i]);
+            threads_arg = atoi(argv[++i]);
         } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
             n_gen = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--prompt") == 0 && i + 1 < argc) {
@@ -191,14 +193,14 @@ int main(int argc, char **argv)
     }
     print_loadavg("start");
     rp_model *m;
-    if (rp_model_load(path, &mp, &m)) {
+    if (bench_load(path, "cpu", threads_arg, false, &mp, &m)) {
         fprintf(stderr, "decode-bench: %s\n", rp_error_message());
         return 1;
     }
     const rp_model_config *c = rp_model_get_config(m);
-    int threads = rp_backend_cpu_threads(rp_model_backend(m));
+    int threads = rp_backend_threads(rp_model_backend(m));
     bw_meter bw;
-    if (!bw_init(&bw, rp_backend_cpu_pool(rp_model_backend(m)))) {
+    if (!bw_init(&bw, rp_backend_host_pool(rp_model_backend(m)))) {
         fprintf(stderr, "decode-bench: cannot set up the bandwidth reading\n");
         return 1;
     }

@@ -13,7 +13,7 @@
  * machine's load moves the figures.
  */
 #include "backend/cpu/cpu_int.h"
-#include "backend/cpu/quant.h"
+#include "backend/cpu/mm_kernels.h"
 
 #include <stdio.h>
 #include <stdlib.h>

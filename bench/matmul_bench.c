@@ -11,7 +11,7 @@
  * a plain AVX2 read loop over a buffer of the same size measured in the same run.
  */
 #include "backend/cpu/cpu_int.h"
-#include "backend/cpu/quant.h"
+#include "backend/cpu/mm_kernels.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -23,6 +23,7 @@
  *
  * usage: prefix-bench MODEL [--threads N] [--turns T] [--sys N] [--user N] [--gen N] --cache-dir DIR
  */
+#include "bench_model.h"
 #include "engine/engine.h"
 
 #include <stdio.h>
@@ -241,11 +242,10 @@ int main(int argc, char **argv)
     }
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = o.threads;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_tokenizer *tok = NULL;
-    if (rp_model_load(o.model, &mp, &m) || rp_tok_load_file(o.model, &tok)) {
+    if (bench_load(o.model, "cpu", o.threads, false, &mp, &m) || rp_tok_load_file(o.model, &tok)) {
         fprintf(stderr, "prefix-bench: %s\n", rp_error_message());
         return 1;
     }
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
         session(m, tok, &o, dir, rows, &restart_s);
     }
     printf("# %s, %d threads; system %d tokens, +%d user and %d generated tokens per turn; best of %d\n",
-           rp_model_describe(m), rp_backend_cpu_threads(rp_model_backend(m)), o.sys, o.user, o.gen, o.repeat);
+           rp_model_describe(m), rp_backend_threads(rp_model_backend(m)), o.sys, o.user, o.gen, o.repeat);
     printf(
         "| turn | prompt | cached | TTFT | cold TTFT | cold: prompt - prefix | new tokens alone | new tokens in place "
         "| TTFT / in place |\n|---|---|---|---|---|---|---|---|---|\n");

@@ -15,6 +15,7 @@
  * weights well and the controller should draft less: the ratio should go to ~1,
  * not below.
  */
+#include "bench_model.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -100,11 +101,10 @@ int main(int argc, char **argv)
     }
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = threads;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_tokenizer *tok = NULL;
-    if (rp_model_load(model, &mp, &m) || rp_tok_load_file(model, &tok)) {
+    if (bench_load(model, "cpu", threads, false, &mp, &m) || rp_tok_load_file(model, &tok)) {
         fprintf(stderr, "spec-batch-bench: %s\n", rp_error_message());
         return 1;
     }
@@ -120,7 +120,7 @@ int main(int argc, char **argv)
         n_ids[i] = (int)n;
     }
     printf("model %s, %d threads, %d tokens per request, median of %d runs\n", model,
-           rp_backend_cpu_threads(rp_model_backend(m)), tokens, runs);
+           rp_backend_threads(rp_model_backend(m)), tokens, runs);
     printf("| requests | tok/s, speculation | tok/s, off | ratio | accepted/verified drafts (last run) |\n");
     printf("|---|---|---|---|---|\n");
     for (const char *p = list; *p;) {

@@ -2,7 +2,7 @@
  * step_bench.c - the cost of one decode step against the number of sequences in
  * it: does a batched step read the weights once for all its sequences?
  *
- *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4]
+ *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4] [--device NAME]
  *              [--kv f16|f32] [--f32-activations]
  *
  * For each batch size B: B sequences each hold a context of N tokens (prefilled
@@ -15,6 +15,7 @@
  * is bound by per-token compute. The sizes are interleaved step by step so a
  * load change on a shared machine hits every size alike.
  */
+#include "bench_model.h"
 #include "kv/kv.h"
 #include "model/model.h"
 
@@ -34,6 +35,7 @@ int main(int argc, char **argv)
 {
     const char *model_path = "models/rapid-tiny", *list = "1,2,4,8,16";
     int ctx = 256, steps = 200, threads = 0;
+    const char *device = NULL;
     rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
     bool f32_act = false;
     for (int i = 1; i < argc; i++) {
@@ -47,6 +49,8 @@ int main(int argc, char **argv)
             steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else if (!strcmp(argv[i], "--kv") && i + 1 < argc)
             kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
         else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
@@ -56,7 +60,7 @@ int main(int argc, char **argv)
             model_path = argv[i];
         else {
             fprintf(stderr, "usage: step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] "
-                            "[--quant q8|q4] [--kv f16|f32] [--f32-activations]\n");
+                            "[--quant q8|q4] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
             return 2;
         }
     }
@@ -77,13 +81,11 @@ int main(int argc, char **argv)
     }
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = threads;
     mp.quant = quant;
-    mp.f32_activations = f32_act;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_kv_pool *kv = NULL;
-    if (rp_model_load(model_path, &mp, &m) != RP_OK) {
+    if (bench_load(model_path, device, threads, f32_act, &mp, &m) != RP_OK) {
         fprintf(stderr, "step-bench: %s\n", rp_error_message());
         return 1;
     }
@@ -149,8 +151,10 @@ int main(int argc, char **argv)
             if (r >= 0)
                 t[(size_t)k * (size_t)steps + (size_t)r] = rp_time_s() - t0;
         }
-    printf("%s, %d threads, context %d tokens, %d steps per size (interleaved)\n", rp_model_describe(m),
-           threads ? threads : rp_cpu_count(), ctx, steps);
+    rp_backend_info bi;
+    rp_backend_get_info(rp_model_backend(m), &bi);
+    printf("%s, on %s (%s), context %d tokens, %d steps per size (interleaved)\n", rp_model_describe(m), bi.name,
+           bi.device, ctx, steps);
     printf("| sequences | fastest step | median step | median per token | step / one sequence's step |\n");
     printf("|---|---|---|---|---|\n");
     double base = 0;

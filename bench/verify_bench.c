@@ -14,8 +14,10 @@
  * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
  *
  * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu] [--simd LEVEL]
- *                     [--kv f16|f32] [--f32-activations]
+ *                     [--kv f16|f32] [--f32-activations] [--device NAME]
  */
+#include "backend/cpu/cpu.h"
+#include "bench_model.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -44,6 +46,7 @@ int main(int argc, char **argv)
 {
     const char *path = NULL;
     int threads = 0, ctx = 1500, reps = 15, max_n = 32;
+    const char *device = NULL;
     rp_dtype quant = RP_DTYPE_F32, kv_type = RP_DTYPE_F16;
     bool f32_act = false;
     for (int i = 1; i < argc; i++) {
@@ -53,6 +56,8 @@ int main(int argc, char **argv)
             kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
         else if (!strcmp(argv[i], "--ctx") && i + 1 < argc)
             ctx = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
@@ -73,20 +78,18 @@ int main(int argc, char **argv)
             path = argv[i];
         else {
             fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
-                            "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations]\n");
+                            "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
             return 2;
         }
     }
     if (!path || ctx < 1 || reps < 1 || max_n < 1 || max_n > 512) {
         fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
-                        "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations]\n");
+                        "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
         return 2;
     }
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = threads;
     mp.quant = quant;
-    mp.f32_activations = f32_act;
     mp.quiet = true;
     rp_model *m = NULL;
     rp_kv_pool *kv = NULL;
@@ -97,7 +100,7 @@ int main(int argc, char **argv)
     bool *want = NULL;
     float *logits = NULL;
     double *times = NULL;
-    if (rp_model_load(path, &mp, &m)) {
+    if (bench_load(path, device, threads, f32_act, &mp, &m)) {
         fprintf(stderr, "verify-bench: %s\n", rp_error_message());
         return 1;
     }

@@ -172,7 +172,7 @@ rp_bf16 rp_f32_to_bf16(float f); // round to nearest even, NaN kept
 // Tensor element types. The values are GGML's type ids, so a GGUF file's type
 // field maps directly; types not listed are unsupported. Quantized types store
 // blocks of rp_dtype_block(t) elements in rp_dtype_block_bytes(t) bytes, laid out
-// exactly as GGML does (see backend/cpu/quant.h for the block structs).
+// exactly as GGML does (see quant/quant.h for the block structs).
 typedef enum rp_dtype {
     RP_DTYPE_F32 = 0,
     RP_DTYPE_F16 = 1,

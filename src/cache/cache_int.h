@@ -28,9 +28,10 @@ enum { WHERE_LIVE = 0, WHERE_IDLE = 1, WHERE_DISK = 2 };
 
 // The block file header, 128 bytes, followed by block_size int32 token ids and the payload.
 #define BLOCK_MAGIC "RPKVBLK"   // 7 characters and a NUL: 8 bytes
-// Version 2: the payload's K is transposed inside the block (rp_kv_layer); version-1 files
-// (K by token) fail the header check and are deleted.
-#define BLOCK_VERSION 2
+// Version 3: the payload is the backends' canonical layout (rp_backend_kv_block_export: per
+// layer K then V, each by token), whatever a backend keeps in memory; versions 1 and 2 (2:
+// the CPU's K, transposed inside the block) fail the header check and are deleted.
+#define BLOCK_VERSION 3
 typedef struct block_header {
     char magic[8];
     uint32_t version;

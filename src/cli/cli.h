@@ -36,6 +36,17 @@ bool rp_cli_parse_kv_dtype(const char *s, bool *f32);
 // --quant: "q8"/"q8_0" or "q4"/"q4_0" into *out. False for anything else.
 bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
+// device.c
+// Opens the backend named by --device (NULL: rp_backend_default_name()) with --threads
+// (0: all cores) and --f32-activations. Errors as rp_backend_open.
+rp_status rp_cli_open_backend(const char *device, int threads, bool f32_act, rp_backend **out);
+// The backend a --draft-model is loaded on beside a model on be: a CPU backend of its
+// own with a quarter of be's threads when be is the CPU (*out: destroy it after the
+// engine), NULL (*out; the engine then uses the model's backend) on a device.
+rp_status rp_cli_draft_backend(rp_backend *be, bool f32_act, rp_backend **out);
+// One line on stderr naming the device (and its free memory on a GPU).
+void rp_cli_print_backend(rp_backend *be);
+
 // spec_opts.c
 // Reads --speculative-config's JSON object into p (only the keys given change).
 // RP_ERR_INVALID with a message naming the bad key or value (unknown keys too).

@@ -60,6 +60,8 @@ static void run_usage(FILE *f)
                "                          memory, decode ~20%% slower (default: weights up to half the\n"
                "                          available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N         CPU threads (default: all cores)\n"
+               "      --device NAME       where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
+               "                          (default: the GPU when one answers, else cpu)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
                "      --kv-dtype f16|f32  how K and V are cached (default f16; f32 keeps them exact)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"
@@ -100,6 +102,7 @@ typedef struct run_opts {
     const char *model, *prompt, *file, *system, *tools_file;
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
     const char *cache_dir;
+    const char *device; // --device; NULL: rp_backend_default_name()
     int n_predict, threads, ctx;
     bool ignore_eos, raw, think, mmap, kv_f32, f32_act;
     rp_dtype quant;
@@ -133,6 +136,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_NO_SPEC,
         O_SPEC_CONFIG,
         O_DRAFT,
+        O_DEVICE,
         O_CACHE_DIR,
         O_KV_DTYPE
     };
@@ -163,6 +167,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"no-spec-decode", no_argument, 0, O_NO_SPEC},
         {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"device", required_argument, 0, O_DEVICE},
         {"cache-dir", required_argument, 0, O_CACHE_DIR},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
         {"help", no_argument, 0, 'h'},
@@ -241,6 +246,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             }
             break;
         case O_DRAFT: o->spec.draft_path = optarg; break;
+        case O_DEVICE: o->device = optarg; break;
         case 'h': run_usage(stdout); return -1;
         case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
         default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
@@ -429,6 +435,7 @@ int rp_cli_run(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
 
+    rp_backend *be = NULL, *draft_be = NULL;
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *eng = NULL;
@@ -452,14 +459,18 @@ int rp_cli_run(int argc, char **argv)
         }
         prompt = prompt_buf;
     }
+    if (rp_cli_open_backend(o.device, o.threads, o.f32_act, &be) ||
+        (o.spec.draft_path && rp_cli_draft_backend(be, o.f32_act, &draft_be))) {
+        fail(NULL);
+        goto done;
+    }
+    o.spec.draft_backend = draft_be;
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = o.threads;
     mp.quant = o.quant;
     mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
     mp.mmap_weights = o.mmap;
-    mp.f32_activations = o.f32_act;
-    if (rp_model_load(o.model, &mp, &model)) {
+    if (rp_model_load(o.model, be, &mp, &model)) {
         fail(NULL);
         goto done;
     }
@@ -576,16 +587,21 @@ int rp_cli_run(int argc, char **argv)
     // over the time after it (a step may make several with speculation).
     double pre_s = gs.t_first - gs.t_admit, dec_s = gs.t_last - gs.t_first;
     int n_gen = gs.n_generated;
-    char cached[48] = "";
+    char cached[48] = "", where[64];
     if (gs.n_cached > 0)
         snprintf(cached, sizeof(cached), " (%d cached)", gs.n_cached);
+    rp_backend_info bi;
+    rp_backend_get_info(be, &bi);
+    if (bi.host_memory)
+        snprintf(where, sizeof(where), "%d threads", rp_backend_threads(be));
+    else
+        snprintf(where, sizeof(where), "on %s", bi.name);
     fprintf(stderr,
             "prompt: %zu tokens%s, %.1f tok/s, first token in %.0f ms | generated: %d tokens, %.1f tok/s | %s | %s, "
-            "%d threads\n",
+            "%s\n",
             n_prompt, cached, gen ? (n_prompt - (size_t)gs.n_cached) / (pre_s > 0 ? pre_s : 1e-9) : 0.0,
             gen && gs.t_first > 0 ? (gs.t_first - gs.t_submit) * 1e3 : 0.0, n_gen,
-            n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, spec, rp_model_describe(model),
-            rp_backend_cpu_threads(rp_model_backend(model)));
+            n_gen > 1 && dec_s > 0 ? (n_gen - 1) / dec_s : 0.0, spec, rp_model_describe(model), where);
     rc = 0;
 done:
     if (dt_live)
@@ -600,5 +616,7 @@ done:
     rp_free(prompt_buf);
     rp_tok_destroy(tok);
     rp_model_destroy(model);
+    rp_backend_destroy(draft_be);
+    rp_backend_destroy(be);
     return rc;
 }

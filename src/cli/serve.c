@@ -73,6 +73,8 @@ static void serve_usage(FILE *f)
                "                             memory, decode ~20%% slower (default: weights up to half the\n"
                "                             available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N            CPU threads (default: all cores)\n"
+               "      --device NAME          where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
+               "                             (default: the GPU when one answers, else cpu)\n"
                "  -q, --quiet                no per-request log lines\n"
                "  -h, --help                 this help\n");
 }
@@ -92,6 +94,7 @@ typedef struct serve_opts {
     const char *model;
     rp_server_params sp;
     rp_engine_params ep;
+    const char *device; // --device; NULL: rp_backend_default_name()
     int threads;
     rp_dtype quant;
     bool no_disk_cache, mmap, f32_act;
@@ -125,7 +128,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_NOPREFIX,
         O_NO_SPEC,
         O_SPEC_CONFIG,
-        O_DRAFT
+        O_DRAFT,
+        O_DEVICE
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -147,6 +151,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"no-spec-decode", no_argument, 0, O_NO_SPEC},
         {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
         {"draft-model", required_argument, 0, O_DRAFT},
+        {"device", required_argument, 0, O_DEVICE},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
         {"tool-parser", required_argument, 0, O_TOOLP},
@@ -201,6 +206,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             }
             break;
         case O_DRAFT: o->ep.spec.draft_path = optarg; break;
+        case O_DEVICE: o->device = optarg; break;
         case O_MAXREQ:
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
@@ -319,13 +325,19 @@ int rp_cli_serve(int argc, char **argv)
     rp_engine *engine = NULL;
     rc = 1;
     bool tty = isatty(STDERR_FILENO);
+    rp_backend *be = NULL, *draft_be = NULL;
+    if (rp_cli_open_backend(o.device, o.threads, o.f32_act, &be) ||
+        (o.ep.spec.draft_path && rp_cli_draft_backend(be, o.f32_act, &draft_be))) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    o.ep.spec.draft_backend = draft_be;
+    rp_cli_print_backend(be);
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = o.threads;
     mp.quant = o.quant;
     mp.copy_limit = rp_cli_mem_available() / 2; // 0 (unknown): no limit
     mp.mmap_weights = o.mmap;
-    mp.f32_activations = o.f32_act;
     if (tty) { // the bar replaces the loader's own lines
         mp.quiet = true;
         mp.progress = load_progress;
@@ -333,7 +345,7 @@ int rp_cli_serve(int argc, char **argv)
         load_progress((void *)o.model, 0);
     }
     double t0 = rp_time_s();
-    rp_status st = rp_model_load(o.model, &mp, &model);
+    rp_status st = rp_model_load(o.model, be, &mp, &model);
     if (tty) {
         fprintf(stderr, "\r\033[K");
         if (!st)
@@ -374,5 +386,7 @@ done:
     rp_engine_destroy(engine);
     rp_tok_destroy(tok);
     rp_model_destroy(model);
+    rp_backend_destroy(draft_be);
+    rp_backend_destroy(be);
     return rc;
 }

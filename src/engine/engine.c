@@ -815,8 +815,7 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->b_rows = rp_malloc((size_t)e->max_rows * sizeof(rp_gen *));
     e->draw_gens = rp_malloc(R * sizeof(rp_gen *));
     e->draw_rows = rp_malloc(R * sizeof(float *));
-    rp_backend *be = rp_model_backend(e->m);
-    e->pool = strcmp(be->ops->name, "cpu") == 0 ? rp_backend_cpu_pool(be) : NULL;
+    e->pool = rp_backend_host_pool(rp_model_backend(e->m));
     e->lp = rp_malloc((size_t)e->n_vocab * sizeof(float));
     if (rp_mul_size((size_t)e->max_rows * sizeof(float), (size_t)e->n_vocab, &rows))
         e->logits = rp_malloc_aligned(rows);

@@ -105,8 +105,9 @@ typedef struct rp_engine_spec_params {
                     // MTP, draft model, in that order), for tests and fixed setups
     int ngram_min;  // prompt lookup: shortest n-gram matched (1..RP_SPEC_NGRAM_MAX); 0 = 2
     int ngram_max;  // prompt lookup: longest n-gram matched (ngram_min..RP_SPEC_NGRAM_MAX); 0 = 8
-    const char *draft_path;        // a draft model to load (folder or .gguf, its tokenizer with it;
-                                   // same threads as the model's backend); NULL: none
+    const char *draft_path;        // a draft model to load (folder or .gguf, its tokenizer with it); NULL: none
+    rp_backend *draft_backend;     // the backend draft_path is loaded on (borrowed, outlives the engine);
+                                   // NULL: the model's
     rp_model *draft;               // or a loaded draft model (borrowed; the engine thread's while the
     const rp_tokenizer *draft_tok; // engine lives), with its tokenizer; not both with draft_path
 } rp_engine_spec_params;

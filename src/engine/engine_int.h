@@ -178,7 +178,7 @@ struct rp_engine {
     int n_b, n_b_seqs, n_b_rows, n_b_prefill;
     rp_gen **draw_gens; // (max_running) the requests of the step's rows without drafts
     float **draw_rows;  // (max_running) their logits rows
-    rp_pool *pool;      // the CPU backend's pool (idle between forwards), or NULL
+    rp_pool *pool;      // the backend's host pool (rp_backend_host_pool: idle between forwards), or NULL
     float *logits;      // (max_rows, n_vocab)
     float *lp;          // (n_vocab) logprobs of one row
     char step_err[512]; // why the last forward failed

@@ -716,13 +716,9 @@ static rp_status draft_init(rp_engine *e, const rp_engine_spec_params *p)
     } else {
         rp_model_params mp;
         rp_model_params_default(&mp);
-        // A quarter of the model's threads: the draft model runs between the model's
-        // steps, and its pool's workers, spinning after each run, would take cores
-        // the model's pool is about to need.
-        int threads = rp_backend_cpu_threads(rp_model_backend(e->m)) / 4;
-        mp.n_threads = threads > 1 ? threads : 1;
         mp.quiet = true;
-        if ((st = rp_model_load(p->draft_path, &mp, &se->dm_owned)) ||
+        rp_backend *be = p->draft_backend ? p->draft_backend : rp_model_backend(e->m);
+        if ((st = rp_model_load(p->draft_path, be, &mp, &se->dm_owned)) ||
             (st = rp_tok_load_file(p->draft_path, &se->dtok_owned)))
             return rp_error_prefix(st, "draft model");
         se->dm = se->dm_owned;

@@ -15,8 +15,8 @@ struct rp_kv_pool {
     rp_backend *be;
     int n_layer, n_kv_head, head_dim, block_size, n_blocks;
     rp_dtype type;       // of K and V: RP_DTYPE_F16 or RP_DTYPE_F32
-    size_t block_bytes;  // bytes of K (or V) of one block in one layer
-    rp_kv_layer *layers; // (n_layer)
+    size_t block_bytes;  // bytes of K and V of one block in one layer (rp_kv_layer_block_bytes)
+    rp_kv_layer *layers; // (n_layer), in the backend's layout
     int32_t *refs;       // (n_blocks)
     uint8_t *cached;     // (n_blocks) marked by the prefix cache
     int32_t *next, *prev; // (n_blocks) the free list's links, -1 at the ends
@@ -39,9 +39,6 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
         return RP_ERR(RP_ERR_INVALID, "kv pool: invalid geometry");
     if (type != RP_DTYPE_F16 && type != RP_DTYPE_F32)
         return RP_ERR(RP_ERR_INVALID, "kv pool: K and V can be f16 or f32, not %s", rp_dtype_name(type));
-    size_t layer_bytes;
-    if (!rp_mul_size((size_t)n_blocks * block_size, (size_t)n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type), &layer_bytes))
-        return RP_ERR(RP_ERR_RANGE, "kv pool: too large");
     rp_kv_pool *p = rp_calloc(1, sizeof(*p));
     if (!p)
         return RP_ERR(RP_ERR_NOMEM, "kv pool: out of memory");
@@ -52,7 +49,7 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->type = type;
-    p->block_bytes = (size_t)block_size * n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type);
+    p->block_bytes = 2 * (size_t)block_size * n_kv_head * head_dim * (size_t)rp_dtype_block_bytes(type);
     p->layers = rp_calloc((size_t)n_layer, sizeof(rp_kv_layer));
     p->refs = rp_calloc((size_t)n_blocks, sizeof(int32_t));
     p->cached = rp_calloc((size_t)n_blocks, 1);
@@ -63,16 +60,9 @@ rp_status rp_kv_pool_create(rp_backend *be, int n_layer, int n_kv_head, int head
         st = RP_ERR(RP_ERR_NOMEM, "kv pool: out of memory");
         goto fail;
     }
-    for (int l = 0; l < n_layer; l++) {
-        void *k, *v;
-        if ((st = be->ops->alloc(be, layer_bytes, &k)))
+    for (int l = 0; l < n_layer; l++)
+        if ((st = rp_backend_kv_layer_init(be, n_blocks, block_size, n_kv_head, head_dim, type, &p->layers[l])))
             goto fail;
-        p->layers[l].k = k;
-        p->layers[l].type = type;
-        if ((st = be->ops->alloc(be, layer_bytes, &v)))
-            goto fail;
-        p->layers[l].v = v;
-    }
     for (int i = 0; i < n_blocks; i++) {
         p->next[i] = i + 1 < n_blocks ? i + 1 : -1;
         p->prev[i] = i - 1;
@@ -92,12 +82,8 @@ void rp_kv_pool_destroy(rp_kv_pool *p)
     if (!p)
         return;
     if (p->layers)
-        for (int l = 0; l < p->n_layer; l++) {
-            if (p->layers[l].k)
-                p->be->ops->free(p->be, p->layers[l].k);
-            if (p->layers[l].v)
-                p->be->ops->free(p->be, p->layers[l].v);
-        }
+        for (int l = 0; l < p->n_layer; l++)
+            rp_backend_kv_layer_deinit(p->be, &p->layers[l]);
     rp_free(p->layers);
     rp_free(p->refs);
     rp_free(p->cached);
@@ -278,43 +264,24 @@ void rp_kv_block_unref(rp_kv_pool *p, int32_t b)
         list_push_head(p, b);
 }
 
-// Block b's K (or V) in a layer's array.
-static void *at(const rp_kv_pool *p, void *base, int32_t b)
-{
-    return (uint8_t *)base + (size_t)b * p->block_bytes;
-}
-
 rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host)
 {
     check_block(p, b);
-    size_t n = p->block_bytes;
-    uint8_t *dst = host;
     rp_status st;
-    for (int l = 0; l < p->n_layer; l++) {
-        if ((st = p->be->ops->download(p->be, dst, at(p, p->layers[l].k, b), n)))
+    for (int l = 0; l < p->n_layer; l++)
+        if ((st = rp_backend_kv_block_export(p->be, &p->layers[l], b, (uint8_t *)host + (size_t)l * p->block_bytes)))
             return st;
-        dst += n;
-        if ((st = p->be->ops->download(p->be, dst, at(p, p->layers[l].v, b), n)))
-            return st;
-        dst += n;
-    }
     return RP_OK;
 }
 
 rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host)
 {
     check_block(p, b);
-    size_t n = p->block_bytes;
-    const uint8_t *src = host;
     rp_status st;
-    for (int l = 0; l < p->n_layer; l++) {
-        if ((st = p->be->ops->upload(p->be, at(p, p->layers[l].k, b), src, n)))
+    for (int l = 0; l < p->n_layer; l++)
+        if ((st = rp_backend_kv_block_import(p->be, &p->layers[l], b,
+                                             (const uint8_t *)host + (size_t)l * p->block_bytes)))
             return st;
-        src += n;
-        if ((st = p->be->ops->upload(p->be, at(p, p->layers[l].v, b), src, n)))
-            return st;
-        src += n;
-    }
     return RP_OK;
 }
 
@@ -322,14 +289,10 @@ rp_status rp_kv_block_copy(rp_kv_pool *p, int32_t dst, int32_t src)
 {
     check_block(p, dst);
     check_block(p, src);
-    size_t n = p->block_bytes;
     rp_status st;
-    for (int l = 0; l < p->n_layer; l++) {
-        rp_kv_layer *L = &p->layers[l];
-        if ((st = p->be->ops->copy(p->be, at(p, L->k, dst), at(p, L->k, src), n)) ||
-            (st = p->be->ops->copy(p->be, at(p, L->v, dst), at(p, L->v, src), n)))
+    for (int l = 0; l < p->n_layer; l++)
+        if ((st = rp_backend_kv_block_copy(p->be, &p->layers[l], dst, src)))
             return st;
-    }
     return RP_OK;
 }
 

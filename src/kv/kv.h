@@ -85,7 +85,8 @@ void rp_kv_block_ref(rp_kv_pool *p, int32_t b);
 // Drops a reference; at zero the block is free again.
 void rp_kv_block_unref(rp_kv_pool *p, int32_t b);
 // Copies block b's K and V of every layer to host memory (rp_kv_pool_block_bytes
-// bytes, layer by layer, K then V, each (block_size, n_kv_head, head_dim) of the pool's type).
+// bytes, layer by layer, K then V, each (block_size, n_kv_head, head_dim) of the pool's
+// type: the canonical layout of rp_backend_kv_block_export, the same on every backend).
 rp_status rp_kv_block_read(rp_kv_pool *p, int32_t b, void *host);
 // The reverse of rp_kv_block_read: fills block b from host memory.
 rp_status rp_kv_block_write(rp_kv_pool *p, int32_t b, const void *host);

@@ -17,6 +17,7 @@
 #include "model_int.h"
 
 #include "../gguf/gguf.h"
+#include "../quant/quant.h"
 #include "../safetensors/safetensors.h"
 
 #include <math.h>

@@ -6,8 +6,9 @@
  * may change between versions); the architecture config field by field; the
  * rope frequencies as computed (covers theta, scaling and GGUF rope_freqs);
  * the name, type and shape of every weight tensor the forward pass uses; the
- * quantization asked at load; the backend and, on the CPU, the SIMD level of
- * the kernels (different instruction sets do not round alike); the running
+ * quantization asked at load; the backend's numerics (rp_backend_numerics: its
+ * name, and on the CPU the SIMD level and the activation rounding: different
+ * instruction sets and devices do not round alike); the running
  * executable's size and modification time (a rebuilt or upgraded binary may
  * compute other bits); the identity of the files: the model path and, for
  * each weight or config file, its name, size and modification time. File
@@ -23,7 +24,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#define FP_TAG "rapid-kv-fingerprint-1"
+#define FP_TAG "rapid-kv-fingerprint-2" // 2: the backend named by its numerics
 
 static void put(XXH3_state_t *h, const void *p, size_t n)
 {
@@ -182,13 +183,9 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
         put_tensor(&h, "mtp.fc", &m->mtp.fc);
 
     put_i64(&h, m->params.quant);
-    put_str(&h, m->be->ops->name);
-    if (strcmp(m->be->ops->name, "cpu") == 0) {
-        put_str(&h, rp_cpu_simd_name());
-        put_i64(&h, rp_backend_cpu_bf16_act(m->be));
-        if (rp_backend_cpu_bf16_act(m->be)) // AMX's bf16 numbers differ from AVX512_BF16's
-            put_str(&h, rp_cpu_has_amx() ? "amx" : "avx512_bf16");
-    }
+    // The backend's numbers (kernels, instruction set, activation rounding) for the matrices'
+    // type: KV made with other numbers would give other text than this backend's own.
+    put_str(&h, rp_backend_numerics(m->be, m->layers[0].wq.type));
     put_file(&h, "/proc/self/exe", "executable");
 
     char *real = realpath(m->path, NULL); // libc's allocation: freed with free()

@@ -14,6 +14,13 @@
  * then the final norm and the output head for the tokens that want logits
  * (gathered first, so a prefill chunk computes one row, not hundreds). The MTP
  * block (rp_model_forward_mtp, at the end) reuses the layer and the head.
+ *
+ * Each forward starts with one batch descriptor (rp_batch_desc: token ids,
+ * positions, KV slots, the sequences' block tables flattened, the output rows)
+ * handed to the backend, which a device backend uploads once; the results come
+ * back in one copy per output (logits, hidden rows, argmax ids), then one
+ * synchronize. On a backend whose memory is host memory the head writes the
+ * caller's buffers directly.
  */
 #include "model_int.h"
 
@@ -28,7 +35,7 @@ static const char *const prof_names[RP_PROF_N] = {"embed", "rmsnorm", "qkv matmu
 // The clock after the backend has finished what it was given.
 static double prof_now(rp_model *m)
 {
-    m->be->ops->synchronize(m->be);
+    rp_backend_synchronize(m->be);
     return rp_time_s();
 }
 
@@ -72,51 +79,82 @@ void rp_model_prof_print(const rp_model *m)
             prof_add(m, kind, wbytes, t0_);                                                                            \
     } while (0)
 
-static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, const rp_attn_info *ai, int n,
-                               const int32_t *pos)
+static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
 {
     const rp_model_config *c = &m->cfg;
     const rp_layer *L = &m->layers[l];
-    const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
     rp_scratch *s = &m->s;
     bool prof = m->prof && n == m->prof->n_tokens && l < c->n_layer; // the MTP layer is not profiled
     rp_status st;
-    OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
+    OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
     rp_matmul_desc qkv[3] = {{&L->wq, s->q, L->bq, NULL}, {&L->wk, s->k, L->bk, NULL}, {&L->wv, s->v, L->bv, NULL}};
-    OP(RP_PROF_QKV, L->wq.nbytes + L->wk.nbytes + L->wv.nbytes, o->matmul_group(be, qkv, 3, s->h, n));
+    OP(RP_PROF_QKV, L->wq.nbytes + L->wk.nbytes + L->wv.nbytes, rp_backend_matmul_group(be, qkv, 3, s->h, n));
     if (L->q_norm) {
-        OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
-        OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
+        OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
+        OP(RP_PROF_NORM, 0,
+           rp_backend_rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
     }
-    OP(RP_PROF_ROPE, 0, o->rope(be, s->q, pos, n, c->n_head, c->head_dim, m->inv_freq, c->rope_style));
-    OP(RP_PROF_ROPE, 0, o->rope(be, s->k, pos, n, c->n_kv_head, c->head_dim, m->inv_freq, c->rope_style));
+    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->q, c->n_head, c->head_dim, s->inv_freq, c->rope_style));
+    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->k, c->n_kv_head, c->head_dim, s->inv_freq, c->rope_style));
     float scale = (float)(1.0 / sqrt((double)c->head_dim));
     OP(RP_PROF_ATTN, 0,
-       o->attention(be, s->q, s->k, s->v, kv, ai, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
+       rp_backend_attention(be, s->q, s->k, s->v, kv, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
     rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
-    OP(RP_PROF_WO, L->wo.nbytes, o->matmul_group(be, &wo, 1, s->att, n));
-    OP(RP_PROF_NORM, 0, o->rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
+    OP(RP_PROF_WO, L->wo.nbytes, rp_backend_matmul_group(be, &wo, 1, s->att, n));
+    OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
     OP(RP_PROF_GATE_UP, L->w_gate.nbytes + L->w_up.nbytes,
-       o->matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
+       rp_backend_matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
     rp_matmul_desc down = {&L->w_down, s->h, NULL, s->x}; // x += (silu(gate) * up)·Wdownᵀ
-    OP(RP_PROF_DOWN, L->w_down.nbytes, o->matmul_group(be, &down, 1, s->gate, n));
+    OP(RP_PROF_DOWN, L->w_down.nbytes, rp_backend_matmul_group(be, &down, 1, s->gate, n));
     return RP_OK;
 }
 
-// Checks the batch and fills the per-token scratch: KV slot, block table, and the
-// rows wanting output (m->tmp_rows[0..*n_out)): logits, or with `hidden_rows` a
-// hidden row only (rp_batch.want_hidden).
-static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, bool hidden_rows, int *n_out)
+// Grows an int32 array of the batch store to hold n (by doubling); false when out of memory.
+static bool grow_i32(int32_t **a, int *cap, int n)
+{
+    if (n <= *cap)
+        return true;
+    int c = *cap ? *cap : 64;
+    while (c < n)
+        c *= 2;
+    int32_t *p = rp_realloc(*a, (size_t)c * sizeof(int32_t));
+    if (!p)
+        return false;
+    *a = p;
+    *cap = c;
+    return true;
+}
+
+// Checks the batch, fills its descriptor (KV slots, the flattened block tables, the
+// rows wanting output: logits, or with `hidden_rows` a hidden row only, rp_batch.
+// want_hidden) and hands it to the backend. *n_out: the output rows, *n_logit: of those
+// the ones wanting logits.
+static rp_status begin(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, bool hidden_rows, int *n_out,
+                       int *n_logit)
 {
     const rp_model_config *c = &m->cfg;
+    rp_batch_store *bs = &m->bs;
     int n = b->n_tokens;
-    *n_out = 0;
+    *n_out = *n_logit = 0;
     if (n > m->params.max_batch)
         return RP_ERR(RP_ERR_RANGE, "batch of %d tokens exceeds the maximum of %d", n, m->params.max_batch);
     if (rp_kv_pool_n_layers(kv) < n_layers)
         return RP_ERR(RP_ERR_INVALID, "the KV pool has %d layers, the model needs %d (make it with rp_model_kv_create)",
                       rp_kv_pool_n_layers(kv), n_layers);
+    if (b->n_seqs < 0 || !grow_i32(&bs->bt_start, &bs->cap_seqs, b->n_seqs + 1))
+        return RP_ERR(b->n_seqs < 0 ? RP_ERR_INVALID : RP_ERR_NOMEM, "batch of %d sequences", b->n_seqs);
+    bs->bt_start[0] = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int nb = b->seqs[s]->n_blocks;
+        if (nb > INT32_MAX - bs->bt_start[s])
+            return RP_ERR(RP_ERR_RANGE, "batch block tables too large");
+        bs->bt_start[s + 1] = bs->bt_start[s] + nb;
+    }
+    if (!grow_i32(&bs->bt, &bs->cap_bt, bs->bt_start[b->n_seqs] + 1))
+        return RP_ERR(RP_ERR_NOMEM, "out of memory for the batch's block tables");
+    for (int s = 0; s < b->n_seqs; s++)
+        memcpy(bs->bt + bs->bt_start[s], b->seqs[s]->blocks, (size_t)b->seqs[s]->n_blocks * sizeof(int32_t));
     for (int t = 0; t < n; t++) {
         if (b->seq[t] < 0 || b->seq[t] >= b->n_seqs)
             return RP_ERR(RP_ERR_INVALID, "token %d names sequence %d of %d", t, b->seq[t], b->n_seqs);
@@ -125,58 +163,78 @@ static rp_status prepare(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_l
             return RP_ERR(RP_ERR_RANGE, "position %d outside the sequence's %d KV slots", b->pos[t], sq->n_tokens);
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab)
             return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%d)", b->tokens[t], c->n_vocab);
-        m->tmp_slot[t] = rp_kv_seq_slot(kv, sq, b->pos[t]);
-        m->tmp_bt[t] = sq->blocks;
-        if (b->want_logits[t] || (hidden_rows && b->want_hidden[t]))
-            m->tmp_rows[(*n_out)++] = t;
+        bs->slot[t] = rp_kv_seq_slot(kv, sq, b->pos[t]);
+        if (b->want_logits[t] || (hidden_rows && b->want_hidden[t])) {
+            if (b->want_logits[t])
+                bs->logit_rows[(*n_logit)++] = *n_out;
+            bs->rows[(*n_out)++] = t;
+        }
     }
-    return RP_OK;
+    rp_batch_desc d = {.n_tokens = n,
+                       .tokens = b->tokens,
+                       .pos = b->pos,
+                       .slot = bs->slot,
+                       .seq = b->seq,
+                       .n_seqs = b->n_seqs,
+                       .bt_start = bs->bt_start,
+                       .bt = bs->bt,
+                       .block_size = rp_kv_pool_block_size(kv),
+                       .n_rows = *n_out,
+                       .rows = bs->rows,
+                       .n_logit_rows = *n_logit,
+                       .logit_rows = bs->logit_rows};
+    return rp_backend_begin_batch(m->be, &d);
 }
 
-// The residual stream's output rows (prepare): gathered to the front, normed
-// with `norm` into s.h (copied to hidden when asked), then the rows that want
-// logits (all of them unless `want` says otherwise: rp_batch.want_hidden) are
-// gathered again and projected by the output head in chunks (into logits when
-// not NULL).
-static rp_status head(rp_model *m, const float *norm, int n_out, const bool *want, float *logits, float *hidden)
+// Where a forward's results go (host memory, any NULL).
+typedef struct head_out {
+    float *logits;  // (n_logit, n_vocab)
+    int32_t *ids;   // (n_logit) argmax of each logits row, instead of logits
+    float *hidden;  // (n_out, dim) the normed hidden rows
+} head_out;
+
+// The residual stream's output rows (begin): gathered to the front, normed with `norm`
+// (the rows are the hidden rows: copied out when asked), then the rows that want logits
+// (n_logit of the n_out) gathered again and projected by the output head, whose rows
+// come back as logits or as their argmax. Ends with the forward's one synchronize.
+static rp_status head(rp_model *m, const float *norm, int n_out, int n_logit, const head_out *o)
 {
     const rp_model_config *c = &m->cfg;
-    const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
-    rp_status st = RP_OK;
-    // In order, so in place.
-    for (int i = 0; i < n_out; i++)
-        if (m->tmp_rows[i] != i)
-            st = o->copy(be, m->s.x + (size_t)i * c->dim, m->s.x + (size_t)m->tmp_rows[i] * c->dim,
-                         (size_t)c->dim * sizeof(float));
-    if (st)
+    size_t dim = (size_t)c->dim, vocab = (size_t)c->n_vocab;
+    rp_status st;
+    if (n_out > 0 && ((st = rp_backend_gather_rows(be, RP_ROWS_OUT, m->s.x, c->dim, m->s.x)) ||
+                      (st = rp_backend_rmsnorm(be, m->s.x, norm, c->norm_eps, n_out, c->dim, m->s.h))))
         return st;
-    if (n_out > 0 && (st = o->rmsnorm(be, m->s.x, norm, c->norm_eps, n_out, c->dim, m->s.h)))
+    if (o->hidden && (st = rp_backend_download(be, o->hidden, m->s.h, (size_t)n_out * dim * sizeof(float))))
         return st;
-    if (hidden && n_out > 0 && (st = o->download(be, hidden, m->s.h, (size_t)n_out * c->dim * sizeof(float))))
+    bool want_logits = n_logit > 0 && (o->logits || o->ids);
+    if (want_logits && n_logit < n_out && (st = rp_backend_gather_rows(be, RP_ROWS_LOGIT, m->s.h, c->dim, m->s.h)))
         return st;
-    if (want) { // hidden-only rows leave: the rest move forward, in order, so in place
-        int k = 0;
-        for (int i = 0; i < n_out && !st; i++) {
-            if (!want[m->tmp_rows[i]])
-                continue;
-            if (k != i)
-                st = o->copy(be, m->s.h + (size_t)k * c->dim, m->s.h + (size_t)i * c->dim,
-                             (size_t)c->dim * sizeof(float));
-            k++;
+    if (want_logits) {
+        // On host memory the head writes the caller's rows; else the backend's, copied once.
+        float *rows = m->host_memory && o->logits && !o->ids ? o->logits : m->s.logits;
+        if (!rows) { // host memory, argmax: the scratch is made by the first such forward
+            size_t bytes;
+            if (!rp_mul_size((size_t)m->params.max_batch * vocab, sizeof(float), &bytes) ||
+                (st = rp_backend_alloc(be, bytes, (void **)&m->s.logits)) ||
+                (st = rp_backend_alloc(be, (size_t)m->params.max_batch * sizeof(int32_t), (void **)&m->s.ids)))
+                return rp_error_prefix(st ? st : RP_ERR(RP_ERR_RANGE, "logits scratch too large"), "logits scratch");
+            rows = m->s.logits;
         }
-        if (st)
+        if ((st = rp_backend_matmul(be, &m->output, m->s.h, n_logit, rows)))
             return st;
-        n_out = k;
-    }
-    for (int r = 0; logits && r < n_out; r += RP_LOGIT_ROWS) {
-        int rows = n_out - r < RP_LOGIT_ROWS ? n_out - r : RP_LOGIT_ROWS;
-        if ((st = o->matmul(be, &m->output, m->s.h + (size_t)r * c->dim, rows, m->s.logits)) ||
-            (st = o->download(be, logits + (size_t)r * c->n_vocab, m->s.logits,
-                              (size_t)rows * c->n_vocab * sizeof(float))))
+        if (o->ids) {
+            int32_t *ids = m->host_memory ? o->ids : m->s.ids;
+            if ((st = rp_backend_argmax(be, rows, n_logit, c->n_vocab, ids)) ||
+                (ids != o->ids && (st = rp_backend_download(be, o->ids, ids, (size_t)n_logit * sizeof(int32_t)))))
+                return st;
+        }
+        if (o->logits && rows != o->logits &&
+            (st = rp_backend_download(be, o->logits, rows, (size_t)n_logit * vocab * sizeof(float))))
             return st;
     }
-    return o->synchronize(be);
+    return rp_backend_synchronize(be);
 }
 
 rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits)
@@ -184,25 +242,25 @@ rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float
     return rp_model_forward_ex(m, kv, b, logits, NULL);
 }
 
-rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden)
+// The main model's forward (rp_model_forward_ex, rp_model_forward_argmax).
+static rp_status forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, const head_out *o)
 {
     const rp_model_config *c = &m->cfg;
-    int n = b->n_tokens, n_out;
+    int n = b->n_tokens, n_out, n_logit;
     if (n <= 0)
         return RP_OK;
-    bool hidden_rows = hidden && b->want_hidden; // some rows may want a hidden row and no logits
-    rp_status st = prepare(m, kv, b, c->n_layer, hidden_rows, &n_out);
+    bool hidden_rows = o->hidden && b->want_hidden; // some rows may want a hidden row and no logits
+    rp_status st = begin(m, kv, b, c->n_layer, hidden_rows, &n_out, &n_logit);
     if (st)
         return st;
-    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
     bool prof = m->prof && n == m->prof->n_tokens;
     double t0 = prof ? prof_now(m) : 0;
-    OP(RP_PROF_EMBED, 0, m->be->ops->get_rows(m->be, &m->tok_embd, b->tokens, n, m->s.x));
+    OP(RP_PROF_EMBED, 0, rp_backend_get_rows(m->be, &m->tok_embd, m->s.x));
     for (int l = 0; l < c->n_layer; l++)
-        if ((st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos)))
+        if ((st = layer_forward(m, l, rp_kv_pool_layer(kv, l), n)))
             return st;
-    OP(RP_PROF_HEAD, n_out > 0 && logits ? m->output.nbytes : 0,
-       head(m, m->out_norm, n_out, hidden_rows ? b->want_logits : NULL, logits, hidden));
+    OP(RP_PROF_HEAD, n_logit > 0 && (o->logits || o->ids) ? m->output.nbytes : 0,
+       head(m, m->out_norm, n_out, n_logit, o));
     if (prof) {
         m->prof->total += prof_now(m) - t0;
         m->prof->forwards++;
@@ -210,46 +268,53 @@ rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, fl
     return RP_OK;
 }
 
+rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden)
+{
+    head_out o = {.logits = logits, .hidden = hidden};
+    return forward(m, kv, b, &o);
+}
+
+rp_status rp_model_forward_argmax(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int32_t *ids, float *hidden)
+{
+    head_out o = {.ids = ids, .hidden = hidden};
+    return forward(m, kv, b, &o);
+}
+
 /*
  * The MTP block: x = concat(rmsnorm(embed(tokens))·enorm, rmsnorm(hidden)·hnorm)·fcᵀ,
  * then its decoder layer (layers[n_layer], KV layer n_layer), then mtp.norm and the
- * shared head. The concatenation is built row by row in s.cat so fc stays one
- * matmul over 2*dim columns, as the reference computes it.
+ * shared head. The concatenation is built in s.cat (two strided copies, one per half)
+ * so fc stays one matmul over 2*dim columns, as the reference computes it.
  */
 rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, const float *hidden, float *logits,
                                float *hidden_out)
 {
     const rp_model_config *c = &m->cfg;
-    const rp_backend_ops *o = m->be->ops;
     rp_backend *be = m->be;
-    int n = b->n_tokens, n_out;
+    int n = b->n_tokens, n_out, n_logit;
     if (c->n_mtp <= 0)
         return RP_ERR(RP_ERR_UNSUPPORTED, "%s: the model has no MTP layer", m->path);
     if (n <= 0)
         return RP_OK;
     if (!hidden)
         return RP_ERR(RP_ERR_INVALID, "MTP forward without hidden-state rows");
-    rp_status st = prepare(m, kv, b, c->n_layer + c->n_mtp, false, &n_out);
+    rp_status st = begin(m, kv, b, c->n_layer + c->n_mtp, false, &n_out, &n_logit);
     if (st)
         return st;
     size_t row = (size_t)c->dim * sizeof(float);
     float *cat = m->s.cat;
-    if ((st = o->upload(be, m->s.x, hidden, (size_t)n * row)) ||
-        (st = o->rmsnorm(be, m->s.x, m->mtp.hnorm, c->norm_eps, n, c->dim, m->s.h)))
+    if ((st = rp_backend_upload(be, m->s.x, hidden, (size_t)n * row)) ||
+        (st = rp_backend_rmsnorm(be, m->s.x, m->mtp.hnorm, c->norm_eps, n, c->dim, m->s.h)) ||
+        (st = rp_backend_copy_2d(be, cat + c->dim, 2 * row, m->s.h, row, row, (size_t)n)) ||
+        (st = rp_backend_get_rows(be, &m->tok_embd, m->s.x)) ||
+        (st = rp_backend_rmsnorm(be, m->s.x, m->mtp.enorm, c->norm_eps, n, c->dim, m->s.h)) ||
+        (st = rp_backend_copy_2d(be, cat, 2 * row, m->s.h, row, row, (size_t)n)) ||
+        (st = rp_backend_matmul(be, &m->mtp.fc, cat, n, m->s.x)))
         return st;
-    for (int t = 0; t < n && !st; t++)
-        st = o->copy(be, cat + (size_t)t * 2 * c->dim + c->dim, m->s.h + (size_t)t * c->dim, row);
-    if (st || (st = o->get_rows(be, &m->tok_embd, b->tokens, n, m->s.x)) ||
-        (st = o->rmsnorm(be, m->s.x, m->mtp.enorm, c->norm_eps, n, c->dim, m->s.h)))
-        return st;
-    for (int t = 0; t < n && !st; t++)
-        st = o->copy(be, cat + (size_t)t * 2 * c->dim, m->s.h + (size_t)t * c->dim, row);
-    if (st || (st = o->matmul(be, &m->mtp.fc, cat, n, m->s.x)))
-        return st;
-    rp_attn_info ai = {n, rp_kv_pool_block_size(kv), b->pos, m->tmp_slot, m->tmp_bt};
     for (int l = c->n_layer; l < c->n_layer + c->n_mtp && !st; l++)
-        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), &ai, n, b->pos);
+        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), n);
     if (st)
         return st;
-    return head(m, m->mtp.norm, n_out, NULL, logits, hidden_out);
+    head_out o = {.logits = logits, .hidden = hidden_out};
+    return head(m, m->mtp.norm, n_out, n_logit, &o);
 }

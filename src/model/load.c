@@ -11,8 +11,10 @@
  * (rp_model_params.mmap_weights keeps them mapped instead, and copy_limit caps
  * the bytes copied, the rest staying mapped): a pass over the
  * weights through 4 KiB pages of the file's mapping measured 20-25% slower (one
- * TLB miss per 4 KiB; bench/RESULTS.md). The small norm/bias vectors are
- * converted to f32. Tensors nobody asked for are listed and skipped.
+ * TLB miss per 4 KiB; bench/RESULTS.md). That is on a backend whose memory is
+ * host memory; a device backend copies every tensor at rp_backend_tensor_init (from
+ * the mapping, or from a temporary quantized copy). The small norm/bias vectors
+ * are converted to f32. Tensors nobody asked for are listed and skipped.
  *
  * The MTP block (when the config announces one) uses llama.cpp's GGUF names:
  * its decoder layer is block n_layer (`blk.N.attn_q.weight`, ...) and its own
@@ -23,6 +25,7 @@
 #include "model_int.h"
 
 #include "../gguf/gguf.h"
+#include "../quant/quant.h"
 #include "../safetensors/safetensors.h"
 
 #include <stdio.h>
@@ -126,14 +129,16 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
     rp_backend *be = m->be;
     rp_dtype q = m->params.quant;
     bool is_float = type == RP_DTYPE_F32 || type == RP_DTYPE_F16 || type == RP_DTYPE_BF16;
+    uint8_t *tmp = NULL; // a device backend copies the tensor at init: quantized rows are freed after it
     if (quantizable && is_float && q != RP_DTYPE_F32 && ne0 % rp_dtype_block(q) == 0) {
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(q, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' too large to quantize", name);
-        uint8_t *buf = arena_alloc(m, total);
+        uint8_t *buf = m->host_memory ? arena_alloc(m, total) : (tmp = rp_malloc(total));
         float *row = rp_malloc((size_t)ne0 * sizeof(float));
         if (!buf || !row) {
             rp_free(row);
+            rp_free(tmp);
             return RP_ERR(RP_ERR_NOMEM, "out of memory quantizing '%s'", name);
         }
         size_t src_row;
@@ -144,11 +149,13 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
             st = rp_quantize(q, row, buf + (size_t)r * row_bytes, ne0);
         }
         rp_free(row);
-        if (st)
+        if (st) {
+            rp_free(tmp);
             return st;
+        }
         data = buf;
         type = q;
-    } else if (streamed && !m->params.mmap_weights && m->huge_pages) {
+    } else if (streamed && m->host_memory && !m->params.mmap_weights && m->huge_pages) {
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(type, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape", name);
@@ -157,12 +164,10 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
         if (!data)
             return RP_ERR(RP_ERR_NOMEM, "out of memory copying '%s' to the weight arena", name);
     }
-    if (!be->ops->supports_type(be, type))
-        return RP_ERR(RP_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported by the %s backend", name,
-                      rp_dtype_name(type), be->ops->name);
-    rp_status st = be->ops->tensor_init(be, type, ne0, ne1, data, out);
+    rp_status st = rp_backend_tensor_init(be, type, ne0, ne1, data, out);
+    rp_free(tmp);
     if (st)
-        return st;
+        return rp_error_prefix(st, "tensor '%s'", name);
     m->weight_bytes += out->nbytes;
     return RP_OK;
 }
@@ -176,15 +181,14 @@ rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     rp_dequantize(type, data, host, n);
     void *dev = NULL;
-    rp_status st = be->ops->alloc(be, (size_t)n * sizeof(float), &dev);
+    rp_status st = rp_backend_alloc(be, (size_t)n * sizeof(float), &dev);
     if (!st)
-        st = be->ops->upload(be, dev, host, (size_t)n * sizeof(float));
+        st = rp_backend_upload(be, dev, host, (size_t)n * sizeof(float));
     rp_free(host);
     if (!st)
         st = push_ptr(&m->dev_owned, &m->n_dev_owned, &m->cap_dev_owned, dev);
     if (st) {
-        if (dev)
-            be->ops->free(be, dev);
+        rp_backend_free(be, dev);
         return rp_error_prefix(st, "tensor '%s'", name);
     }
     *out = dev;

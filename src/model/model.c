@@ -29,36 +29,45 @@ static rp_status alloc_scratch(rp_model *m)
     size_t B = (size_t)m->params.max_batch;
     size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
     struct {
-        float **p;
+        void *p;
         size_t n;
+        bool on;
     } bufs[] = {
-        {&m->s.x, B * c->dim},       {&m->s.h, B * c->dim},       {&m->s.q, B * qd},
-        {&m->s.k, B * kvd},          {&m->s.v, B * kvd},          {&m->s.att, B * qd},
-        {&m->s.gate, B * c->ffn_dim}, {&m->s.up, B * c->ffn_dim}, {&m->s.logits, (size_t)RP_LOGIT_ROWS * c->n_vocab},
+        {&m->s.x, B * c->dim, true},
+        {&m->s.h, B * c->dim, true},
+        {&m->s.q, B * qd, true},
+        {&m->s.k, B * kvd, true},
+        {&m->s.v, B * kvd, true},
+        {&m->s.att, B * qd, true},
+        {&m->s.gate, B * c->ffn_dim, true},
+        {&m->s.up, B * c->ffn_dim, true},
+        {&m->s.logits, B * c->n_vocab, !m->host_memory}, // host memory: the caller's rows
+        {&m->s.ids, B, !m->host_memory},
+        {&m->s.cat, B * 2 * c->dim, c->n_mtp > 0},
+        {&m->s.inv_freq, (size_t)c->head_dim / 2, true},
     };
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-        void *p;
-        rp_status st = be->ops->alloc(be, bufs[i].n * sizeof(float), &p);
+        size_t bytes;
+        if (!bufs[i].on)
+            continue;
+        if (!rp_mul_size(bufs[i].n, sizeof(float), &bytes))
+            return RP_ERR(RP_ERR_RANGE, "activation scratch too large");
+        rp_status st = rp_backend_alloc(be, bytes, (void **)bufs[i].p);
         if (st)
             return rp_error_prefix(st, "activation scratch");
-        *bufs[i].p = p;
     }
-    if (c->n_mtp > 0) {
-        void *p;
-        rp_status st = be->ops->alloc(be, B * 2 * c->dim * sizeof(float), &p);
-        if (st)
-            return rp_error_prefix(st, "MTP activation scratch");
-        m->s.cat = p;
-    }
-    m->tmp_slot = rp_malloc(B * sizeof(int32_t));
-    m->tmp_bt = rp_malloc(B * sizeof(int32_t *));
-    m->tmp_rows = rp_malloc(B * sizeof(int32_t));
-    if (!m->tmp_slot || !m->tmp_bt || !m->tmp_rows)
+    rp_status st = rp_backend_upload(be, m->s.inv_freq, m->inv_freq, (size_t)c->head_dim / 2 * sizeof(float));
+    if (st)
+        return st;
+    m->bs.slot = rp_malloc(B * sizeof(int32_t));
+    m->bs.rows = rp_malloc(B * sizeof(int32_t));
+    m->bs.logit_rows = rp_malloc(B * sizeof(int32_t));
+    if (!m->bs.slot || !m->bs.rows || !m->bs.logit_rows)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     return RP_OK;
 }
 
-rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out)
+rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params *params, rp_model **out)
 {
     *out = NULL;
     rp_model *m = rp_calloc(1, sizeof(*m));
@@ -76,9 +85,10 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
         st = RP_ERR(RP_ERR_INVALID, "quantization on load supports q8 and q4");
         goto fail;
     }
-    if ((st = rp_backend_cpu_create(m->params.n_threads, &m->be)))
-        goto fail;
-    rp_backend_cpu_set_bf16_act(m->be, !m->params.f32_activations);
+    m->be = be;
+    rp_backend_info bi;
+    rp_backend_get_info(be, &bi);
+    m->host_memory = bi.host_memory;
     m->huge_pages = rp_huge_pages_enabled();
     double t0 = rp_time_s();
     if (rp_dir_exists(path))
@@ -100,20 +110,35 @@ rp_status rp_model_load(const char *path, const rp_model_params *params, rp_mode
     }
     const rp_model_config *c = &m->cfg;
     rp_dtype wtype = m->layers[0].wq.type;
-    const char *act = "";
-    if (wtype == RP_DTYPE_BF16 && rp_backend_cpu_bf16_act(m->be))
-        act = rp_cpu_has_amx() ? " (bf16 activations, AMX)" : " (bf16 activations)";
-    snprintf(
-        m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights%s, %.1f MB", c->arch_name,
-        c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab, rp_dtype_name(wtype),
-        act, m->weight_bytes / 1e6);
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights%s, %.1f MB",
+             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab,
+             rp_dtype_name(wtype), rp_backend_numerics_note(be, wtype), m->weight_bytes / 1e6);
     if (!m->params.quiet)
-        RP_LOGI("loaded %s (%s) in %.2f s", path, m->desc, rp_time_s() - t0);
+        RP_LOGI("loaded %s (%s) on %s in %.2f s", path, m->desc, bi.name, rp_time_s() - t0);
     *out = m;
     return RP_OK;
 fail:
     rp_model_destroy(m);
     return st;
+}
+
+// The model's tensors, for releasing them (the MTP layer included).
+static void release_tensors(rp_model *m)
+{
+    rp_backend *be = m->be;
+    rp_tensor *one[] = {&m->tok_embd, &m->mtp.fc};
+    for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
+        if (one[i]->data)
+            rp_backend_tensor_deinit(be, one[i]);
+    if (m->output.data && m->output.data != m->tok_embd.data)
+        rp_backend_tensor_deinit(be, &m->output);
+    for (int l = 0; m->layers && l < m->cfg.n_layer + m->cfg.n_mtp; l++) {
+        rp_layer *L = &m->layers[l];
+        rp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
+            if (ts[i]->data)
+                rp_backend_tensor_deinit(be, ts[i]);
+    }
 }
 
 void rp_model_destroy(rp_model *m)
@@ -126,27 +151,36 @@ void rp_model_destroy(rp_model *m)
     }
     rp_backend *be = m->be;
     if (be) {
-        float *bufs[] = {m->s.x, m->s.h, m->s.q, m->s.k, m->s.v, m->s.att, m->s.gate, m->s.up, m->s.logits, m->s.cat};
+        void *bufs[] = {m->s.x,      m->s.h,  m->s.q,   m->s.k,   m->s.v,        m->s.att,
+                        m->s.gate,   m->s.up, m->s.logits, m->s.ids, m->s.cat, m->s.inv_freq};
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-            if (bufs[i])
-                be->ops->free(be, bufs[i]);
+            rp_backend_free(be, bufs[i]);
         for (int i = 0; i < m->n_dev_owned; i++)
-            be->ops->free(be, m->dev_owned[i]);
-        rp_backend_destroy(be);
+            rp_backend_free(be, m->dev_owned[i]);
+        release_tensors(m);
     }
     rp_model_arena_free(m);
     rp_free(m->dev_owned);
     rp_free(m->layers);
     rp_free(m->inv_freq);
-    rp_free(m->tmp_slot);
-    rp_free(m->tmp_bt);
-    rp_free(m->tmp_rows);
+    rp_free(m->bs.slot);
+    rp_free(m->bs.rows);
+    rp_free(m->bs.logit_rows);
+    rp_free(m->bs.bt_start);
+    rp_free(m->bs.bt);
     if (m->gguf)
         rp_gguf_close(m->gguf);
     if (m->st)
         rp_st_close(m->st);
+    if (m->owns_be)
+        rp_backend_destroy(m->be);
     rp_free(m->path);
     rp_free(m);
+}
+
+void rp_model_own_backend(rp_model *m)
+{
+    m->owns_be = true;
 }
 
 const rp_model_config *rp_model_get_config(const rp_model *m)

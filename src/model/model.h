@@ -2,8 +2,11 @@
  * model.h - model weights and the forward pass.
  *
  * rp_model_load reads a Hugging Face folder (config.json + safetensors) or a
- * GGUF file, validates the architecture config, maps the weights (nothing is
- * copied unless --quant asks to quantize them) and hands them to a backend.
+ * GGUF file, validates the architecture config, maps the weights and hands them
+ * to a backend the caller opened (rp_backend_open; borrowed: it must outlive the
+ * model). On a backend whose memory is host memory the matrices a step streams
+ * are copied to the weight arena (or quantized into it); on a device they are
+ * uploaded there.
  * rp_model_forward runs one flattened batch: tokens from several sequences,
  * each with its position and its sequence's KV block table, and returns logits
  * for the tokens that asked for them.
@@ -81,13 +84,8 @@ typedef struct rp_model_config {
 } rp_model_config;
 
 typedef struct rp_model_params {
-    int n_threads;        // CPU threads, 0 = all cores
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
     int max_batch;        // most tokens per forward (0 = 512)
-    // BF16 matrices take float32 activations even where bf16 arithmetic pays (AMD's
-    // AVX512_BF16, Intel's AMX), on which the default rounds them to bf16
-    // (rp_backend_cpu_set_bf16_act): the float32 reference's numbers, slower there.
-    bool f32_activations;
     bool quiet;           // no load messages
     // Float matrices stay in the file's mapping (4 KiB pages) instead of being copied
     // to the weight arena on 2 MiB pages: no copy at load, slower decode (load.c).
@@ -106,9 +104,16 @@ void rp_model_params_default(rp_model_params *p);
 
 typedef struct rp_model rp_model;
 
-// Loads a model from a folder (HF) or a .gguf file. Errors name the file and the problem.
-rp_status rp_model_load(const char *path, const rp_model_params *params, rp_model **out);
+// Loads a model from a folder (HF) or a .gguf file onto backend be (borrowed: it must
+// outlive the model). Errors name the file and the problem; RP_ERR_UNSUPPORTED when the
+// backend has no kernels for a weight's type, RP_ERR_NOMEM (the backend's message names
+// the size) when the weights do not fit its memory.
+rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params *params, rp_model **out);
+// Destroys the model; the backend it was loaded on stays (unless rp_model_own_backend).
 void rp_model_destroy(rp_model *m);
+// Makes the model the owner of the backend it was loaded on: rp_model_destroy then
+// destroys it, last. For tools and tests that open one backend per model.
+void rp_model_own_backend(rp_model *m);
 const rp_model_config *rp_model_get_config(const rp_model *m);
 rp_backend *rp_model_backend(rp_model *m);
 // Bytes of weights read per decoded token (all matrices, embeddings row excluded;
@@ -130,8 +135,8 @@ int rp_model_kv_layers(const rp_model *m);
 
 // A 128-bit identity of what decides this model's KV numbers (the prefix
 // cache's keys and disk folder): the config, the rope frequencies, every weight
-// tensor's name, type and shape, --quant, the backend and its SIMD level (and bf16
-// activations),
+// tensor's name, type and shape, --quant, the backend's numerics (rp_backend_numerics:
+// its name, instruction set, activation rounding),
 // Rapid's version and the executable's size and mtime, and the model files'
 // path, names, sizes and modification times (not their bytes). Two loads of the same unchanged files with the same
 // settings agree; a changed file, quantization or kernel level does not.
@@ -152,7 +157,9 @@ typedef struct rp_batch {
 } rp_batch;
 
 // Runs the batch (n_tokens <= max_batch; the caller splits larger ones), writing
-// n_vocab logits per token that wants them, in batch order, into logits (host).
+// n_vocab logits per token that wants them, in batch order, into logits (host memory;
+// from rp_backend_host_alloc for the fastest copy from a device). The results cross
+// from the backend in one copy, after which the forward synchronizes once.
 // Each token attends to positions [0, pos] of its own sequence; KV for the
 // batch's tokens is written first, so a sequence's tokens may all be in one batch.
 rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits);
@@ -167,6 +174,13 @@ rp_status rp_model_forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float
 // hidden NULL this is rp_model_forward, op for op.
 // Errors: as rp_model_forward.
 rp_status rp_model_forward_ex(rp_model *m, rp_kv_pool *kv, const rp_batch *b, float *logits, float *hidden);
+
+// rp_model_forward_ex whose logits rows are reduced on the backend to their argmax
+// (rp_backend_argmax: the first largest, NaN never chosen), written as token ids in batch
+// order into ids (host), so the rows' logits never cross from a device: what a greedy
+// row without logprobs, penalties or a grammar needs. hidden as for rp_model_forward_ex.
+// The first call allocates the backend's logits scratch (max_batch rows).
+rp_status rp_model_forward_argmax(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int32_t *ids, float *hidden);
 
 // True when the model loaded an MTP layer (rp_model_forward_mtp works).
 bool rp_model_has_mtp(const rp_model *m);

@@ -8,9 +8,6 @@
 
 #include <jansson.h>
 
-// Logit rows computed per chunk: bounds the scratch for big vocabularies.
-#define RP_LOGIT_ROWS 16
-
 typedef struct rp_gguf rp_gguf;
 typedef struct rp_st_set rp_st_set;
 
@@ -46,9 +43,22 @@ typedef struct rp_scratch {
     float *att;    // (max_batch, n_head*head_dim)
     float *gate;   // (max_batch, ffn_dim)
     float *up;     // (max_batch, ffn_dim)
-    float *logits; // (RP_LOGIT_ROWS, n_vocab)
+    float *logits; // (max_batch, n_vocab) the head's rows: on a device backend; on a host-memory one
+                   // NULL until rp_model_forward_argmax needs it (else the head writes the caller's rows)
+    int32_t *ids;  // (max_batch) argmax ids, with logits
     float *cat;    // (max_batch, 2*dim) the MTP's concatenated input; NULL without MTP
+    float *inv_freq; // (head_dim/2) rope frequencies (the model's inv_freq, uploaded)
 } rp_scratch;
+
+// The forward's batch descriptor (rp_batch_desc) storage, host memory, grown by doubling
+// when a batch needs more (rare: its sizes are bounded by max_batch and the sequences'
+// block tables).
+typedef struct rp_batch_store {
+    int32_t *slot, *rows, *logit_rows; // (max_batch)
+    int32_t *bt_start;                 // (cap_seqs + 1)
+    int32_t *bt;                       // (cap_bt)
+    int cap_seqs, cap_bt;
+} rp_batch_store;
 
 // The op profile (RP_PROFILE=N in the environment when the model is loaded): wall time
 // of each op of the forwards that carry N tokens (1: decode steps; more: a verification
@@ -86,7 +96,9 @@ struct rp_model {
     char *path;
     rp_model_config cfg;
     rp_model_params params;
-    rp_backend *be;
+    rp_backend *be;      // borrowed from rp_model_load's caller, or owned (rp_model_own_backend)
+    bool owns_be;
+    bool host_memory;    // the backend's memory is host memory (rp_backend_info)
     rp_gguf *gguf;       // when loaded from GGUF
     rp_st_set *st;       // when loaded from safetensors
     rp_arena_chunk *arena; // the weight arena (load.c): quantized and copied weights
@@ -102,9 +114,7 @@ struct rp_model {
     rp_layer *layers;    // (n_layer + n_mtp): the MTP decoder layer last
     rp_mtp mtp;          // when cfg.n_mtp > 0
     rp_scratch s;
-    int32_t *tmp_slot;   // (max_batch) host
-    const int32_t **tmp_bt; // (max_batch) host
-    int32_t *tmp_rows;   // (max_batch) host: rows wanting logits
+    rp_batch_store bs;   // the descriptor of the forward under way
     size_t weight_bytes;     // every weight loaded, MTP included
     size_t mtp_weight_bytes; // of which the MTP block's
     char desc[256];

@@ -3,16 +3,16 @@
  *
  * Buffers are 64-byte aligned heap memory; weight tensors alias the host data
  * they are made from (the model's mmap or its quantized copy). Matmuls go to the
- * kernels in matmul.c (scalar reference + AVX2, chosen at run time), fused
- * groups included (matmul_group, matmul_glu: one pool run for Q/K/V or gate/up,
- * bias and residual adds folded in); the other ops live here. Attention runs
- * the scalar reference (attn_worker) or, with AVX2 and head_dim a multiple of
- * 64, fixed-position key chunks through attn_avx2.c (attn_avx512.c with
- * AVX-512: the same bits) merged in chunk order (a sequence's consecutive
- * tokens through each chunk together), the threads by kv head when they share
- * them evenly. Every op splits its outputs over the
- * thread pool and reduces each output in a fixed order, so results do not
- * depend on the batch or the thread count (see backend.h).
+ * kernels in matmul.c (scalar reference + AVX2/AVX-512, chosen at run time),
+ * fused groups included (matmul_group, matmul_glu: one pool run for Q/K/V or
+ * gate/up, bias and residual adds folded in); attention is cpu_attention.c's;
+ * the other ops, the KV layout (K transposed inside a block: cpu_int.h) with
+ * its export to the canonical layout, and the batch live here. Every op splits
+ * its outputs over the thread pool and reduces each output in a fixed order, so
+ * results do not depend on the batch or the thread count (see backend.h).
+ *
+ * Backend memory is host memory (rp_backend_info.host_memory): uploads and
+ * downloads are copies, and a caller may hand host buffers to the ops.
  *
  * Scratch memory (quantized activations, attention scores) grows by doubling
  * when a larger batch or context first appears, and is never freed per step.
@@ -20,46 +20,19 @@
  * Threads: driven by one thread; its pool's workers only run inside ops.
  */
 #include "cpu_int.h"
+#include "../../quant/quant.h"
 
 #include <emmintrin.h>
 #include <math.h>
-#include <stdatomic.h>
+#include <stdio.h>
 #include <sys/mman.h>
-
-typedef struct huge_map {
-    void *p;
-    size_t bytes; // as asked (rp_free_huge rounds it as rp_malloc_huge did)
-} huge_map;
-
-typedef struct cpu_backend {
-    rp_backend base;
-    rp_pool *pool;
-    void *mm_scratch; // quantized activations for matmul
-    size_t mm_scratch_size;
-    bool bf16_act; // BF16 weights take bf16-rounded activations (rp_backend_cpu_set_bf16_act)
-    float *scores; // attention scores, scores_per_thread floats per thread
-    size_t scores_per_thread;
-    void *attn_part; // chunk partials of a split attention (see attn_split)
-    size_t attn_part_size;
-    void *attn_span; // (n_tokens + 1) ints: the batch's spans (see attn_simd)
-    size_t attn_span_size;
-    // cpu_rope's cos/sin table of the last call: (rope_n, 2 * rope_half) for positions
-    // rope_pos and frequencies rope_freq (every layer of a forward asks for the same)
-    void *rope_tab, *rope_pos;
-    size_t rope_tab_size, rope_pos_size;
-    const float *rope_freq;
-    int rope_n, rope_half;
-    huge_map *huge; // (n_huge) cpu_alloc's buffers on 2 MiB pages, for cpu_free
-    int n_huge, cap_huge;
-} cpu_backend;
 
 static cpu_backend *cpu(rp_backend *be)
 {
     return (cpu_backend *)be;
 }
 
-// Grows a 64-byte aligned scratch buffer to at least `need` bytes.
-static rp_status grow(void **buf, size_t *size, size_t need)
+rp_status rp_cpu_grow(void **buf, size_t *size, size_t need)
 {
     if (need <= *size)
         return RP_OK;
@@ -85,7 +58,7 @@ static void cpu_destroy(rp_backend *be)
     rp_free_aligned(c->attn_part);
     rp_free_aligned(c->attn_span);
     rp_free_aligned(c->rope_tab);
-    rp_free_aligned(c->rope_pos);
+    rp_free(c->bt_ptr);
     rp_free(c);
 }
 
@@ -163,20 +136,8 @@ static rp_status cpu_copy(rp_backend *be, void *dst, const void *src, size_t byt
 static rp_status cpu_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, int64_t ne1, const void *host_data,
                                  rp_tensor *out)
 {
-    size_t row;
-    if (!rp_dtype_row_bytes(type, ne0, &row) || ne1 <= 0 || !rp_mul_size(row, (size_t)ne1, &out->nbytes))
-        return RP_ERR(RP_ERR_INVALID, "cpu backend: bad tensor shape %lld x %lld of %s", (long long)ne0,
-                      (long long)ne1, rp_dtype_name(type));
-    out->type = type;
-    out->ne[0] = ne0;
-    out->ne[1] = ne1;
-    out->data = host_data;
+    out->data = host_data; // aliased: backend memory is host memory
     return RP_OK;
-}
-
-static void cpu_tensor_deinit(rp_backend *be, rp_tensor *t)
-{
-    memset(t, 0, sizeof(*t));
 }
 
 static bool cpu_supports_type(rp_backend *be, rp_dtype type)
@@ -197,24 +158,37 @@ static bool cpu_supports_type(rp_backend *be, rp_dtype type)
 
 /* ---- ops ---- */
 
-static rp_status cpu_get_rows(rp_backend *be, const rp_tensor *table, const int32_t *tokens, int n, float *out)
+static rp_status cpu_get_rows(rp_backend *be, const rp_tensor *table, float *out)
 {
+    const cpu_batch *bt = &cpu(be)->batch;
     size_t row_bytes;
     rp_dtype_row_bytes(table->type, table->ne[0], &row_bytes);
-    for (int t = 0; t < n; t++) {
-        if (tokens[t] < 0 || tokens[t] >= table->ne[1])
-            return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%lld)", tokens[t],
+    for (int t = 0; t < bt->n_tokens; t++) {
+        if (bt->tokens[t] < 0 || bt->tokens[t] >= table->ne[1])
+            return RP_ERR(RP_ERR_RANGE, "token id %d outside the vocabulary (%lld)", bt->tokens[t],
                           (long long)table->ne[1]);
-        const uint8_t *row = (const uint8_t *)table->data + (size_t)tokens[t] * row_bytes;
+        const uint8_t *row = (const uint8_t *)table->data + (size_t)bt->tokens[t] * row_bytes;
         rp_dequantize(table->type, row, out + (size_t)t * table->ne[0], table->ne[0]);
     }
+    return RP_OK;
+}
+
+static rp_status cpu_gather_rows(rp_backend *be, rp_row_set set, const float *src, int width, float *dst)
+{
+    const cpu_batch *bt = &cpu(be)->batch;
+    int n = set == RP_ROWS_OUT ? bt->n_rows : bt->n_logit_rows;
+    const int32_t *idx = set == RP_ROWS_OUT ? bt->rows : bt->logit_rows;
+    size_t w = (size_t)width;
+    for (int i = 0; i < n; i++) // ascending indices: in place, rows only move forward
+        if (dst + i * w != src + (size_t)idx[i] * w)
+            memmove(dst + i * w, src + (size_t)idx[i] * w, w * sizeof(float));
     return RP_OK;
 }
 
 static rp_status cpu_matmul(rp_backend *be, const rp_tensor *w, const float *x, int n, float *y)
 {
     cpu_backend *c = cpu(be);
-    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(w->type, w->ne[0], n));
+    rp_status st = rp_cpu_grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(w->type, w->ne[0], n));
     if (st)
         return st;
     rp_cpu_matmul(c->pool, w, x, n, y, c->mm_scratch, c->bf16_act);
@@ -233,7 +207,7 @@ static rp_status cpu_matmul_group(rp_backend *be, const rp_matmul_desc *mm, int 
         size_t b = rp_cpu_matmul_scratch_bytes(mm[i].w->type, mm[i].w->ne[0], n);
         need = b > need ? b : need;
     }
-    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, need);
+    rp_status st = rp_cpu_grow(&c->mm_scratch, &c->mm_scratch_size, need);
     if (st)
         return st;
     if (rp_cpu_matmul_group_fusable(mm, count)) {
@@ -257,7 +231,7 @@ static rp_status cpu_matmul_glu(rp_backend *be, const rp_tensor *gate, const rp_
             return st;
         return cpu_silu_mul(be, out, up_out, (size_t)n * gate->ne[1], out);
     }
-    rp_status st = grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(gate->type, gate->ne[0], n));
+    rp_status st = rp_cpu_grow(&c->mm_scratch, &c->mm_scratch_size, rp_cpu_matmul_scratch_bytes(gate->type, gate->ne[0], n));
     if (st)
         return st;
     rp_cpu_matmul_group(c->pool, mm, 2, true, x, n, c->mm_scratch, c->bf16_act);
@@ -347,15 +321,15 @@ static rp_status cpu_rmsnorm(rp_backend *be, const float *x, const float *w, flo
     return RP_OK;
 }
 
-// The cos/sin table of n positions for frequencies inv_freq[0, half): the last one made
-// when the positions and frequencies are the same (Q and K of every layer), else a new one.
-static const float *rope_table(cpu_backend *c, const int32_t *pos, int n, int half, const float *inv_freq)
+// The cos/sin table of the batch's positions for frequencies inv_freq[0, half): made by
+// the first rope of a forward, reused by the others (Q and K of every layer).
+static const float *rope_table(cpu_backend *c, int half, const float *inv_freq)
 {
-    if (c->rope_tab && c->rope_freq == inv_freq && c->rope_half == half && c->rope_n == n &&
-        memcmp(c->rope_pos, pos, (size_t)n * sizeof(*pos)) == 0)
+    if (c->rope_freq == inv_freq && c->rope_half == half)
         return c->rope_tab;
-    if (grow(&c->rope_tab, &c->rope_tab_size, (size_t)n * 2 * half * sizeof(float)) ||
-        grow(&c->rope_pos, &c->rope_pos_size, (size_t)n * sizeof(*pos))) {
+    const cpu_batch *bt = &c->batch;
+    int n = bt->n_tokens;
+    if (rp_cpu_grow(&c->rope_tab, &c->rope_tab_size, (size_t)n * 2 * half * sizeof(float) + 1)) {
         c->rope_freq = NULL;
         return NULL;
     }
@@ -363,12 +337,11 @@ static const float *rope_table(cpu_backend *c, const int32_t *pos, int n, int ha
     for (int t = 0; t < n; t++)
         for (int i = 0; i < half; i++) {
             // As transformers: the angle is a float32 product, cos/sin of that float.
-            float a = (float)pos[t] * inv_freq[i];
+            float a = (float)bt->pos[t] * inv_freq[i];
             tab[(size_t)t * 2 * half + i] = cosf(a);
             tab[(size_t)t * 2 * half + half + i] = sinf(a);
         }
-    memcpy(c->rope_pos, pos, (size_t)n * sizeof(*pos));
-    c->rope_freq = inv_freq, c->rope_half = half, c->rope_n = n;
+    c->rope_freq = inv_freq, c->rope_half = half;
     return tab;
 }
 
@@ -390,578 +363,28 @@ static void rope_rows(const row_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static rp_status cpu_rope(rp_backend *be, float *x, const int32_t *pos, int n, int n_head, int head_dim,
-                          const float *inv_freq, rp_rope_style style)
+static rp_status cpu_rope(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq,
+                          rp_rope_style style)
 {
-    const float *tab = rope_table(cpu(be), pos, n, head_dim / 2, inv_freq);
+    cpu_backend *c = cpu(be);
+    const float *tab = rope_table(c, head_dim / 2, inv_freq);
     if (!tab)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate the rope table");
     row_job j = {.rows = rope_rows,
                  .w = tab,
                  .out = x,
-                 .n_rows = n,
+                 .n_rows = c->batch.n_tokens,
                  .width = n_head * head_dim,
                  .head_dim = head_dim,
                  .style = (int)style};
-    run_rows(cpu(be), &j);
-    return RP_OK;
-}
-
-typedef struct attn_job {
-    cpu_backend *c;
-    const float *q;
-    rp_kv_layer *kv;
-    const rp_attn_info *info;
-    int n_head, n_kv_head, head_dim;
-    float scale;
-    float *out;
-    // SIMD path only
-    atomic_long next;   // next work item
-    int64_t n_items;    // (span, kv head) pairs, or (span, kv head, chunk) triples when split
-    const int *span;    // (n_spans + 1) first token of each span, then n_tokens
-    int n_spans;        // spans in the batch
-    int64_t *item_base; // split: (n_spans + 1) first item of each span (chunks, then row blocks to merge)
-    size_t *part_base;  // split: (n_spans + 1) first float of each span's partials in part
-    float *part;        // split: per item, a chunk's m, l, o (attn_part_floats)
-    void (*chunk)(const rp_attn_chunk *a); // the kernel: AVX2, or AVX-512 (the same bits)
-    const float *k, *v;                    // the batch's new K and V (n_tokens, n_kv_head * head_dim), to store
-} attn_job;
-
-// n values as the cache stores them (of type) at dst: copied, or as halves
-// (rp_cpu_kv_half: the same bits at every SIMD level).
-static void kv_put(void *dst, rp_dtype type, const float *src, size_t n)
-{
-    if (type == RP_DTYPE_F32) {
-        memcpy(dst, src, n * sizeof(float));
-        return;
-    }
-    uint16_t *h = dst;
-    if (rp_cpu_simd_level() >= 1) {
-        rp_cpu_f32_to_f16_avx2(src, h, (int64_t)n);
-        return;
-    }
-    for (size_t i = 0; i < n; i++)
-        h[i] = rp_cpu_kv_half(src[i]);
-}
-
-// Writes kv head kvh's K and V of one token (head_dim each) into its slot: V as a row,
-// K scattered to its block's transposed layout (see rp_kv_layer).
-static void kv_store_head(rp_kv_layer *kv, size_t slot, int bs, int n_kv_head, int hd, int kvh, const float *k,
-                          const float *v)
-{
-    size_t eb = kv->type == RP_DTYPE_F32 ? 4 : 2, e = rp_kv_k_index(slot, kvh, 0, n_kv_head, hd, bs);
-    kv_put((uint8_t *)kv->v + rp_kv_v_index(slot, kvh, 0, n_kv_head, hd) * eb, kv->type, v, (size_t)hd);
-    if (kv->type == RP_DTYPE_F32) {
-        for (int i = 0; i < hd; i++, e += (size_t)bs)
-            ((float *)kv->k)[e] = k[i];
-        return;
-    }
-    uint16_t half[1024]; // head_dim <= 1024 (the config check)
-    kv_put(half, kv->type, k, (size_t)hd);
-    for (int i = 0; i < hd; i++, e += (size_t)bs)
-        ((uint16_t *)kv->k)[e] = half[i];
-}
-
-// Writes batch token t's K and V of kv head kvh into its slot.
-static void kv_store_token(const attn_job *j, int t, int kvh)
-{
-    size_t off = ((size_t)t * j->n_kv_head + (size_t)kvh) * j->head_dim;
-    kv_store_head(j->kv, (size_t)j->info->slot[t], j->info->block_size, j->n_kv_head, j->head_dim, kvh, j->k + off,
-                  j->v + off);
-}
-
-// Writes the batch's K and V, every head, into their slots.
-static void kv_store_all(const attn_job *j)
-{
-    for (int t = 0; t < j->info->n_tokens; t++)
-        for (int kvh = 0; kvh < j->n_kv_head; kvh++)
-            kv_store_token(j, t, kvh);
-}
-
-// q . k over n floats: eight running sums (lane i takes elements i, i + 8, ...),
-// then the lanes added pairwise, always in this order (whatever the batch), so
-// the compiler can keep the lanes in one vector register instead of one chain of
-// dependent adds.
-static inline float dot8(const float *q, const float *k, int n)
-{
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++)
-            acc[l] += q[i + l] * k[i + l];
-    for (int l = 0; i < n; i++, l++)
-        acc[l] += q[i] * k[i];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-}
-
-// o += w * v over n floats; o is the worker's own accumulator (no aliasing), so
-// the compiler vectorizes it. Each element's sum runs over the positions in
-// order, the same sequence of operations as a plain loop.
-static inline void axpy(float *restrict o, float w, const float *restrict v, int n)
-{
-    int i = 0;
-    for (; i + 8 <= n; i += 8) // eight at a time: one or two vector operations
-        for (int l = 0; l < 8; l++)
-            o[i + l] += w * v[i + l];
-    for (; i < n; i++)
-        o[i] += w * v[i];
-}
-
-// Slot `slot`'s values of kv head kvh in a layer's K array (transposed inside its block,
-// so gathered into buf) or V array (in place when the cache holds float32), as float32.
-static const float *kv_row(const attn_job *j, bool key, size_t slot, int kvh, float *buf)
-{
-    int hd = j->head_dim, bs = j->info->block_size;
-    bool f32 = j->kv->type == RP_DTYPE_F32;
-    if (key) {
-        size_t e = rp_kv_k_index(slot, kvh, 0, j->n_kv_head, hd, bs);
-        for (int i = 0; i < hd; i++, e += (size_t)bs)
-            buf[i] = f32 ? ((const float *)j->kv->k)[e] : rp_fp16_to_f32(((const uint16_t *)j->kv->k)[e]);
-        return buf;
-    }
-    size_t e = rp_kv_v_index(slot, kvh, 0, j->n_kv_head, hd);
-    if (f32)
-        return (const float *)j->kv->v + e;
-    const uint16_t *h = (const uint16_t *)j->kv->v + e;
-    for (int i = 0; i < hd; i++)
-        buf[i] = rp_fp16_to_f32(h[i]);
-    return buf;
-}
-
-// The scalar reference: one (token, head) at a time, scores of the whole key range,
-// then softmax and the weighted sum of V.
-static void attn_worker(void *ctx, int ith, int nth)
-{
-    attn_job *j = ctx;
-    const rp_attn_info *info = j->info;
-    int hd = j->head_dim, bs = info->block_size;
-    int group = j->n_head / j->n_kv_head;
-    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    float acc[1024], row[1024]; // head_dim <= 1024 (the config check)
-    int64_t lo, hi;
-    rp_split_range((int64_t)info->n_tokens * j->n_head, ith, nth, &lo, &hi);
-    for (int64_t w = lo; w < hi; w++) {
-        int t = (int)(w / j->n_head), h = (int)(w % j->n_head), kvh = h / group;
-        const float *q = j->q + ((size_t)t * j->n_head + h) * hd;
-        const int32_t *bt = info->block_table[t];
-        int len = info->pos[t] + 1;
-        float mx = -INFINITY;
-        for (int p = 0; p < len; p++) {
-            float s = dot8(q, kv_row(j, true, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd) * j->scale;
-            scores[p] = s;
-            if (s > mx)
-                mx = s;
-        }
-        float sum = 0;
-        for (int p = 0; p < len; p++) {
-            scores[p] = expf(scores[p] - mx);
-            sum += scores[p];
-        }
-        for (int i = 0; i < hd; i++)
-            acc[i] = 0;
-        for (int p = 0; p < len; p++)
-            axpy(acc, scores[p], kv_row(j, false, (size_t)bt[p / bs] * bs + p % bs, kvh, row), hd);
-        float *o = j->out + ((size_t)t * j->n_head + h) * hd;
-        float inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++)
-            o[i] = acc[i] * inv;
-    }
-}
-
-/*
- * The SIMD path. A token's keys are cut into chunks of RP_ATTN_CHUNK at fixed
- * positions; a kernel computes one chunk for all query heads of a GQA group
- * (m = max score, l = Σ e^(s-m), o = Σ e^(s-m)·v), and the chunks are merged in
- * chunk order: M' = max(M, m), L = L·e^(M-M') + l·e^(m-M'), O likewise, out = O/L.
- * Tokens of one sequence at consecutive positions (a prefill chunk, a decode
- * token and its drafts) form spans: a run of up to ATTN_SPAN_ONE tokens is one span, a
- * longer run is cut into nearly equal spans of up to ATTN_SPAN; a span goes through
- * each chunk together, so the chunk's K
- * and V are read once for the span, not once per token: chunk c holds the span's
- * tokens at positions >= c·RP_ATTN_CHUNK (a suffix of the span), each with its own
- * end. Work items are (span, kv head) pairs: when the threads share the kv heads
- * evenly, thread i takes heads i, i + nth, ... of every span (attn_head_worker: the
- * same K/V lines at every step, so they stay in its caches; it stores its heads' new
- * K/V itself); else they come from a shared counter (spans of a prompt differ in
- * cost); when there are too few pairs for the threads (decode on
- * many threads) each chunk is its own item (attn_split) and the partials are merged
- * afterwards, by the calling thread or,
- * when there are many rows, on the pool by blocks of rows. All ways run the same kernel on the
- * same chunks and the same merge for every row, so a token's output depends
- * only on its query and its sequence's K/V, whatever its span.
- *
- * Partials of `rows` query rows (span tokens × group): m (rows), l (rows),
- * o (rows, hd). A worker's scratch: scores, two partials, and room for a chunk's
- * K and V rows as packed float32 (rp_attn_chunk.kv_tmp).
- */
-#define ATTN_SPAN 16     // most tokens in a span cut from a longer run (a prefill chunk)
-#define ATTN_SPAN_ONE 33 // most tokens in a run that is one span (a decode token and 32 drafts:
-                         // a verification step reads the context's K/V once, 5-8% faster at
-                         // 27 tokens than two spans on 2 threads; prefill keeps the shorter
-                         // spans, whose work items balance better over many threads)
-
-static size_t attn_part_floats(int rows, int hd)
-{
-    return (size_t)rows * (hd + 2);
-}
-
-static size_t attn_thread_floats(int group, int hd)
-{
-    int rows = group * ATTN_SPAN_ONE;
-    size_t n = (size_t)rows * RP_ATTN_CHUNK + 2 * attn_part_floats(rows, hd) + 2 * (size_t)RP_ATTN_CHUNK * hd;
-    return (n + 15) & ~(size_t)15;
-}
-
-static int attn_n_chunks(int pos)
-{
-    return (pos + RP_ATTN_CHUNK) / RP_ATTN_CHUNK;
-}
-
-// Chunk `chunk` of span [t0, t1) for kv head kvh, outputs into part (a partial of
-// (t1 - t0) * group rows) at the rows of the tokens it holds; returns its first row.
-static int attn_chunk_init(attn_job *j, rp_attn_chunk *a, int t0, int t1, int kvh, int chunk, int *end, float *scores,
-                           float *part)
-{
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head, rows = (t1 - t0) * group;
-    const int32_t *pos = j->info->pos;
-    int p0 = chunk * RP_ATTN_CHUNK, i0 = 0;
-    while (pos[t0 + i0] < p0) // positions ascend: the tokens this chunk holds are a suffix
-        i0++;
-    int p1 = p0;
-    for (int i = i0; i < t1 - t0; i++) {
-        int e = pos[t0 + i] + 1 < p0 + RP_ATTN_CHUNK ? pos[t0 + i] + 1 : p0 + RP_ATTN_CHUNK;
-        end[i - i0] = e;
-        p1 = e > p1 ? e : p1;
-    }
-    int r0 = i0 * group;
-    bool f16 = j->kv->type == RP_DTYPE_F16;
-    size_t eb = f16 ? 2 : 4;
-    *a = (rp_attn_chunk){
-        .q = j->q + ((size_t)(t0 + i0) * j->n_head + (size_t)kvh * group) * hd,
-        .q_stride = (size_t)j->n_head * hd,
-        .k = (const uint8_t *)j->kv->k + rp_kv_k_index(0, kvh, 0, j->n_kv_head, hd, j->info->block_size) * eb,
-        .v = (const uint8_t *)j->kv->v + rp_kv_v_index(0, kvh, 0, j->n_kv_head, hd) * eb,
-        .stride = (size_t)j->n_kv_head * hd,
-        .f16 = f16,
-        .kv_tmp = scores + attn_thread_floats(group, hd) - 2 * (size_t)RP_ATTN_CHUNK * hd,
-        .bt = j->info->block_table[t0],
-        .bs = j->info->block_size,
-        .p0 = p0,
-        .p1 = p1,
-        .end = end,
-        .n_tok = t1 - t0 - i0,
-        .n_q = group,
-        .hd = hd,
-        .scale = j->scale,
-        .scores = scores,
-        .m = part + r0,
-        .l = part + rows + r0,
-        .o = part + 2 * (size_t)rows + (size_t)r0 * hd,
-    };
-    return r0;
-}
-
-// n rows of a merged run (the merge of chunks 0..c-1: maxima m, sums l, outputs o of
-// n x hd) become the merge of chunks 0..c, whose same rows are pm, pl, po. O is scaled
-// by rp_cpu_attn_scale_add_avx2 (the SIMD path's only caller; the same operations as
-// the plain loop).
-static void attn_merge(int n, int hd, float *m, float *l, float *o, const float *pm, const float *pl,
-                       const float *po)
-{
-    for (int g = 0; g < n; g++) {
-        float m0 = m[g], m1 = pm[g], mx = m0 > m1 ? m0 : m1;
-        // one of the two is e^0 = 1 (exactly, as expf(0) is): one expf per row, not two
-        float a = m0 == mx ? 1.0f : expf(m0 - mx), b = m1 == mx ? 1.0f : expf(m1 - mx);
-        m[g] = mx;
-        l[g] = l[g] * a + pl[g] * b;
-        rp_cpu_attn_scale_add_avx2(o + (size_t)g * hd, a, po + (size_t)g * hd, b, hd);
-    }
-}
-
-// Rows [g0, g1) of the outputs of span t0.., kv head kvh: O / L of a merged run whose
-// rows from g0 on are l and o.
-static void attn_finish(const attn_job *j, int t0, int kvh, int g0, int g1, const float *l, const float *o)
-{
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    for (int g = g0; g < g1; g++) {
-        float inv = 1.0f / l[g - g0];
-        const float *og = o + (size_t)(g - g0) * hd;
-        float *out = j->out + ((size_t)(t0 + g / group) * j->n_head + (size_t)kvh * group + g % group) * hd;
-        for (int i = 0; i < hd; i++)
-            out[i] = og[i] * inv;
-    }
-}
-
-// Span s of the unsplit path for kv head kvh: its chunks in order, each merged into
-// the run of those before it as it comes, then its outputs.
-static void attn_item(attn_job *j, int s, int kvh, int ith)
-{
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    float *part = scores + (size_t)group * ATTN_SPAN_ONE * RP_ATTN_CHUNK;
-    float *run = part + attn_part_floats(group * ATTN_SPAN_ONE, hd);
-    rp_attn_chunk a;
-    int end[ATTN_SPAN_ONE];
-    int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
-    int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
-    for (int c = 0; c < n_chunks; c++) {
-        int r0 = attn_chunk_init(j, &a, t0, t1, kvh, c, end, scores, c == 0 ? run : part);
-        j->chunk(&a);
-        if (c > 0)
-            attn_merge(rows - r0, hd, run + r0, run + rows + r0, run + 2 * (size_t)rows + (size_t)r0 * hd, part + r0,
-                       part + rows + r0, part + 2 * (size_t)rows + (size_t)r0 * hd);
-    }
-    attn_finish(j, t0, kvh, 0, rows, run + rows, run + 2 * (size_t)rows);
-}
-
-// Unsplit, items (span, kv head) from the shared counter.
-static void attn_simd_worker(void *ctx, int ith, int nth)
-{
-    attn_job *j = ctx;
-    for (;;) {
-        int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (w >= j->n_items)
-            break;
-        attn_item(j, (int)(w / j->n_kv_head), (int)(w % j->n_kv_head), ith);
-    }
-}
-
-// Unsplit, by kv head when the threads share the heads evenly: thread ith takes heads
-// ith, ith + nth, ... of every span, first storing their K and V of the batch (see
-// attn_simd).
-static void attn_head_worker(void *ctx, int ith, int nth)
-{
-    attn_job *j = ctx;
-    for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
-        for (int t = 0; t < j->info->n_tokens; t++)
-            kv_store_token(j, t, kvh);
-    for (int kvh = ith; kvh < j->n_kv_head; kvh += nth)
-        for (int s = 0; s < j->n_spans; s++)
-            attn_item(j, s, kvh, ith);
-}
-
-// Split runs: takes the next item from the shared counter; false when none is left.
-// *s is its span and *r its index among the span's items (from item_base).
-static bool attn_next_span_item(attn_job *j, int *s, int64_t *r)
-{
-    int64_t w = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-    if (w >= j->n_items)
-        return false;
-    for (*s = 0; j->item_base[*s + 1] <= w;)
-        ++*s;
-    *r = w - j->item_base[*s];
-    return true;
-}
-
-// Split: item w is chunk c of (span s, kvh) with w = item_base[s] + kvh * n_chunks(s) + c;
-// its partial at part + part_base[s] + (kvh * n_chunks(s) + c) * attn_part_floats(rows(s), hd).
-static void attn_split_worker(void *ctx, int ith, int nth)
-{
-    attn_job *j = ctx;
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    float *scores = j->c->scores + (size_t)ith * j->c->scores_per_thread;
-    rp_attn_chunk a;
-    int end[ATTN_SPAN_ONE], s;
-    int64_t r;
-    while (attn_next_span_item(j, &s, &r)) {
-        int t0 = j->span[s], t1 = j->span[s + 1];
-        int n_chunks = attn_n_chunks(j->info->pos[t1 - 1]);
-        float *part = j->part + j->part_base[s] + (size_t)r * attn_part_floats((t1 - t0) * group, hd);
-        attn_chunk_init(j, &a, t0, t1, (int)(r / n_chunks), (int)(r % n_chunks), end, scores, part);
-        j->chunk(&a);
-    }
-}
-
-#define ATTN_MERGE_ROWS 4 // rows merged together (and per item of the parallel merge)
-
-// Split, after the chunks: rows [g0, g1) of (span s, kv head kvh) merged chunk by chunk
-// in order into chunk 0's outputs (in place), then their outputs; ATTN_MERGE_ROWS rows
-// at a time, whose maxima and sums are kept here (in the partials they share cache
-// lines with the rows other threads merge). The same operations for a row as the
-// unsplit path's, whichever rows go together.
-static void attn_merge_rows(const attn_job *j, int s, int kvh, int g0, int g1)
-{
-    int hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    int t0 = j->span[s], t1 = j->span[s + 1], rows = (t1 - t0) * group;
-    const int32_t *pos = j->info->pos;
-    int n_chunks = attn_n_chunks(pos[t1 - 1]);
-    size_t pf = attn_part_floats(rows, hd);
-    float *run = j->part + j->part_base[s] + (size_t)kvh * n_chunks * pf;
-    for (int b0 = g0; b0 < g1; b0 += ATTN_MERGE_ROWS) {
-        int b1 = b0 + ATTN_MERGE_ROWS < g1 ? b0 + ATTN_MERGE_ROWS : g1;
-        float m[ATTN_MERGE_ROWS], l[ATTN_MERGE_ROWS], *o = run + 2 * (size_t)rows + (size_t)b0 * hd;
-        memcpy(m, run + b0, (size_t)(b1 - b0) * sizeof(float));
-        memcpy(l, run + rows + b0, (size_t)(b1 - b0) * sizeof(float));
-        for (int ch = 1, i0 = 0; ch < n_chunks; ch++) {
-            while (pos[t0 + i0] < ch * RP_ATTN_CHUNK) // the rows that have chunk ch: a suffix
-                i0++;
-            int g = i0 * group > b0 ? i0 * group : b0; // first row of the block with chunk ch
-            if (g >= b1)
-                continue;
-            const float *p = run + (size_t)ch * pf;
-            attn_merge(b1 - g, hd, m + (g - b0), l + (g - b0), o + (size_t)(g - b0) * hd, p + g, p + rows + g,
-                       p + 2 * (size_t)rows + (size_t)g * hd);
-        }
-        attn_finish(j, t0, kvh, b0, b1, l, o);
-    }
-}
-
-
-// Split, the merge when it is large: item w is ATTN_MERGE_ROWS rows of (span s, kvh),
-// w = item_base[s] + kvh * blocks(s) + block.
-static void attn_merge_worker(void *ctx, int ith, int nth)
-{
-    attn_job *j = ctx;
-    int group = j->n_head / j->n_kv_head, s;
-    int64_t r;
-    while (attn_next_span_item(j, &s, &r)) {
-        int rows = (j->span[s + 1] - j->span[s]) * group, blocks = (rows + ATTN_MERGE_ROWS - 1) / ATTN_MERGE_ROWS;
-        int g0 = (int)(r % blocks) * ATTN_MERGE_ROWS, g1 = g0 + ATTN_MERGE_ROWS < rows ? g0 + ATTN_MERGE_ROWS : rows;
-        attn_merge_rows(j, s, (int)(r / blocks), g0, g1);
-    }
-}
-
-#define ATTN_SPLIT_MAX_SPANS 16
-
-static rp_status attn_simd(cpu_backend *c, attn_job *j, int max_len)
-{
-    int nth = rp_pool_size(c->pool), hd = j->head_dim, group = j->n_head / j->n_kv_head;
-    const rp_attn_info *info = j->info;
-    int n_tokens = info->n_tokens;
-    size_t per = attn_thread_floats(group, hd);
-    if (per > c->scores_per_thread) {
-        float *s = rp_malloc_aligned(per * (size_t)nth * sizeof(float));
-        if (!s)
-            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
-        rp_free_aligned(c->scores);
-        c->scores = s;
-        c->scores_per_thread = per;
-    }
-    rp_status st = grow(&c->attn_span, &c->attn_span_size, (size_t)(n_tokens + 1) * sizeof(int));
-    if (st)
-        return st;
-    // Spans: each run of a sequence's consecutive positions one span when it is short, else
-    // cut into the fewest spans of at most ATTN_SPAN tokens, of nearly equal size (40 tokens:
-    // 14 + 13 + 13, not 16 + 16 + 8, whose last span would read the context's K/V for fewer).
-    int *span = c->attn_span, n_spans = 0;
-    bool cut = false; // a run cut into spans (a prefill chunk)
-    for (int t0 = 0, t1; t0 < n_tokens; t0 = t1) {
-        for (t1 = t0 + 1; t1 < n_tokens && info->block_table[t1] == info->block_table[t1 - 1] &&
-                          info->pos[t1] == info->pos[t1 - 1] + 1;
-             t1++)
-            ;
-        int len = t1 - t0, parts = len <= ATTN_SPAN_ONE ? 1 : (len + ATTN_SPAN - 1) / ATTN_SPAN;
-        for (int k = 0, t = t0; k < parts; t += len / parts + (k < len % parts), k++)
-            span[n_spans++] = t;
-        cut |= parts > 1;
-    }
-    span[n_spans] = n_tokens;
-    j->span = span;
-    j->n_spans = n_spans;
-    j->chunk = rp_cpu_simd_level() >= 2 ? rp_cpu_attn_chunk_avx512 : rp_cpu_attn_chunk_avx2;
-    atomic_init(&j->next, 0);
-    // Split over key chunks when the (span, kv head) pairs cannot keep every thread busy
-    // or would leave some idle at the end; pairs that share the threads evenly are not
-    // split: a worker then merges its chunks while they are in its cache (a verification
-    // step on 2 threads: 2 pairs, 10-14% faster than its 40 chunks split, whose merge
-    // reads partials from the other core).
-    int64_t pairs = (int64_t)n_spans * j->n_kv_head;
-    bool split = (pairs < nth || (pairs % nth != 0 && pairs < 4 * nth)) && n_spans <= ATTN_SPLIT_MAX_SPANS &&
-                 max_len > RP_ATTN_CHUNK;
-    // Unsplit, no prefill chunk, and the threads share the kv heads evenly: by head,
-    // every thread the same work, each storing its heads' K/V first (no other thread
-    // reads them). The data a thread reads, and the lines it writes, are then its own at
-    // every step and layer; from the shared counter a (span, kv head) often went to the
-    // other core than the step before, whose caches held it: on the 2-core Zen 5 VM a
-    // 3 MB buffer read back on the core that last held it takes 31-37 us, on the other
-    // 76-90 us, and decoding 4 sequences at context 256 the 12-20% of items that moved
-    // took 20-30% longer. A prefill's chunks are bound by arithmetic, not by memory: its
-    // spans stay on the counter, which balances them as the threads go (2,048 tokens on 2
-    // threads by head: 2-3% slower). Otherwise the batch's K/V is stored here first.
-    if (!split && !cut && j->n_kv_head % nth == 0) {
-        rp_pool_run(c->pool, attn_head_worker, j);
-        return RP_OK;
-    }
-    kv_store_all(j);
-    if (!split) {
-        j->n_items = (int64_t)n_spans * j->n_kv_head;
-        rp_pool_run(c->pool, attn_simd_worker, j);
-        return RP_OK;
-    }
-    int64_t base[ATTN_SPLIT_MAX_SPANS + 1];
-    size_t part_base[ATTN_SPLIT_MAX_SPANS + 1];
-    base[0] = 0;
-    part_base[0] = 0;
-    for (int s = 0; s < n_spans; s++) {
-        int64_t n = (int64_t)j->n_kv_head * attn_n_chunks(info->pos[span[s + 1] - 1]);
-        base[s + 1] = base[s] + n;
-        part_base[s + 1] = part_base[s] + (size_t)n * attn_part_floats((span[s + 1] - span[s]) * group, hd);
-    }
-    if ((st = grow(&c->attn_part, &c->attn_part_size, part_base[n_spans] * sizeof(float))))
-        return st;
-    j->item_base = base;
-    j->part_base = part_base;
-    j->part = c->attn_part;
-    j->n_items = base[n_spans];
-    rp_pool_run(c->pool, attn_split_worker, j);
-    // The merge: on this thread when it is small (decode: a few rows), else by row blocks
-    // on the pool (a verification step's span: its merge alone took 10-20% of the step).
-    int64_t row_merges = 0;
-    for (int s = 0; s < n_spans; s++)
-        row_merges += (int64_t)(span[s + 1] - span[s]) * group * (base[s + 1] - base[s]);
-    if (row_merges < 256 || nth == 1) {
-        for (int s = 0; s < n_spans; s++)
-            for (int kvh = 0; kvh < j->n_kv_head; kvh++)
-                attn_merge_rows(j, s, kvh, 0, (span[s + 1] - span[s]) * group);
-        return RP_OK;
-    }
-    for (int s = 0; s < n_spans; s++) {
-        int rows = (span[s + 1] - span[s]) * group;
-        base[s + 1] = base[s] + (int64_t)j->n_kv_head * ((rows + ATTN_MERGE_ROWS - 1) / ATTN_MERGE_ROWS);
-    }
-    j->n_items = base[n_spans];
-    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
-    rp_pool_run(c->pool, attn_merge_worker, j);
+    run_rows(c, &j);
     return RP_OK;
 }
 
 static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
-                               const rp_attn_info *info, int n_head, int n_kv_head, int head_dim, float scale,
-                               float *out)
+                               int n_head, int n_kv_head, int head_dim, float scale, float *out)
 {
-    cpu_backend *c = cpu(be);
-    int max_len = 0;
-    for (int t = 0; t < info->n_tokens; t++)
-        if (info->pos[t] + 1 > max_len)
-            max_len = info->pos[t] + 1;
-    attn_job j = {.c = c,
-                  .q = q,
-                  .kv = kv,
-                  .info = info,
-                  .n_head = n_head,
-                  .n_kv_head = n_kv_head,
-                  .head_dim = head_dim,
-                  .scale = scale,
-                  .out = out,
-                  .k = k,
-                  .v = v};
-    if (rp_cpu_simd_level() >= 1 && head_dim % 64 == 0)
-        return attn_simd(c, &j, max_len); // (stores K and V itself)
-    kv_store_all(&j);
-    int nth = rp_pool_size(c->pool);
-    if ((size_t)max_len > c->scores_per_thread) {
-        size_t per = c->scores_per_thread ? c->scores_per_thread : 1024;
-        while (per < (size_t)max_len)
-            per *= 2;
-        float *s = rp_malloc_aligned(per * (size_t)nth * sizeof(float));
-        if (!s)
-            return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate attention scratch");
-        rp_free_aligned(c->scores);
-        c->scores = s;
-        c->scores_per_thread = per;
-    }
-    rp_pool_run(c->pool, attn_worker, &j);
-    return RP_OK;
+    return rp_cpu_attention(cpu(be), q, k, v, kv, n_head, n_kv_head, head_dim, scale, out);
 }
 
 static rp_status cpu_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out)
@@ -977,23 +400,192 @@ static rp_status cpu_add(rp_backend *be, float *y, const float *x, size_t count)
     return RP_OK;
 }
 
+static rp_status cpu_argmax(rp_backend *be, const float *x, int rows, int width, int32_t *out)
+{
+    for (int r = 0; r < rows; r++) {
+        const float *row = x + (size_t)r * width;
+        int best = 0;
+        for (int i = 1; i < width; i++) // a NaN compares false: it never wins (nor does one at 0 lose)
+            if (row[i] > row[best] || (row[best] != row[best] && row[i] == row[i]))
+                best = i;
+        out[r] = best;
+    }
+    return RP_OK;
+}
+
 static rp_status cpu_synchronize(rp_backend *be)
 {
     return RP_OK;
 }
 
+/* ---- the batch ---- */
+
+static rp_status cpu_begin_batch(rp_backend *be, const rp_batch_desc *d)
+{
+    cpu_backend *c = cpu(be);
+    if (d->n_tokens > c->bt_ptr_cap) {
+        int cap = d->n_tokens > 2 * c->bt_ptr_cap ? d->n_tokens : 2 * c->bt_ptr_cap;
+        const int32_t **p = rp_realloc(c->bt_ptr, (size_t)cap * sizeof(*p));
+        if (!p)
+            return RP_ERR(RP_ERR_NOMEM, "cpu backend: out of memory for a batch of %d tokens", d->n_tokens);
+        c->bt_ptr = p;
+        c->bt_ptr_cap = cap;
+    }
+    for (int t = 0; t < d->n_tokens; t++)
+        c->bt_ptr[t] = d->bt + d->bt_start[d->seq[t]]; // one pointer per sequence: spans compare them
+    c->batch = (cpu_batch){.n_tokens = d->n_tokens,
+                           .block_size = d->block_size,
+                           .tokens = d->tokens,
+                           .pos = d->pos,
+                           .slot = d->slot,
+                           .block_table = c->bt_ptr,
+                           .n_rows = d->n_rows,
+                           .rows = d->rows,
+                           .n_logit_rows = d->n_logit_rows,
+                           .logit_rows = d->logit_rows};
+    c->rope_freq = NULL; // new positions: the first rope makes the table
+    return RP_OK;
+}
+
+/* ---- the KV layout (cpu_int.h) and its canonical form ---- */
+
+// Bytes of K (or V) of one block of a layer.
+static size_t kv_half_block(const rp_kv_layer *kv)
+{
+    return rp_kv_layer_block_bytes(kv) / 2;
+}
+
+static rp_status cpu_kv_layer_init(rp_backend *be, rp_kv_layer *kv)
+{
+    size_t bytes;
+    if (!rp_mul_size((size_t)kv->n_blocks, kv_half_block(kv), &bytes))
+        return RP_ERR(RP_ERR_RANGE, "kv layer: too large");
+    rp_status st = cpu_alloc(be, bytes, &kv->k);
+    if (!st && (st = cpu_alloc(be, bytes, &kv->v))) {
+        cpu_free(be, kv->k);
+        kv->k = NULL;
+    }
+    return st;
+}
+
+static void cpu_kv_layer_deinit(rp_backend *be, rp_kv_layer *kv)
+{
+    cpu_free(be, kv->k);
+    cpu_free(be, kv->v);
+}
+
+// The canonical K of a block is (block_size, n_kv_head, head_dim): element (o, h, i) is
+// the layer's K element i of head h at the block's slot o. V is stored that way already.
+static rp_status cpu_kv_block_export(rp_backend *be, const rp_kv_layer *kv, int32_t b, void *host)
+{
+    size_t half = kv_half_block(kv), eb = (size_t)rp_dtype_block_bytes(kv->type);
+    int bs = kv->block_size, nh = kv->n_kv_head, hd = kv->head_dim;
+    const uint8_t *k = (const uint8_t *)kv->k + (size_t)b * half;
+    uint8_t *dst = host;
+    for (int o = 0; o < bs; o++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < hd; i++, dst += eb)
+                memcpy(dst, k + rp_cpu_kv_k_index((size_t)o, h, i, nh, hd, bs) * eb, eb);
+    memcpy(dst, (const uint8_t *)kv->v + (size_t)b * half, half);
+    return RP_OK;
+}
+
+static rp_status cpu_kv_block_import(rp_backend *be, rp_kv_layer *kv, int32_t b, const void *host)
+{
+    size_t half = kv_half_block(kv), eb = (size_t)rp_dtype_block_bytes(kv->type);
+    int bs = kv->block_size, nh = kv->n_kv_head, hd = kv->head_dim;
+    uint8_t *k = (uint8_t *)kv->k + (size_t)b * half;
+    const uint8_t *src = host;
+    for (int o = 0; o < bs; o++)
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < hd; i++, src += eb)
+                memcpy(k + rp_cpu_kv_k_index((size_t)o, h, i, nh, hd, bs) * eb, src, eb);
+    memcpy((uint8_t *)kv->v + (size_t)b * half, src, half);
+    return RP_OK;
+}
+
+static rp_status cpu_kv_block_copy(rp_backend *be, rp_kv_layer *kv, int32_t dst, int32_t src)
+{
+    size_t half = kv_half_block(kv);
+    memcpy((uint8_t *)kv->k + (size_t)dst * half, (const uint8_t *)kv->k + (size_t)src * half, half);
+    memcpy((uint8_t *)kv->v + (size_t)dst * half, (const uint8_t *)kv->v + (size_t)src * half, half);
+    return RP_OK;
+}
+
+/* ---- facts ---- */
+
+static void cpu_get_info(rp_backend *be, rp_backend_info *out)
+{
+    char model[80] = "x86-64";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof(line), f))
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *v = strchr(line, ':');
+            if (v) {
+                v += strspn(v + 1, " \t") + 1;
+                snprintf(model, sizeof(model), "%.*s", (int)strcspn(v, "\n"), v);
+            }
+            break;
+        }
+    if (f)
+        fclose(f);
+    snprintf(out->device, sizeof(out->device), "%s (%s, %d threads)", model, rp_cpu_simd_name(),
+             rp_pool_size(cpu(be)->pool));
+    out->host_memory = true;
+}
+
+static const char *cpu_numerics(rp_backend *be, rp_dtype wtype)
+{
+    cpu_backend *c = cpu(be);
+    // AMX's bf16 numbers differ from AVX512_BF16's; float32 activations give the same bits
+    // at every SIMD level above scalar, but the level is recorded as before.
+    snprintf(c->numerics, sizeof(c->numerics), "cpu %s bf16-act:%s", rp_cpu_simd_name(),
+             !c->bf16_act ? "off" : rp_cpu_has_amx() ? "amx" : "avx512_bf16");
+    return c->numerics;
+}
+
+static const char *cpu_numerics_note(rp_backend *be, rp_dtype wtype)
+{
+    if (wtype != RP_DTYPE_BF16 || !cpu(be)->bf16_act)
+        return "";
+    return rp_cpu_has_amx() ? " (bf16 activations, AMX)" : " (bf16 activations)";
+}
+
+static rp_pool *cpu_host_pool(rp_backend *be)
+{
+    return cpu(be)->pool;
+}
+
+static int cpu_threads(rp_backend *be)
+{
+    return rp_pool_size(cpu(be)->pool);
+}
+
 static const rp_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
+    .get_info = cpu_get_info,
+    .numerics = cpu_numerics,
+    .numerics_note = cpu_numerics_note,
+    .host_pool = cpu_host_pool,
+    .threads = cpu_threads,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
     .copy = cpu_copy,
+    .synchronize = cpu_synchronize,
     .tensor_init = cpu_tensor_init,
-    .tensor_deinit = cpu_tensor_deinit,
     .supports_type = cpu_supports_type,
+    .kv_layer_init = cpu_kv_layer_init,
+    .kv_layer_deinit = cpu_kv_layer_deinit,
+    .kv_block_export = cpu_kv_block_export,
+    .kv_block_import = cpu_kv_block_import,
+    .kv_block_copy = cpu_kv_block_copy,
+    .begin_batch = cpu_begin_batch,
     .get_rows = cpu_get_rows,
+    .gather_rows = cpu_gather_rows,
     .matmul = cpu_matmul,
     .matmul_group = cpu_matmul_group,
     .matmul_glu = cpu_matmul_glu,
@@ -1003,18 +595,18 @@ static const rp_backend_ops cpu_ops = {
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,
-    .synchronize = cpu_synchronize,
+    .argmax = cpu_argmax,
 };
 
-rp_status rp_backend_cpu_create(int n_threads, rp_backend **out)
+rp_status rp_backend_cpu_create(const rp_backend_params *p, rp_backend **out)
 {
     *out = NULL;
-    if (n_threads <= 0)
-        n_threads = rp_cpu_count();
+    int n_threads = p->n_threads > 0 ? p->n_threads : rp_cpu_count();
     cpu_backend *c = rp_calloc(1, sizeof(*c));
     if (!c)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: out of memory");
     c->base.ops = &cpu_ops;
+    c->bf16_act = !p->f32_activations && rp_cpu_bf16_act_pays();
     rp_status st = rp_pool_create(n_threads, &c->pool);
     if (st) {
         rp_free(c);
@@ -1024,29 +616,8 @@ rp_status rp_backend_cpu_create(int n_threads, rp_backend **out)
     return RP_OK;
 }
 
-bool rp_backend_cpu_set_bf16_act(rp_backend *be, bool on)
+bool rp_backend_cpu_bf16_act(rp_backend *be)
 {
-    cpu(be)->bf16_act = on && rp_cpu_bf16_act_pays();
+    RP_ASSERT(be->ops == &cpu_ops);
     return cpu(be)->bf16_act;
-}
-
-bool rp_backend_cpu_bf16_act(const rp_backend *be)
-{
-    return ((const cpu_backend *)be)->bf16_act;
-}
-
-int rp_backend_cpu_threads(const rp_backend *be)
-{
-    return rp_pool_size(((const cpu_backend *)be)->pool);
-}
-
-rp_pool *rp_backend_cpu_pool(rp_backend *be)
-{
-    return cpu(be)->pool;
-}
-
-void rp_backend_destroy(rp_backend *be)
-{
-    if (be)
-        be->ops->destroy(be);
 }

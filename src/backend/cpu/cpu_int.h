@@ -1,17 +1,95 @@
 /*
  * cpu_int.h - internal interface between the CPU backend's files.
  *
- * cpu_backend.c fills the backend vtable (buffers, norms, rope, attention, ...)
- * and calls the matmul kernels declared here (matmul.c: scalar reference and
- * dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI kernels
- * for some types; matmul_avx512bf16.c: BF16 weights against bf16 activations; the
- * highest level the CPU has is chosen at run time) and the attention chunk kernel
- * (attn_avx2.c).
+ * cpu_backend.c fills the backend vtable (buffers, the KV layout, the batch, norms,
+ * rope, ...) and calls the matmul kernels declared here (matmul.c: scalar reference
+ * and dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI
+ * kernels for some types; matmul_avx512bf16.c: BF16 weights against bf16
+ * activations; the highest level the CPU has is chosen at run time) and the
+ * attention driver (cpu_attention.c) with its chunk kernels (attn_avx2.c,
+ * attn_avx512.c).
  */
 #ifndef RP_CPU_INT_H
 #define RP_CPU_INT_H
 
-#include "../backend.h"
+#include "../backend_int.h"
+#include "cpu.h"
+
+/* ---- the backend object (cpu_backend.c; cpu_attention.c reads its batch and scratch) ---- */
+
+// The batch of the forward under way, as the kernels read it (rp_batch_desc, with each
+// token's block table found once at begin_batch).
+typedef struct cpu_batch {
+    int n_tokens;
+    int block_size;
+    const int32_t *tokens;             // (n_tokens)
+    const int32_t *pos;                // (n_tokens) position of each token in its sequence
+    const int32_t *slot;               // (n_tokens) KV slot (block * block_size + offset) to write
+    const int32_t *const *block_table; // (n_tokens) block table of each token's sequence
+    int n_rows;                        // rp_batch_desc.rows
+    const int32_t *rows;
+    int n_logit_rows; // rp_batch_desc.logit_rows
+    const int32_t *logit_rows;
+} cpu_batch;
+
+typedef struct huge_map {
+    void *p;
+    size_t bytes; // as asked (rp_free_huge rounds it as rp_malloc_huge did)
+} huge_map;
+
+typedef struct cpu_backend {
+    rp_backend base;
+    rp_pool *pool;
+    cpu_batch batch;         // the forward under way (rp_backend_begin_batch)
+    const int32_t **bt_ptr;  // (bt_ptr_cap) batch.block_table's storage
+    int bt_ptr_cap;
+    void *mm_scratch; // quantized activations for matmul
+    size_t mm_scratch_size;
+    bool bf16_act; // BF16 weights take bf16-rounded activations (rp_backend_params.f32_activations off)
+    float *scores; // attention scores, scores_per_thread floats per thread
+    size_t scores_per_thread;
+    void *attn_part; // chunk partials of a split attention (see attn_split)
+    size_t attn_part_size;
+    void *attn_span; // (n_tokens + 1) ints: the batch's spans (see attn_simd)
+    size_t attn_span_size;
+    // cpu_rope's cos/sin table of this forward: (batch.n_tokens, 2 * rope_half) for
+    // frequencies rope_freq (every layer of a forward asks for the same); NULL freq: none yet
+    void *rope_tab;
+    size_t rope_tab_size;
+    const float *rope_freq;
+    int rope_half;
+    huge_map *huge; // (n_huge) cpu_alloc's buffers on 2 MiB pages, for cpu_free
+    int n_huge, cap_huge;
+    char numerics[64]; // rp_backend_numerics' text
+} cpu_backend;
+
+// Grows a 64-byte aligned scratch buffer to at least `need` bytes (cpu_backend.c).
+rp_status rp_cpu_grow(void **buf, size_t *size, size_t need);
+
+// The attention op (cpu_attention.c): stores the batch's K and V, then attends.
+rp_status rp_cpu_attention(cpu_backend *c, const float *q, const float *k, const float *v, rp_kv_layer *kv,
+                           int n_head, int n_kv_head, int head_dim, float scale, float *out);
+
+/* ---- the KV layout ---- */
+
+// Inside a block K is transposed: one element of head_dim for the block's tokens lies
+// in consecutive slots, so a SIMD register loads 16 keys' values at once and a score is
+// one FMA chain per key (no horizontal sums); V keeps a token's values together:
+//   k: (n_blocks, n_kv_head, head_dim, block_size) of the layer's type
+//   v: (n_blocks, block_size, n_kv_head, head_dim) of the layer's type
+// Element index in a layer's K array of element i of KV head kvh at slot
+// (block * block_size + offset).
+static inline size_t rp_cpu_kv_k_index(size_t slot, int kvh, int i, int n_kv_head, int head_dim, int block_size)
+{
+    size_t block = slot / (size_t)block_size, off = slot % (size_t)block_size;
+    return ((block * (size_t)n_kv_head + (size_t)kvh) * (size_t)head_dim + (size_t)i) * (size_t)block_size + off;
+}
+
+// Element index in a layer's V array of element i of KV head kvh at slot.
+static inline size_t rp_cpu_kv_v_index(size_t slot, int kvh, int i, int n_kv_head, int head_dim)
+{
+    return (slot * (size_t)n_kv_head + (size_t)kvh) * (size_t)head_dim + (size_t)i;
+}
 
 // Bytes of scratch rp_cpu_matmul needs for n tokens against a weight of this type
 // and row length (activations quantized to the weight's partner type: Q8_0 for
@@ -48,7 +126,7 @@ void rp_cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 void rp_cpu_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
 
 // The instruction-set level the kernels use now (cpuid capped by the test hooks of
-// backend.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).
+// cpu.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).
 int rp_cpu_simd_level(void);
 
 /* ---- attention ---- */

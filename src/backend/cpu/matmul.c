@@ -36,7 +36,7 @@
  * and accumulate the scaled block sums in float, in block order.
  */
 #include "cpu_int.h"
-#include "quant.h"
+#include "mm_kernels.h"
 
 #include <cpuid.h>
 #include <math.h>

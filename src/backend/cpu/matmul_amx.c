@@ -23,7 +23,7 @@
  * for the packing, the OS's permission for tile data (arch_prctl), rows a multiple of
  * 32 elements. Every thread configures its tiles once (eight tiles of 16 x 64 bytes).
  */
-#include "quant.h"
+#include "mm_kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -22,7 +22,7 @@
  * sub-block scales with madd, one FMA per super-block; the mins (Q4_K/Q5_K) and
  * Q6_K's -32 offset come from the activation's per-16 sums (bsums).
  */
-#include "quant.h"
+#include "mm_kernels.h"
 
 #include <immintrin.h>
 #include "mm_tiles.h"

@@ -21,7 +21,7 @@
  * accumulator starts at -offset · Σx of each block (lane 4k). Then the 16 partial
  * sums are converted and multiplied-added with their block's scale product.
  */
-#include "quant.h"
+#include "mm_kernels.h"
 
 #include <immintrin.h>
 #include "avx512_util.h"

@@ -20,7 +20,7 @@
  * Zen 5 core, weights in cache (bench/matmul_batch_bench.c): 50-55 GMAC/s for one token,
  * 110-140 from 6 tokens on, against 40 and 80-95 with float32 activations.
  */
-#include "quant.h"
+#include "mm_kernels.h"
 
 #include "avx512_util.h"
 

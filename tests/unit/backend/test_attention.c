@@ -11,7 +11,7 @@
  * twice: over a cache of float32 K/V and over one of halves (whose values the
  * float64 reference reads exactly); the op's f16 writes clamp to the half range and
  * round as rp_f32_to_fp16. The caches use the op's layout (K transposed inside each
- * block, rp_kv_layer) with blocks of 16 tokens; the SIMD-against-scalar and span
+ * block, cpu_int.h) with blocks of 16 tokens; the SIMD-against-scalar and span
  * tests also run with blocks of 32 (two key groups a block) and of 4 (not a whole
  * key group: the kernels gather K key by key).
  */
@@ -97,7 +97,7 @@ typedef struct cache {
 // Index in the op's K array of element i (of n_kv * hd) of slot's row.
 static size_t k_index(const cache *c, size_t slot, size_t i)
 {
-    return rp_kv_k_index(slot, (int)(i / (size_t)c->hd), (int)(i % (size_t)c->hd), c->n_kv, c->hd, BS);
+    return rp_cpu_kv_k_index(slot, (int)(i / (size_t)c->hd), (int)(i % (size_t)c->hd), c->n_kv, c->hd, BS);
 }
 
 static void cache_init(cache *c, int n_seq, const int *len, int n_kv, int group, int hd, float kscale)
@@ -169,8 +169,7 @@ static int32_t cache_slot(const cache *c, int seq, int pos)
 typedef struct batch {
     int n;
     int32_t pos[128], slot[128];
-    const int32_t *bt[128];
-    int seq[128];
+    int32_t seq[128];
     float *q, *k, *v; // (n, n_head*hd), (n, n_kv*hd) x 2
 } batch;
 
@@ -185,7 +184,6 @@ static void batch_init(batch *b, const cache *c, int n, const int *seq, const in
         b->seq[t] = seq[t];
         b->pos[t] = pos[t];
         b->slot[t] = cache_slot(c, seq[t], pos[t]);
-        b->bt[t] = c->bt[seq[t]];
         memcpy(b->k + t * w, c->k + (size_t)b->slot[t] * w, w * sizeof(float));
         memcpy(b->v + t * w, c->v + (size_t)b->slot[t] * w, w * sizeof(float));
         if (q)
@@ -205,13 +203,27 @@ static void batch_deinit(batch *b)
 
 static void run_attn(rp_backend *be, cache *c, const batch *b, float *out)
 {
-    rp_kv_layer kv = {c->kop, c->v, RP_DTYPE_F32};
+    rp_kv_layer kv = {.k = c->kop, .v = c->v, .type = RP_DTYPE_F32};
     if (kv_type == RP_DTYPE_F16)
-        kv = (rp_kv_layer){c->k16, c->v16, RP_DTYPE_F16};
-    rp_attn_info info = {.n_tokens = b->n, .block_size = BS, .pos = b->pos, .slot = b->slot, .block_table = b->bt};
+        kv = (rp_kv_layer){.k = c->k16, .v = c->v16, .type = RP_DTYPE_F16};
+    int total = 0, start[5] = {0};
+    for (int s = 0; s < c->n_seq; s++)
+        start[s + 1] = (total += (c->len[s] + BS - 1) / BS);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)(total + 1));
+    for (int s = 0; s < c->n_seq; s++)
+        memcpy(bt + start[s], c->bt[s], sizeof(int32_t) * (size_t)(start[s + 1] - start[s]));
+    rp_batch_desc d = {.n_tokens = b->n,
+                       .pos = b->pos,
+                       .slot = b->slot,
+                       .seq = b->seq,
+                       .n_seqs = c->n_seq,
+                       .bt_start = start,
+                       .bt = bt,
+                       .block_size = BS};
     float scale = 1.0f / sqrtf((float)c->hd);
-    assert_int_equal(be->ops->attention(be, b->q, b->k, b->v, &kv, &info, c->n_head, c->n_kv, c->hd, scale, out),
-                     RP_OK);
+    assert_int_equal(rp_backend_begin_batch(be, &d), RP_OK);
+    assert_int_equal(rp_backend_attention(be, b->q, b->k, b->v, &kv, c->n_head, c->n_kv, c->hd, scale, out), RP_OK);
+    free(bt);
 }
 
 // out (n_head*hd) of token t in float64.
@@ -345,7 +357,7 @@ static void test_f16_store(void **state)
     // The op: rows that are not halves go into the cache rounded.
     kv_type = RP_DTYPE_F16;
     rp_backend *be;
-    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = 2}, &be), RP_OK);
     for (int level = 0; level < 3; level++) {
         if (level == 0)
             rp_cpu_force_scalar(true);
@@ -390,7 +402,7 @@ static void test_simd_vs_scalar(void **state)
         return;
     }
     rp_backend *be;
-    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = 2}, &be), RP_OK);
     static const int hds[] = {64, 128}, groups[] = {1, 2, 4, 8};
     static const int lens[] = {1, 2, 7, 127, 128, 129, 300, 1000, 3000};
     double worst_simd = 0, worst_scalar = 0;
@@ -464,7 +476,7 @@ static void test_fallback(void **state)
 {
     (void)state;
     rp_backend *be;
-    assert_int_equal(rp_backend_cpu_create(2, &be), RP_OK);
+    assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = 2}, &be), RP_OK);
     cache c;
     int len[1] = {200};
     cache_init(&c, 1, len, 2, 2, 80, 1.0f);
@@ -514,7 +526,7 @@ static void test_batch_invariance(void **state)
         float *ref = malloc(sizeof(float) * qw * N), *o = malloc(sizeof(float) * qw * N);
         for (int nth = 1; nth <= 3; nth++) {
             rp_backend *be;
-            assert_int_equal(rp_backend_cpu_create(nth, &be), RP_OK);
+            assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = nth}, &be), RP_OK);
             run_attn(be, &c, &all, o);
             if (nth == 1)
                 memcpy(ref, o, sizeof(float) * qw * N);
@@ -599,7 +611,7 @@ static void test_spans(void **state)
         for (int in = 0; in < 4; in++) {
             int nth = nths[in];
             rp_backend *be;
-            assert_int_equal(rp_backend_cpu_create(nth, &be), RP_OK);
+            assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = nth}, &be), RP_OK);
             run_attn(be, &c, &all, o);
             for (int t = 0; t < n; t++) {
                 batch one;

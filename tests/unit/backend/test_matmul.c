@@ -9,7 +9,7 @@
 #include "test_util.h"
 
 #include "backend/cpu/cpu_int.h"
-#include "backend/cpu/quant.h"
+#include "backend/cpu/mm_kernels.h"
 
 #include <math.h>
 

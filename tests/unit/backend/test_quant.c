@@ -6,7 +6,7 @@
  */
 #include "test_util.h"
 
-#include "backend/cpu/quant.h"
+#include "quant/quant.h"
 #include "gguf/gguf.h"
 
 #include <jansson.h>

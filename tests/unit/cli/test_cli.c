@@ -4,6 +4,7 @@
  */
 #include "../model/model_harness.h"
 
+#include "backend/cpu/cpu.h"
 #include "tokenizer/tokenizer.h"
 
 #include <sys/wait.h>
@@ -55,6 +56,28 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(out, "--quant"));
     assert_int_equal(run_rapid("--version", out, sizeof(out), err, sizeof(err)), 0);
     assert_non_null(strstr(out, "rapid "));
+}
+
+// --device: a name this build lacks is one clear error (status 1) naming the devices it
+// has; cpu runs; cuda in a build without it says how to get it.
+static void test_device_flag(void **state)
+{
+    assert_int_equal(run_rapid("run --device tpu -p hi -n 1", out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "unknown device 'tpu'"));
+    assert_non_null(strstr(err, "cpu"));
+    assert_int_equal(run_rapid("run --device cuda:x -p hi -n 1", out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "unknown device 'cuda:x'"));
+    assert_int_equal(run_rapid("run --device cpu -t 1 -p hi -n 2", out, sizeof(out), err, sizeof(err)), 0);
+    assert_non_null(strstr(err, "1 threads"));
+    bool have_cuda = false;
+    for (int i = 0; i < rp_backend_count(); i++)
+        have_cuda |= strcmp(rp_backend_name(i), "cuda") == 0;
+    if (!have_cuda) {
+        assert_int_equal(run_rapid("run --device cuda -p hi -n 1", out, sizeof(out), err, sizeof(err)), 1);
+        assert_non_null(strstr(err, "no CUDA backend"));
+    }
+    assert_int_equal(run_rapid("serve --device tpu --port 0", out, sizeof(out), err, sizeof(err)), 1);
+    assert_non_null(strstr(err, "unknown device 'tpu'"));
 }
 
 static void test_bad_model_files(void **state)
@@ -235,6 +258,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage_errors),
+        cmocka_unit_test(test_device_flag),
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_run_matches_library),
         cmocka_unit_test(test_default_model),

@@ -9,6 +9,7 @@
 #ifndef RP_SPEC_HARNESS_H
 #define RP_SPEC_HARNESS_H
 
+#include "test_model.h"
 #include "test_util.h"
 
 #include "engine/engine.h"
@@ -33,17 +34,16 @@ static int sh_setup(void)
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.max_batch = 64;
     mp.quiet = true;
     const char *dir = rp_test_source("models/rapid-tiny");
-    if (rp_model_load(dir, &mp, &SH_M) || rp_tok_load_file(dir, &SH_TOK)) {
+    if (rp_test_load(dir, 1, false, &mp, &SH_M) || rp_tok_load_file(dir, &SH_TOK)) {
         print_error("loading %s: %s\n", dir, rp_error_message());
         return -1;
     }
     mp.max_batch = 0;
     dir = rp_test_source("models/rapid-tiny-draft");
-    if (rp_model_load(dir, &mp, &SH_D) || rp_tok_load_file(dir, &SH_DTOK)) {
+    if (rp_test_load(dir, 1, false, &mp, &SH_D) || rp_tok_load_file(dir, &SH_DTOK)) {
         print_error("loading %s: %s\n", dir, rp_error_message());
         return -1;
     }

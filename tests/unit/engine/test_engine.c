@@ -11,6 +11,7 @@
  * The references (harness_greedy, harness_prefill_all) run on a second
  * instance of the model with the default max_batch (one forward per prompt).
  */
+#include "test_model.h"
 #include "../model/model_harness.h"
 
 #include "engine/engine.h"
@@ -56,16 +57,15 @@ static int setup(void **state)
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.max_batch = MAX_BATCH;
     mp.quiet = true;
     const char *dir = rp_test_source("models/rapid-tiny-draft");
-    if (rp_model_load(dir, &mp, &M) || rp_tok_load_file(dir, &TOK)) {
+    if (rp_test_load(dir, 1, false, &mp, &M) || rp_tok_load_file(dir, &TOK)) {
         print_error("loading %s: %s\n", dir, rp_error_message());
         return -1;
     }
     mp.max_batch = 0;
-    if (rp_model_load(dir, &mp, &M_REF)) {
+    if (rp_test_load(dir, 1, false, &mp, &M_REF)) {
         print_error("loading %s: %s\n", dir, rp_error_message());
         return -1;
     }

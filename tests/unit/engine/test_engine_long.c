@@ -6,6 +6,7 @@
  * mixed in: every token any request emits is its solo reference's token.
  * And JSON mode on the bundled model: its answers parse.
  */
+#include "test_model.h"
 #include "../model/model_harness.h"
 
 #include "engine/engine.h"
@@ -48,14 +49,13 @@ static int setup(void **state)
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 2;
     mp.max_batch = 64;
     mp.quiet = true;
     const char *dir = rp_test_source("models/rapid-tiny");
-    if (rp_model_load(dir, &mp, &M) || rp_tok_load_file(dir, &TOK))
+    if (rp_test_load(dir, 2, false, &mp, &M) || rp_tok_load_file(dir, &TOK))
         return -1;
     mp.max_batch = 0;
-    if (rp_model_load(dir, &mp, &M_REF))
+    if (rp_test_load(dir, 2, false, &mp, &M_REF))
         return -1;
     for (int i = 0; i < N_TEXTS; i++) {
         char text[1024];

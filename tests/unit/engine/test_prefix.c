@@ -14,6 +14,7 @@
  * ignore_eos so every run has a fixed length.
  */
 #define RP_TEST_TMP_PREFIX "rp-prefix"
+#include "test_model.h"
 #include "../model/model_harness.h"
 #include "test_tmp.h"
 
@@ -66,14 +67,13 @@ static int setup(void **state)
         return -1;
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.max_batch = MAX_BATCH;
     mp.quiet = true;
     const char *dir = rp_test_source("models/rapid-tiny-draft");
-    if (rp_model_load(dir, &mp, &M) || rp_tok_load_file(dir, &TOK))
+    if (rp_test_load(dir, 1, false, &mp, &M) || rp_tok_load_file(dir, &TOK))
         return -1;
     mp.max_batch = 0;
-    if (rp_model_load(dir, &mp, &M_REF))
+    if (rp_test_load(dir, 1, false, &mp, &M_REF))
         return -1;
     rp_log_set_level(RP_LOG_ERROR); // the fault hook's warning in forked children
     return 0;
@@ -400,15 +400,14 @@ static void test_mtp_model_recomputes_last(void **state)
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.max_batch = MAX_BATCH;
     mp.quiet = true;
     rp_model *mtp = NULL, *mtp_ref = NULL;
     rp_tokenizer *tok = NULL;
     const char *dir = rp_test_source("models/rapid-tiny");
-    assert_int_equal(rp_model_load(dir, &mp, &mtp), RP_OK);
+    assert_int_equal(rp_test_load(dir, 1, false, &mp, &mtp), RP_OK);
     mp.max_batch = 0;
-    assert_int_equal(rp_model_load(dir, &mp, &mtp_ref), RP_OK);
+    assert_int_equal(rp_test_load(dir, 1, false, &mp, &mtp_ref), RP_OK);
     assert_int_equal(rp_tok_load_file(dir, &tok), RP_OK);
     assert_true(rp_model_has_mtp(mtp));
     toks p;

@@ -7,6 +7,7 @@
  * cache must actually have served (hits counted, blocks read from disk).
  */
 #define RP_TEST_TMP_PREFIX "rp-prefix-long"
+#include "test_model.h"
 #include "../model/model_harness.h"
 #include "test_tmp.h"
 
@@ -52,14 +53,13 @@ static int setup(void **state)
     rp_log_set_level(RP_LOG_ERROR);
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.max_batch = 32;
     mp.quiet = true;
     const char *dir = rp_test_source("models/rapid-tiny-draft");
-    if (rp_model_load(dir, &mp, &M) || rp_tok_load_file(dir, &TOK))
+    if (rp_test_load(dir, 1, false, &mp, &M) || rp_tok_load_file(dir, &TOK))
         return -1;
     mp.max_batch = 0;
-    if (rp_model_load(dir, &mp, &M_REF))
+    if (rp_test_load(dir, 1, false, &mp, &M_REF))
         return -1;
     static const char *sys[N_SYS] = {
         "You are a terse assistant.",

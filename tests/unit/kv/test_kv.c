@@ -14,7 +14,7 @@ enum { LAYERS = 2, HEADS = 2, HD = 4, BS = 4 };
 
 static int setup(void **state)
 {
-    return rp_backend_cpu_create(1, &BE) ? -1 : 0;
+    return rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
 }
 
 static int teardown(void **state)
@@ -240,13 +240,6 @@ static void test_block_copy(void **state)
     assert_int_equal(rp_kv_block_copy(p, 1, 0), RP_OK);
     check_block(p, 1, 7.0f);
     check_block(p, 2, -3.0f); // untouched
-    // The copy covers every layer, K and V: compare the pool's own memory.
-    for (int l = 0; l < LAYERS; l++) {
-        rp_kv_layer *L = rp_kv_pool_layer(p, l);
-        size_t n = (size_t)BS * HEADS * HD;
-        assert_memory_equal((float *)L->k + n, L->k, n * sizeof(float));
-        assert_memory_equal((float *)L->v + n, L->v, n * sizeof(float));
-    }
     rp_kv_pool_destroy(p);
 }
 
@@ -268,12 +261,13 @@ static void test_f16_pool(void **state)
     assert_int_equal(rp_kv_block_copy(p, 0, 2), RP_OK);
     assert_int_equal(rp_kv_block_read(p, 0, out), RP_OK);
     assert_memory_equal(in, out, n * sizeof(uint16_t));
-    // Layer memory: block b's K of a layer starts at element b * BS * HEADS * HD.
+    // Block 1 was never written: it reads as zeros (the layout inside the layer is the
+    // backend's; test_backend_ops checks the canonical one against the ops' own writes).
     rp_kv_layer *L = rp_kv_pool_layer(p, LAYERS - 1);
     assert_int_equal(L->type, RP_DTYPE_F16);
-    size_t per = (size_t)BS * HEADS * HD;
-    assert_memory_equal((uint16_t *)L->k, (uint16_t *)L->k + 2 * per, per * sizeof(uint16_t));
-    assert_memory_equal((uint16_t *)L->k, in + (size_t)(LAYERS - 1) * 2 * per, per * sizeof(uint16_t));
+    assert_int_equal(rp_kv_block_read(p, 1, out), RP_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(out[i], 0);
     free(in);
     free(out);
     rp_kv_pool_destroy(p);

@@ -5,6 +5,7 @@
 #ifndef RP_MODEL_HARNESS_H
 #define RP_MODEL_HARNESS_H
 
+#include "test_model.h"
 #include "test_util.h"
 
 #include "model/model.h"
@@ -119,12 +120,10 @@ static inline rp_model *harness_load_act(const char *path, int threads, rp_dtype
 {
     rp_model_params p;
     rp_model_params_default(&p);
-    p.n_threads = threads;
     p.quant = quant;
-    p.f32_activations = f32_act;
     p.quiet = true;
     rp_model *m = NULL;
-    if (rp_model_load(path, &p, &m))
+    if (rp_test_load(path, threads, f32_act, &p, &m))
         fail_msg("loading %s: %s", path, rp_error_message());
     return m;
 }

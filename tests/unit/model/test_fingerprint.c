@@ -3,6 +3,7 @@
  * another model, another quantization, a copy of the folder elsewhere, or a
  * file of the folder touched or resized, each give another fingerprint.
  */
+#include "test_model.h"
 #include "test_tmp.h"
 
 #include "model/model.h"
@@ -14,11 +15,10 @@ static void fingerprint(const char *dir, rp_dtype quant, uint8_t out[16])
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
-    mp.n_threads = 1;
     mp.quiet = true;
     mp.quant = quant;
     rp_model *m = NULL;
-    if (rp_model_load(dir, &mp, &m))
+    if (rp_test_load(dir, 1, false, &mp, &m))
         fail_msg("loading %s: %s", dir, rp_error_message());
     assert_int_equal(rp_model_fingerprint(m, out), RP_OK);
     rp_model_destroy(m);

@@ -14,6 +14,7 @@
  * one refuse rp_model_forward_mtp; bad batches are errors.
  */
 #define RP_TEST_TMP_PREFIX "rp-test-mtp"
+#include "test_model.h"
 #include "model_harness.h"
 #include "test_tmp.h"
 
@@ -30,10 +31,8 @@ static int setup(void **state)
         return -1;
     rp_model_params p;
     rp_model_params_default(&p);
-    p.n_threads = 2;
     p.quiet = true;
-    p.f32_activations = true; // the fixtures' float32 numbers (the engine's tests run the default)
-    return rp_model_load(rp_test_source("models/rapid-tiny"), &p, &tiny) ? -1 : 0;
+    return rp_test_load(rp_test_source("models/rapid-tiny"), 2, true, &p, &tiny) ? -1 : 0;
 }
 
 static int teardown(void **state)
@@ -689,7 +688,7 @@ static rp_status load_quiet(const char *path)
     rp_model_params_default(&p);
     p.quiet = true;
     rp_model *m = NULL;
-    rp_status st = rp_model_load(path, &p, &m);
+    rp_status st = rp_test_load(path, 0, false, &p, &m);
     rp_model_destroy(m);
     return st;
 }

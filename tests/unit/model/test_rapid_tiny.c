@@ -12,6 +12,7 @@
 #include "model_harness.h"
 
 #include "chat/chat.h"
+#include "backend/cpu/cpu.h"
 #include "tokenizer/tokenizer.h"
 
 #define CLEAR_MARGIN 1e-3f

@@ -7,6 +7,7 @@
  * bitwise the same. Also: rp_malloc_huge, loading under failing allocations, and
  * the RP_PROFILE=N op profile (forward.c).
  */
+#include "test_model.h"
 #include "model_harness.h"
 
 #include "model/model_int.h"
@@ -19,12 +20,11 @@ static rp_model *load(const char *path, rp_dtype quant, bool mmap_weights)
 {
     rp_model_params p;
     rp_model_params_default(&p);
-    p.n_threads = 2;
     p.quant = quant;
     p.quiet = true;
     p.mmap_weights = mmap_weights;
     rp_model *m = NULL;
-    if (rp_model_load(path, &p, &m))
+    if (rp_test_load(path, 2, false, &p, &m))
         fail_msg("loading %s: %s", path, rp_error_message());
     return m;
 }
@@ -106,11 +106,10 @@ static void test_copy_limit(void **state)
                      L0->w_up.nbytes + L0->w_down.nbytes;
     rp_model_params p;
     rp_model_params_default(&p);
-    p.n_threads = 2;
     p.quiet = true;
     p.copy_limit = limit;
     rp_model *a = NULL;
-    if (rp_model_load(path, &p, &a))
+    if (rp_test_load(path, 2, false, &p, &a))
         fail_msg("loading %s: %s", path, rp_error_message());
     const rp_model_config *c = rp_model_get_config(a);
     int n_copied = 0, n_mapped = 0;
@@ -169,7 +168,6 @@ static void test_load_out_of_memory(void **state)
     snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/llama3"));
     rp_model_params p;
     rp_model_params_default(&p);
-    p.n_threads = 1;
     p.quant = RP_DTYPE_Q8_0;
     p.quiet = true;
     int failures = 0;
@@ -177,7 +175,7 @@ static void test_load_out_of_memory(void **state)
         assert_true(n < 100000);
         rp_model *m = NULL;
         rp_alloc_fail_after(n, false);
-        rp_status st = rp_model_load(path, &p, &m);
+        rp_status st = rp_test_load(path, 1, false, &p, &m);
         rp_alloc_fail_after(-1, false);
         if (st == RP_OK) {
             assert_non_null(m);

@@ -9,6 +9,7 @@
 #ifndef RP_TEST_WIRE_SERVER_H
 #define RP_TEST_WIRE_SERVER_H
 
+#include "test_model.h"
 #include "server/server_int.h"
 
 static int wire_port;
@@ -27,9 +28,8 @@ static int wire_server_start(const char *api_key, size_t max_request_bytes)
     rp_model_params mp;
     rp_model_params_default(&mp);
     mp.quiet = true;
-    mp.n_threads = 2;
     const char *dir = rp_test_source("models/rapid-tiny");
-    if (rp_model_load(dir, &mp, &wire_model) || rp_tok_load_file(dir, &wire_tok))
+    if (rp_test_load(dir, 2, false, &mp, &wire_model) || rp_tok_load_file(dir, &wire_tok))
         return -1;
     rp_engine_params ep;
     rp_engine_params_default(&ep);

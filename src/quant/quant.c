@@ -498,7 +498,7 @@ static void dequant_q8_K(const rp_block_q8_K *x, float *y, int64_t n)
             y[j] = x[i].d * x[i].qs[j];
 }
 
-/* ---- public entry points (backend.h) ---- */
+/* ---- whole rows (quant.h) ---- */
 
 bool rp_quantize_supported(rp_dtype type)
 {

@@ -1,0 +1,548 @@
+/*
+ * test_backend_ops.c - the op harness: every op of the backend seam (backend.h), for
+ * every weight type, on every backend compiled into this build, against the CPU
+ * backend's scalar reference kernels, by normalized error (ggml's test-backend-ops).
+ *
+ * For each backend named by rp_backend_count / rp_backend_name: open it (a backend
+ * whose device is absent, a CUDA build on a machine without a GPU, is skipped with a
+ * message; under RP_TEST_REQUIRE_DEVICE=1, as on the GPU machine, that is a failure),
+ * then run each op on random inputs (never zeros: unwritten outputs are poisoned
+ * first and caught) both there and on the reference, and compare. Beyond the
+ * numbers, the harness checks the seam's promises: a row's matmul result is bitwise
+ * the same alone and inside a batch (the determinism rule), attention stores the
+ * batch's K and V so that the canonical export (rp_backend_kv_block_export) reads
+ * them back as given (halves: rounded and clamped as the contract says), import and
+ * block copies round-trip, and gather_rows and argmax follow their contracts.
+ *
+ * Tolerances: float32 arithmetic in another order stays under 1e-5; the CPU's
+ * bf16-rounded activations (the default on CPUs where they pay) under 1e-2.
+ */
+#include "test_util.h"
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu.h"
+#include "quant/quant.h"
+
+#include <math.h>
+
+static uint64_t rng = 0x243F6A8885A308D3ull;
+
+static float frand(void) // [-1, 1)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)(rng >> 40) / 8388608.0f - 1.0f;
+}
+
+static float *rand_floats(size_t n, float scale)
+{
+    float *x = malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++)
+        x[i] = frand() * scale;
+    return x;
+}
+
+static double nerr(const float *a, const float *ref, size_t n)
+{
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) != isnan(ref[i]))
+            return INFINITY;
+        e += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        s += (double)ref[i] * ref[i];
+    }
+    return sqrt(e / (s > 0 ? s : 1));
+}
+
+/* ---- the two backends under comparison ---- */
+
+typedef struct pair {
+    rp_backend *ref; // the CPU backend, scalar kernels, float32 activations
+    rp_backend *be;  // the backend under test
+    const char *name;
+    bool bf16_act; // be rounds BF16 weights' activations to bf16
+} pair;
+
+static pair P;
+
+// Backend memory holding a copy of host data (n bytes).
+static void *dev_copy(rp_backend *be, const void *host, size_t n)
+{
+    void *d = NULL;
+    assert_int_equal(rp_backend_alloc(be, n ? n : 4, &d), RP_OK);
+    assert_int_equal(rp_backend_upload(be, d, host, n), RP_OK);
+    return d;
+}
+
+// Backend memory of n floats set to NaN (a poison: an output element never written shows).
+static float *dev_poison(rp_backend *be, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    float *d = dev_copy(be, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static float *host_of(rp_backend *be, const void *dev, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 1);
+    assert_int_equal(rp_backend_download(be, h, dev, n * sizeof(float)), RP_OK);
+    assert_int_equal(rp_backend_synchronize(be), RP_OK);
+    return h;
+}
+
+static void expect_close(const char *what, const float *got, const float *ref, size_t n, double tol)
+{
+    double e = nerr(got, ref, n);
+    if (!(e <= tol))
+        fail_msg("%s on %s: normalized error %.3g > %.3g", what, P.name, e, tol);
+}
+
+// Runs a call on the reference backend with the CPU's scalar kernels (the hook is
+// process-wide: the CPU backend under test runs its SIMD kernels outside these calls).
+#define REF(call)                                                                                                      \
+    do {                                                                                                               \
+        rp_cpu_force_scalar(true);                                                                                     \
+        rp_status st_ = (call);                                                                                        \
+        rp_cpu_force_scalar(false);                                                                                    \
+        assert_int_equal(st_, RP_OK);                                                                                  \
+    } while (0)
+
+/* ---- a batch descriptor for ops that read per-token facts ---- */
+
+typedef struct tbatch {
+    int n, n_seqs, bs;
+    int32_t tokens[64], pos[64], slot[64], seq[64];
+    int32_t bt_start[5], bt[256];
+    int32_t rows[64], logit_rows[64];
+    int n_rows, n_logit_rows;
+} tbatch;
+
+static rp_batch_desc desc_of(const tbatch *b)
+{
+    return (rp_batch_desc){.n_tokens = b->n,
+                           .tokens = b->tokens,
+                           .pos = b->pos,
+                           .slot = b->slot,
+                           .seq = b->seq,
+                           .n_seqs = b->n_seqs,
+                           .bt_start = b->bt_start,
+                           .bt = b->bt,
+                           .block_size = b->bs,
+                           .n_rows = b->n_rows,
+                           .rows = b->rows,
+                           .n_logit_rows = b->n_logit_rows,
+                           .logit_rows = b->logit_rows};
+}
+
+static void begin_both(const tbatch *b)
+{
+    rp_batch_desc d = desc_of(b);
+    REF(rp_backend_begin_batch(P.ref, &d));
+    assert_int_equal(rp_backend_begin_batch(P.be, &d), RP_OK);
+}
+
+/* ---- weights ---- */
+
+static const rp_dtype wtypes[] = {RP_DTYPE_F32,  RP_DTYPE_F16,  RP_DTYPE_BF16, RP_DTYPE_Q8_0, RP_DTYPE_Q4_0,
+                                  RP_DTYPE_Q5_0, RP_DTYPE_Q4_K, RP_DTYPE_Q5_K, RP_DTYPE_Q6_K};
+#define N_WTYPES (sizeof(wtypes) / sizeof(wtypes[0]))
+
+typedef struct wpair {
+    void *host;
+    rp_tensor ref, be;
+} wpair;
+
+static bool wpair_init(wpair *w, rp_dtype type, int64_t rows, int64_t cols)
+{
+    if (!rp_backend_supports_type(P.be, type))
+        return false;
+    size_t rb;
+    assert_true(rp_dtype_row_bytes(type, cols, &rb));
+    float *src = rand_floats((size_t)(rows * cols), 1.0f);
+    w->host = malloc(rb * (size_t)rows);
+    assert_int_equal(rp_quantize(type, src, w->host, rows * cols), RP_OK);
+    free(src);
+    REF(rp_backend_tensor_init(P.ref, type, cols, rows, w->host, &w->ref));
+    assert_int_equal(rp_backend_tensor_init(P.be, type, cols, rows, w->host, &w->be), RP_OK);
+    return true;
+}
+
+static void wpair_deinit(wpair *w)
+{
+    rp_backend_tensor_deinit(P.ref, &w->ref);
+    rp_backend_tensor_deinit(P.be, &w->be);
+    free(w->host);
+}
+
+static double mm_tol(rp_dtype t)
+{
+    return t == RP_DTYPE_BF16 && P.bf16_act ? 1e-2 : 1e-5;
+}
+
+/* ---- tests ---- */
+
+static void test_matmul(void **state)
+{
+    const int64_t shapes[][2] = {{64, 256}, {96, 512}, {33, 768}}; // rows, cols (rows not a multiple of tiles)
+    const int ns[] = {1, 3, 7, 16, 33};
+    for (size_t ti = 0; ti < N_WTYPES; ti++)
+        for (size_t si = 0; si < 3; si++) {
+            rp_dtype t = wtypes[ti];
+            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            wpair w;
+            if (!wpair_init(&w, t, rows, cols))
+                continue;
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+                int n = ns[ni];
+                float *x = rand_floats((size_t)(n * cols), 2.0f);
+                float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
+                float *yr = dev_poison(P.ref, (size_t)(n * rows)), *yb = dev_poison(P.be, (size_t)(n * rows));
+                REF(rp_backend_matmul(P.ref, &w.ref, xr, n, yr));
+                assert_int_equal(rp_backend_matmul(P.be, &w.be, xb, n, yb), RP_OK);
+                float *hr = host_of(P.ref, yr, (size_t)(n * rows)), *hb = host_of(P.be, yb, (size_t)(n * rows));
+                char what[64];
+                snprintf(what, sizeof(what), "matmul %s %lldx%lld n=%d", rp_dtype_name(t), (long long)rows,
+                         (long long)cols, n);
+                expect_close(what, hb, hr, (size_t)(n * rows), mm_tol(t));
+                // Determinism: each token's row alone gives the same bits as inside the batch.
+                for (int k = 0; k < n; k += n > 4 ? n / 3 : 1) {
+                    float *y1 = dev_poison(P.be, (size_t)rows);
+                    assert_int_equal(rp_backend_matmul(P.be, &w.be, xb + (size_t)k * cols, 1, y1), RP_OK);
+                    float *h1 = host_of(P.be, y1, (size_t)rows);
+                    if (memcmp(h1, hb + (size_t)k * rows, (size_t)rows * 4) != 0)
+                        fail_msg("%s: token %d alone differs from its row in the batch on %s", what, k, P.name);
+                    free(h1);
+                    rp_backend_free(P.be, y1);
+                }
+                free(hr), free(hb), free(x);
+                rp_backend_free(P.ref, xr), rp_backend_free(P.be, xb);
+                rp_backend_free(P.ref, yr), rp_backend_free(P.be, yb);
+            }
+            wpair_deinit(&w);
+        }
+}
+
+// matmul_group with biases and a residual, and matmul_glu, against the separate ops on
+// the reference.
+static void test_fused(void **state)
+{
+    const int64_t cols = 256, rows = 64;
+    const int n = 5;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        rp_dtype t = wtypes[ti];
+        wpair a, b;
+        if (!wpair_init(&a, t, rows, cols))
+            continue;
+        wpair_init(&b, t, rows, cols);
+        float *x = rand_floats((size_t)(n * cols), 1.0f), *bias = rand_floats((size_t)rows, 1.0f);
+        float *res = rand_floats((size_t)(n * rows), 1.0f);
+        size_t ny = (size_t)(n * rows);
+        // Reference: separate ops.
+        float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *yr = dev_poison(P.ref, ny), *zr = dev_poison(P.ref, ny);
+        float *br = dev_copy(P.ref, bias, (size_t)rows * 4), *rr = dev_copy(P.ref, res, ny * 4);
+        REF(rp_backend_matmul(P.ref, &a.ref, xr, n, yr));
+        REF(rp_backend_add_bias(P.ref, yr, br, n, (int)rows));
+        REF(rp_backend_matmul(P.ref, &b.ref, xr, n, zr));
+        REF(rp_backend_add(P.ref, rr, zr, ny));
+        float *gr = dev_poison(P.ref, ny);
+        REF(rp_backend_matmul(P.ref, &a.ref, xr, n, gr));
+        float *ur = dev_poison(P.ref, ny);
+        REF(rp_backend_matmul(P.ref, &b.ref, xr, n, ur));
+        REF(rp_backend_silu_mul(P.ref, gr, ur, ny, gr));
+        // Under test: fused.
+        float *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4), *yb = dev_poison(P.be, ny), *zb = dev_poison(P.be, ny);
+        float *bb = dev_copy(P.be, bias, (size_t)rows * 4), *rb = dev_copy(P.be, res, ny * 4);
+        rp_matmul_desc mm[2] = {{&a.be, yb, bb, NULL}, {&b.be, zb, NULL, rb}};
+        assert_int_equal(rp_backend_matmul_group(P.be, mm, 2, xb, n), RP_OK);
+        float *gb = dev_poison(P.be, ny), *ub = dev_poison(P.be, ny);
+        assert_int_equal(rp_backend_matmul_glu(P.be, &a.be, &b.be, xb, n, ub, gb), RP_OK);
+        const char *names[] = {"matmul_group bias", "matmul_group residual", "matmul_glu", "matmul_glu up"};
+        float *refs[] = {yr, rr, gr, ur}, *bes[] = {yb, rb, gb, ub};
+        for (int i = 0; i < 4; i++) {
+            float *hr = host_of(P.ref, refs[i], ny), *hb = host_of(P.be, bes[i], ny);
+            char what[64];
+            snprintf(what, sizeof(what), "%s %s", names[i], rp_dtype_name(t));
+            expect_close(what, hb, hr, ny, mm_tol(t) * (i == 2 ? 4 : 1));
+            free(hr), free(hb);
+        }
+        float *devs_r[] = {xr, yr, zr, br, rr, gr, ur}, *devs_b[] = {xb, yb, zb, bb, rb, gb, ub};
+        for (int i = 0; i < 7; i++)
+            rp_backend_free(P.ref, devs_r[i]), rp_backend_free(P.be, devs_b[i]);
+        free(x), free(bias), free(res);
+        wpair_deinit(&a), wpair_deinit(&b);
+    }
+}
+
+// Embedding rows of every type, for the batch's token ids.
+static void test_get_rows(void **state)
+{
+    const int64_t vocab = 50, dim = 512;
+    tbatch b = {.n = 6, .n_seqs = 1, .bs = 16, .bt_start = {0, 1}};
+    const int32_t ids[6] = {0, 49, 7, 7, 23, 1};
+    for (int t = 0; t < b.n; t++)
+        b.tokens[t] = ids[t], b.pos[t] = t, b.slot[t] = t;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        wpair w;
+        if (!wpair_init(&w, wtypes[ti], vocab, dim))
+            continue;
+        begin_both(&b);
+        size_t n = (size_t)b.n * dim;
+        float *yr = dev_poison(P.ref, n), *yb = dev_poison(P.be, n);
+        REF(rp_backend_get_rows(P.ref, &w.ref, yr));
+        assert_int_equal(rp_backend_get_rows(P.be, &w.be, yb), RP_OK);
+        float *hr = host_of(P.ref, yr, n), *hb = host_of(P.be, yb, n);
+        if (memcmp(hr, hb, n * 4) != 0) // dequantization is exact
+            fail_msg("get_rows %s differs on %s", rp_dtype_name(wtypes[ti]), P.name);
+        free(hr), free(hb);
+        rp_backend_free(P.ref, yr), rp_backend_free(P.be, yb);
+        wpair_deinit(&w);
+    }
+}
+
+// rmsnorm (rows of a model width and per-head rows), rope (both styles), silu_mul, add,
+// add_bias.
+static void test_rows(void **state)
+{
+    const int n = 7, width = 896, hd = 64, heads = width / hd;
+    size_t nx = (size_t)n * width;
+    tbatch b = {.n = n, .n_seqs = 1, .bs = 16, .bt_start = {0, 1}};
+    const int32_t pos[7] = {0, 1, 2, 500, 501, 4095, 30000};
+    for (int t = 0; t < n; t++)
+        b.pos[t] = pos[t], b.slot[t] = t;
+    begin_both(&b);
+    float *x = rand_floats(nx, 3.0f), *w = rand_floats((size_t)width, 1.0f), *y = rand_floats(nx, 1.0f);
+    float *freq = malloc(sizeof(float) * (size_t)hd / 2);
+    for (int i = 0; i < hd / 2; i++)
+        freq[i] = (float)pow(1e6, -2.0 * i / hd);
+    for (int op = 0; op < 6; op++) {
+        float *xr = dev_copy(P.ref, x, nx * 4), *xb = dev_copy(P.be, x, nx * 4);
+        float *wr = dev_copy(P.ref, w, (size_t)width * 4), *wb = dev_copy(P.be, w, (size_t)width * 4);
+        float *yr = dev_copy(P.ref, y, nx * 4), *yb = dev_copy(P.be, y, nx * 4);
+        float *fr = dev_copy(P.ref, freq, (size_t)hd / 2 * 4), *fb = dev_copy(P.be, freq, (size_t)hd / 2 * 4);
+        float *outr = dev_poison(P.ref, nx), *outb = dev_poison(P.be, nx);
+        const char *what = "";
+        float *gr = outr, *gb = outb; // the result to compare
+        switch (op) {
+        case 0:
+            what = "rmsnorm";
+            REF(rp_backend_rmsnorm(P.ref, xr, wr, 1e-6f, n, width, outr));
+            assert_int_equal(rp_backend_rmsnorm(P.be, xb, wb, 1e-6f, n, width, outb), RP_OK);
+            break;
+        case 1:
+            what = "rmsnorm per head, in place";
+            REF(rp_backend_rmsnorm(P.ref, xr, wr, 1e-5f, n * heads, hd, xr));
+            assert_int_equal(rp_backend_rmsnorm(P.be, xb, wb, 1e-5f, n * heads, hd, xb), RP_OK);
+            gr = xr, gb = xb;
+            break;
+        case 2:
+        case 3:
+            what = op == 2 ? "rope neox" : "rope norm";
+            REF(rp_backend_rope(P.ref, xr, heads, hd, fr, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM));
+            assert_int_equal(rp_backend_rope(P.be, xb, heads, hd, fb, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM), RP_OK);
+            gr = xr, gb = xb;
+            break;
+        case 4:
+            what = "silu_mul";
+            REF(rp_backend_silu_mul(P.ref, xr, yr, nx, outr));
+            assert_int_equal(rp_backend_silu_mul(P.be, xb, yb, nx, outb), RP_OK);
+            break;
+        case 5:
+            what = "add, add_bias";
+            REF(rp_backend_add(P.ref, yr, xr, nx));
+            assert_int_equal(rp_backend_add(P.be, yb, xb, nx), RP_OK);
+            REF(rp_backend_add_bias(P.ref, yr, wr, n, width));
+            assert_int_equal(rp_backend_add_bias(P.be, yb, wb, n, width), RP_OK);
+            gr = yr, gb = yb;
+            break;
+        }
+        float *hr = host_of(P.ref, gr, nx), *hb = host_of(P.be, gb, nx);
+        expect_close(what, hb, hr, nx, op == 2 || op == 3 ? 1e-6 : 1e-6);
+        free(hr), free(hb);
+        float *fr_[] = {xr, wr, yr, fr, outr}, *fb_[] = {xb, wb, yb, fb, outb};
+        for (int i = 0; i < 5; i++)
+            rp_backend_free(P.ref, fr_[i]), rp_backend_free(P.be, fb_[i]);
+    }
+    free(x), free(w), free(y), free(freq);
+}
+
+// Attention over paged KV: two sequences in shuffled blocks, a prefill chunk of one and a
+// decode token with drafts of the other, GQA, f16 and f32 caches; then the canonical
+// export of the blocks the op wrote reads back the K and V it was given.
+static void test_attention(void **state)
+{
+    const int hd = 64, n_kv = 2, group = 4, n_head = n_kv * group, bs = 16, n_blocks = 12;
+    const int len0 = 70, len1 = 40; // tokens the two sequences hold after this batch
+    for (int f16 = 0; f16 < 2; f16++) {
+        rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
+        rp_kv_layer kr, kb;
+        REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, &kr));
+        assert_int_equal(rp_backend_kv_layer_init(P.be, n_blocks, bs, n_kv, hd, type, &kb), RP_OK);
+        // Both caches hold the same random history (imported canonically).
+        size_t bb = rp_kv_layer_block_bytes(&kr);
+        uint8_t *blk = malloc(bb);
+        for (int b = 0; b < n_blocks; b++) {
+            float *vals = rand_floats(bb / (f16 ? 2 : 4), 1.0f);
+            for (size_t i = 0; i < bb / (f16 ? 2 : 4); i++)
+                if (f16)
+                    ((uint16_t *)blk)[i] = rp_f32_to_fp16(vals[i]);
+                else
+                    ((float *)blk)[i] = vals[i];
+            free(vals);
+            REF(rp_backend_kv_block_import(P.ref, &kr, b, blk));
+            assert_int_equal(rp_backend_kv_block_import(P.be, &kb, b, blk), RP_OK);
+        }
+        // Sequence 0: blocks 7, 2, 9, 4, 11 (70 tokens); sequence 1: 5, 0, 10 (40 tokens).
+        tbatch b = {.n_seqs = 2, .bs = bs, .bt_start = {0, 5, 8}, .bt = {7, 2, 9, 4, 11, 5, 0, 10}};
+        for (int p = len0 - 30; p < len0; p++, b.n++) // a prefill chunk of 30
+            b.seq[b.n] = 0, b.pos[b.n] = p;
+        for (int p = len1 - 5; p < len1; p++, b.n++) // a decode token and 4 drafts
+            b.seq[b.n] = 1, b.pos[b.n] = p;
+        for (int t = 0; t < b.n; t++) {
+            const int32_t *tab = b.bt + b.bt_start[b.seq[t]];
+            b.slot[t] = tab[b.pos[t] / bs] * bs + b.pos[t] % bs;
+        }
+        begin_both(&b);
+        size_t nq = (size_t)b.n * n_head * hd, nk = (size_t)b.n * n_kv * hd;
+        float *q = rand_floats(nq, 1.0f), *k = rand_floats(nk, 1.0f), *v = rand_floats(nk, 1.0f);
+        k[3] = 70000.0f; // past the half's range: clamped in an f16 cache
+        float *qr = dev_copy(P.ref, q, nq * 4), *kr_ = dev_copy(P.ref, k, nk * 4), *vr = dev_copy(P.ref, v, nk * 4);
+        float *qb = dev_copy(P.be, q, nq * 4), *kb_ = dev_copy(P.be, k, nk * 4), *vb = dev_copy(P.be, v, nk * 4);
+        float *or_ = dev_poison(P.ref, nq), *ob = dev_poison(P.be, nq);
+        float scale = 1.0f / sqrtf((float)hd);
+        REF(rp_backend_attention(P.ref, qr, kr_, vr, &kr, n_head, n_kv, hd, scale, or_));
+        assert_int_equal(rp_backend_attention(P.be, qb, kb_, vb, &kb, n_head, n_kv, hd, scale, ob), RP_OK);
+        float *hr = host_of(P.ref, or_, nq), *hb = host_of(P.be, ob, nq);
+        expect_close(f16 ? "attention f16" : "attention f32", hb, hr, nq, 2e-6);
+        free(hr), free(hb);
+        // The canonical export holds each token's K and V at (offset, head, i).
+        for (int t = 0; t < b.n; t++) {
+            int blkid = b.slot[t] / bs, off = b.slot[t] % bs;
+            assert_int_equal(rp_backend_kv_block_export(P.be, &kb, blkid, blk), RP_OK);
+            for (int i = 0; i < n_kv * hd; i++)
+                for (int kvpart = 0; kvpart < 2; kvpart++) {
+                    size_t e = (size_t)kvpart * bs * n_kv * hd + (size_t)off * n_kv * hd + (size_t)i;
+                    float want = (kvpart ? v : k)[(size_t)t * n_kv * hd + i];
+                    float got = f16 ? rp_fp16_to_f32(((uint16_t *)blk)[e]) : ((float *)blk)[e];
+                    if (f16)
+                        want = rp_fp16_to_f32(rp_f32_to_fp16(want > 65504.0f ? 65504.0f : want));
+                    if (got != want)
+                        fail_msg("token %d %s[%d] exported as %g, stored %g on %s", t, kvpart ? "V" : "K", i, got,
+                                 want, P.name);
+                }
+        }
+        // Copies and a round trip through the canonical layout.
+        uint8_t *blk2 = malloc(bb);
+        assert_int_equal(rp_backend_kv_block_copy(P.be, &kb, 1, 7), RP_OK);
+        assert_int_equal(rp_backend_kv_block_export(P.be, &kb, 7, blk), RP_OK);
+        assert_int_equal(rp_backend_kv_block_export(P.be, &kb, 1, blk2), RP_OK);
+        assert_memory_equal(blk, blk2, bb);
+        assert_int_equal(rp_backend_kv_block_import(P.be, &kb, 3, blk), RP_OK);
+        assert_int_equal(rp_backend_kv_block_export(P.be, &kb, 3, blk2), RP_OK);
+        assert_memory_equal(blk, blk2, bb);
+        free(blk), free(blk2), free(q), free(k), free(v);
+        float *fr_[] = {qr, kr_, vr, or_}, *fb_[] = {qb, kb_, vb, ob};
+        for (int i = 0; i < 4; i++)
+            rp_backend_free(P.ref, fr_[i]), rp_backend_free(P.be, fb_[i]);
+        rp_backend_kv_layer_deinit(P.ref, &kr);
+        rp_backend_kv_layer_deinit(P.be, &kb);
+    }
+}
+
+// gather_rows follows both index lists, in place; argmax takes the first largest and
+// never a NaN; copy_2d moves strided rows.
+static void test_rows_and_argmax(void **state)
+{
+    const int n = 9, width = 1000;
+    tbatch b = {.n = n, .n_seqs = 1, .bs = 16, .bt_start = {0, 1}, .n_rows = 4, .rows = {1, 4, 5, 8},
+                .n_logit_rows = 2, .logit_rows = {1, 3}};
+    begin_both(&b);
+    float *x = rand_floats((size_t)n * width, 1.0f);
+    x[(size_t)8 * width + 17] = 5.0f, x[(size_t)8 * width + 900] = 5.0f; // a tie: the first wins
+    x[(size_t)4 * width + 3] = NAN, x[(size_t)4 * width + 4] = 9.0f;     // a NaN never wins
+    float *d = dev_copy(P.be, x, (size_t)n * width * 4);
+    assert_int_equal(rp_backend_gather_rows(P.be, RP_ROWS_OUT, d, width, d), RP_OK);
+    float *h = host_of(P.be, d, (size_t)4 * width);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(h + (size_t)i * width, x + (size_t)b.rows[i] * width, (size_t)width * 4);
+    free(h);
+    assert_int_equal(rp_backend_gather_rows(P.be, RP_ROWS_LOGIT, d, width, d), RP_OK); // rows 4, 8 of x
+    int32_t *ids = NULL, got[4];
+    assert_int_equal(rp_backend_alloc(P.be, 4 * sizeof(int32_t), (void **)&ids), RP_OK);
+    assert_int_equal(rp_backend_argmax(P.be, d, 2, width, ids), RP_OK);
+    assert_int_equal(rp_backend_download(P.be, got, ids, 2 * sizeof(int32_t)), RP_OK);
+    assert_int_equal(rp_backend_synchronize(P.be), RP_OK);
+    for (int i = 0; i < 2; i++) {
+        const float *row = x + (size_t)b.rows[b.logit_rows[i]] * width;
+        int best = 0;
+        for (int j = 1; j < width; j++)
+            if (row[j] > row[best] || isnan(row[best]))
+                best = j;
+        assert_int_equal(got[i], best);
+    }
+    float *e = dev_copy(P.be, x, (size_t)n * width * 4), *o = dev_poison(P.be, (size_t)2 * 3 * width);
+    assert_int_equal(rp_backend_copy_2d(P.be, o + width, 2 * width * 4, e, width * 4, width * 4, 3), RP_OK);
+    h = host_of(P.be, o, (size_t)6 * width);
+    for (int r = 0; r < 3; r++)
+        assert_memory_equal(h + (size_t)(2 * r + 1) * width, x + (size_t)r * width, (size_t)width * 4);
+    free(h), free(x);
+    rp_backend_free(P.be, d), rp_backend_free(P.be, e), rp_backend_free(P.be, o), rp_backend_free(P.be, ids);
+}
+
+static int setup_pair(const char *name, bool f32_act)
+{
+    rp_backend_params bp;
+    rp_backend_params_default(&bp);
+    bp.n_threads = 2;
+    bp.f32_activations = true;
+    if (rp_backend_open("cpu", &bp, &P.ref))
+        return -1;
+    bp.f32_activations = f32_act;
+    rp_status st = rp_backend_open(name, &bp, &P.be);
+    if (st) {
+        rp_backend_destroy(P.ref);
+        P.ref = NULL;
+        return st;
+    }
+    P.name = name;
+    P.bf16_act = strcmp(name, "cpu") == 0 && rp_backend_cpu_bf16_act(P.be);
+    return 0;
+}
+
+static void teardown_pair(void)
+{
+    rp_backend_destroy(P.be);
+    rp_backend_destroy(P.ref);
+    memset(&P, 0, sizeof(P));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matmul),  cmocka_unit_test(test_fused),     cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_rows),    cmocka_unit_test(test_attention), cmocka_unit_test(test_rows_and_argmax),
+    };
+    const char *req = getenv("RP_TEST_REQUIRE_DEVICE");
+    int failed = 0;
+    for (int i = 0; i < rp_backend_count(); i++) {
+        const char *name = rp_backend_name(i);
+        for (int f32 = 0; f32 < 2; f32++) { // the backend's default numerics, then float32 activations
+            int st = setup_pair(name, f32);
+            if (st) {
+                if (req && strcmp(req, "1") == 0) {
+                    fprintf(stderr, "test_backend_ops: backend %s: %s\n", name, rp_error_message());
+                    return 1;
+                }
+                printf("skipping backend %s: %s\n", name, rp_error_message());
+                break;
+            }
+            printf("backend %s%s\n", name, f32 ? ", float32 activations" : "");
+            failed += _cmocka_run_group_tests(name, tests, sizeof(tests) / sizeof(tests[0]), NULL, NULL);
+            teardown_pair();
+        }
+    }
+    return failed;
+}
