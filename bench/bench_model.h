@@ -10,6 +10,8 @@
 #include "backend/backend.h"
 #include "model/model.h"
 
+#include <stdlib.h>
+
 static inline rp_status bench_load(const char *path, const char *device, int threads, bool f32_act,
                                    const rp_model_params *mp, rp_model **out)
 {
@@ -19,7 +21,9 @@ static inline rp_status bench_load(const char *path, const char *device, int thr
     bp.n_threads = threads;
     bp.f32_activations = f32_act;
     rp_backend *be;
-    rp_status st = rp_backend_open(device ? device : rp_backend_default_name(), &bp, &be);
+    if (!device || !*device)
+        device = getenv("RAPID_DEVICE");
+    rp_status st = rp_backend_open(device && *device ? device : rp_backend_default_name(), &bp, &be);
     if (st)
         return st;
     if ((st = rp_model_load(path, be, mp, out))) {

@@ -100,7 +100,10 @@ int main(int argc, char **argv)
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)mb), *pos = malloc(sizeof(int32_t) * (size_t)mb);
     int32_t *seq = malloc(sizeof(int32_t) * (size_t)mb);
     bool *want = malloc(sizeof(bool) * (size_t)mb);
-    float *logits = malloc(sizeof(float) * (size_t)mb * (size_t)cfg->n_vocab);
+    float *logits = NULL; // host memory the backend copies into at full speed (pinned on a GPU)
+    if (rp_backend_host_alloc(rp_model_backend(m), sizeof(float) * (size_t)mb * (size_t)cfg->n_vocab,
+                              (void **)&logits))
+        logits = NULL;
     double *t = malloc(sizeof(double) * (size_t)nb * (size_t)steps);
     if (!tok || !pos || !seq || !want || !logits || !t ||
         rp_model_kv_create(m, block, per_seq * max_b, kv_type, &kv) != RP_OK) {
@@ -153,8 +156,8 @@ int main(int argc, char **argv)
         }
     rp_backend_info bi;
     rp_backend_get_info(rp_model_backend(m), &bi);
-    printf("%s, on %s (%s), context %d tokens, %d steps per size (interleaved)\n", rp_model_describe(m), bi.name,
-           bi.device, ctx, steps);
+    printf("%s, on %s (%s), context %d tokens, %d steps per size (interleaved), weights read per step %.1f MB\n",
+           rp_model_describe(m), bi.name, bi.device, ctx, steps, rp_model_weight_bytes(m) / 1e6);
     printf("| sequences | fastest step | median step | median per token | step / one sequence's step |\n");
     printf("|---|---|---|---|---|\n");
     double base = 0;
@@ -170,12 +173,13 @@ int main(int argc, char **argv)
     for (int s = 0; s < max_b; s++)
         rp_kv_seq_deinit(kv, &seqs[s]);
     rp_kv_pool_destroy(kv);
+    if (logits)
+        rp_backend_host_free(rp_model_backend(m), logits);
     rp_model_destroy(m);
     free(tok);
     free(pos);
     free(seq);
     free(want);
-    free(logits);
     free(t);
     return 0;
 }

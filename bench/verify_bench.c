@@ -7,7 +7,8 @@
  * n = 1, 2, 4, ... tokens at the positions right after it (the same slots every
  * time: the KV written there is rewritten by the next run), every token wanting
  * logits, and again with only the last token wanting them (the difference is the
- * output head's share). Prints the median time of --reps runs per n and its ratio
+ * output head's share), and with every row reduced to its argmax on the backend (what a
+ * greedy verification needs: no logits cross from a device). Prints the median time of --reps runs per n and its ratio
  * to n = 1: with speculation, a step of 1 + k tokens yielding a + 1 tokens beats
  * plain decoding by (a + 1) / ratio. --cpu times process CPU time instead of
  * wall time: with one thread, what a step costs whatever the neighbours do. --simd
@@ -34,6 +35,13 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+// The sizes timed: 1, 2, 3, 4, then a quarter more each time, and max itself.
+static int next_n(int n, int max)
+{
+    int next = n < 4 ? n + 1 : n + n / 4;
+    return n < max && next > max ? max : next;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -96,7 +104,7 @@ int main(int argc, char **argv)
     rp_kv_seq seq;
     rp_kv_seq_init(&seq);
     int rc = 1;
-    int32_t *tok = NULL, *pos = NULL, *sq = NULL;
+    int32_t *tok = NULL, *pos = NULL, *sq = NULL, *ids = NULL;
     bool *want = NULL;
     float *logits = NULL;
     double *times = NULL;
@@ -114,9 +122,12 @@ int main(int argc, char **argv)
     pos = rp_malloc(B * sizeof(int32_t));
     sq = rp_calloc(B, sizeof(int32_t));
     want = rp_calloc(B, sizeof(bool));
-    logits = rp_malloc((size_t)max_n * c->n_vocab * sizeof(float));
+    rp_backend *be = rp_model_backend(m);
+    if (rp_backend_host_alloc(be, (size_t)max_n * c->n_vocab * sizeof(float), (void **)&logits))
+        logits = NULL;
+    ids = rp_malloc((size_t)max_n * sizeof(int32_t));
     times = rp_malloc((size_t)reps * sizeof(double));
-    if (!tok || !pos || !sq || !want || !logits || !times)
+    if (!tok || !pos || !sq || !want || !logits || !ids || !times)
         goto done;
     rp_kv_seq *seqs[1] = {&seq};
     uint32_t s = 12345;
@@ -136,20 +147,23 @@ int main(int argc, char **argv)
     }
     printf("model %s, context %d, %d threads, median of %d (%s time)\n", rp_model_describe(m), ctx, threads, reps,
            cpu_clock ? "CPU" : "wall");
-    printf("%4s %12s %8s %8s %14s %8s\n", "n", "all logits", "ratio", "per tok", "last logits", "ratio");
+    printf("%4s %12s %8s %8s %14s %8s %12s %8s\n", "n", "all logits", "ratio", "per tok", "last logits", "ratio",
+           "argmax", "ratio");
     double base = 0;
-    for (int n = 1; n <= max_n; n = n < 4 ? n + 1 : n + n / 4) {
-        double med[2];
-        for (int mode = 0; mode < 2; mode++) {
+    for (int n = 1; n <= max_n; n = next_n(n, max_n)) {
+        double med[3];
+        for (int mode = 0; mode < 3; mode++) { // every row's logits; the last row's; every row's argmax
             for (int i = 0; i < n; i++) {
                 tok[i] = (int32_t)((i * 7919 + 11) % c->n_vocab);
                 pos[i] = ctx + i;
-                want[i] = mode == 0 || i == n - 1;
+                want[i] = mode != 1 || i == n - 1;
             }
             rp_batch b = {n, tok, pos, sq, want, seqs, 1, NULL};
             for (int r = 0; r < reps + 2; r++) {
                 double t0 = now();
-                if (rp_model_forward(m, kv, &b, logits)) {
+                rp_status fst =
+                    mode == 2 ? rp_model_forward_argmax(m, kv, &b, ids, NULL) : rp_model_forward(m, kv, &b, logits);
+                if (fst) {
                     fprintf(stderr, "verify-bench: %s\n", rp_error_message());
                     goto done;
                 }
@@ -161,8 +175,8 @@ int main(int argc, char **argv)
         }
         if (n == 1)
             base = med[0];
-        printf("%4d %9.3f ms %7.2fx %5.3f ms %11.3f ms %7.2fx\n", n, med[0] * 1e3, med[0] / base, med[0] * 1e3 / n,
-               med[1] * 1e3, med[1] / base);
+        printf("%4d %9.3f ms %7.2fx %5.3f ms %11.3f ms %7.2fx %9.3f ms %7.2fx\n", n, med[0] * 1e3, med[0] / base,
+               med[0] * 1e3 / n, med[1] * 1e3, med[1] / base, med[2] * 1e3, med[2] / base);
     }
     rc = 0;
 done:
@@ -170,7 +184,9 @@ done:
     rp_free(pos);
     rp_free(sq);
     rp_free(want);
-    rp_free(logits);
+    if (logits)
+        rp_backend_host_free(rp_model_backend(m), logits);
+    rp_free(ids);
     rp_free(times);
     if (kv)
         rp_kv_seq_deinit(kv, &seq);

@@ -5,13 +5,8 @@
 # internet, no -dev packages): its CPU is a quieter and larger measuring machine
 # than the 2-core VM the project is developed on.
 #
-# The dependencies travel as Debian 12 packages in DEBDIR, fetched on the
-# development machine with
-#   apt-get download libmicrohttpd-dev libmicrohttpd12 libjansson-dev libjansson4 \
-#     libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2 libxxhash-dev libxxhash0 \
-#     libcurl4-openssl-dev libcurl4 pkgconf pkgconf-bin libpkgconf3
-# and are unpacked under /tmp/rapid-sys (never over /), their pkg-config files
-# pointed there; the system's own libcurl is used when it has one.
+# The dependencies travel as Debian 12 packages in DEBDIR (tools/device_env.sh says
+# which, and unpacks them).
 #
 # Usage: tools/device_bench.sh DEBDIR OUTDIR [STEPS]
 #   STEPS: comma list of build,decode,step,conc,spec (default: all), each logged to
@@ -22,8 +17,6 @@ debs=${1:?DEBDIR}
 out=${2:?OUTDIR}
 steps=${3:-build,decode,step,conc,spec}
 mkdir -p "$out"
-sys=/tmp/rapid-sys
-lib=$sys/usr/lib/x86_64-linux-gnu
 
 has() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -35,21 +28,10 @@ has() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
     cat /proc/loadavg
 } > "$out/machine.txt" 2>&1
 
-# unpack the packages; the system's libcurl.so.4, if any, instead of Debian's
-mkdir -p "$sys"
-syscurl=$(ls /usr/lib/x86_64-linux-gnu/libcurl.so.4 2>/dev/null || true)
-for d in "$debs"/*.deb; do
-    case "$d" in *"/libcurl4_"*) [ -n "$syscurl" ] && continue ;; esac
-    dpkg-deb -x "$d" "$sys"
-done
-[ -n "$syscurl" ] && ln -sf "$syscurl" "$lib/libcurl.so"
-for pc in "$lib"/pkgconfig/*.pc "$sys"/usr/share/pkgconfig/*.pc; do
-    [ -f "$pc" ] && sed -i -e "s|=/usr|=$sys/usr|" -e "/^Requires.private:/d" "$pc"
-done
-export PKG_CONFIG_PATH=$lib/pkgconfig:$sys/usr/share/pkgconfig
-export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-pkgconf=$(command -v pkg-config || echo "$sys/usr/bin/pkgconf")
+. tools/device_env.sh "$debs"
+pkgconf=$RP_PKGCONF
 threads=$(nproc)
+export RAPID_DEVICE=cpu # these are the CPU's figures (a CUDA build would default to the GPU)
 
 if has build; then
     gen=()

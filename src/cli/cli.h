@@ -26,8 +26,10 @@ const char *rp_cli_default_model(void);
 // an optional "iB" or "B" ("512M", "4GiB", "1.5G", "1000"). False when malformed.
 bool rp_cli_parse_bytes(const char *s, uint64_t *out);
 // --kv-memory: a size as rp_cli_parse_bytes, or a fraction of the memory
-// available now ("0.25", "25%"; in (0, 1], written with a '.' or a '%').
-bool rp_cli_parse_kv_memory(const char *s, uint64_t *out);
+// available now ("0.25", "25%"; in (0, 1], written with a '.' or a '%'), which is also
+// returned in *fraction (0 for a size): on a GPU the caller applies it to the device's
+// free memory instead.
+bool rp_cli_parse_kv_memory(const char *s, uint64_t *out, double *fraction);
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
 uint64_t rp_cli_mem_available(void);
 // --kv-dtype: "f16"/"float16" (*f32 = false) or "f32"/"float32" (*f32 = true). False
@@ -37,7 +39,7 @@ bool rp_cli_parse_kv_dtype(const char *s, bool *f32);
 bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
 // device.c
-// Opens the backend named by --device (NULL: rp_backend_default_name()) with --threads
+// Opens the backend named by --device (NULL: $RAPID_DEVICE, else rp_backend_default_name()) with --threads
 // (0: all cores) and --f32-activations. Errors as rp_backend_open.
 rp_status rp_cli_open_backend(const char *device, int threads, bool f32_act, rp_backend **out);
 // The backend a --draft-model is loaded on beside a model on be: a CPU backend of its

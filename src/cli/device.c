@@ -2,7 +2,8 @@
  * device.c - the --device, --threads and --f32-activations flags that `run`,
  * `serve` and the benchmarks share: which backend a model is loaded on.
  *
- * The command line is the one place that names a backend (backend/backend.h
+ * Without --device, $RAPID_DEVICE names it, else the GPU when one answers (else the
+ * CPU). The command line is the one place that names a backend (backend/backend.h
  * opens it by name; only here, the tests and the benchmarks include a
  * backend's own header). A draft model (--draft-model) gets its own CPU
  * backend with a quarter of the threads when the model runs on the CPU: it runs
@@ -13,6 +14,7 @@
 #include "cli.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 rp_status rp_cli_open_backend(const char *device, int threads, bool f32_act, rp_backend **out)
 {
@@ -20,7 +22,9 @@ rp_status rp_cli_open_backend(const char *device, int threads, bool f32_act, rp_
     rp_backend_params_default(&bp);
     bp.n_threads = threads;
     bp.f32_activations = f32_act;
-    return rp_backend_open(device ? device : rp_backend_default_name(), &bp, out);
+    if (!device || !*device)
+        device = getenv("RAPID_DEVICE");
+    return rp_backend_open(device && *device ? device : rp_backend_default_name(), &bp, out);
 }
 
 rp_status rp_cli_draft_backend(rp_backend *be, bool f32_act, rp_backend **out)

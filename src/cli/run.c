@@ -61,7 +61,7 @@ static void run_usage(FILE *f)
                "                          available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N         CPU threads (default: all cores)\n"
                "      --device NAME       where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
-               "                          (default: the GPU when one answers, else cpu)\n"
+               "                          (default: $RAPID_DEVICE, else the GPU when one answers, else cpu)\n"
                "      --ctx N             context length (default: prompt + N, at most the model's)\n"
                "      --kv-dtype f16|f32  how K and V are cached (default f16; f32 keeps them exact)\n"
                "      --ignore-eos        keep generating past end-of-generation tokens\n"

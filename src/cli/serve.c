@@ -38,8 +38,9 @@ static void serve_usage(FILE *f)
                "                             gets this model)\n"
                "      --ctx N                most tokens (prompt + reply) per request (default: the model's)\n"
                "      --kv-memory SIZE       KV cache size, shared by all requests: bytes (512M, 8G, ...) or a\n"
-               "                             fraction of the memory available (0.5, 50%%) (default: max(ctx, 4096)\n"
-               "                             tokens, at most a quarter of the available memory)\n"
+               "                             fraction of the memory available (0.5, 50%%; on a GPU: of its memory\n"
+               "                             free after the weights) (default: max(ctx, 4096) tokens, at most a\n"
+               "                             quarter of that memory)\n"
                "      --kv-tokens N          KV cache size in tokens instead\n"
                "      --kv-dtype f16|f32     how K and V are cached (default f16: half the memory of f32, and\n"
                "                             faster at long contexts; f32 keeps them exact)\n"
@@ -74,7 +75,7 @@ static void serve_usage(FILE *f)
                "                             available memory are copied to 2 MiB pages)\n"
                "  -t, --threads N            CPU threads (default: all cores)\n"
                "      --device NAME          where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
-               "                             (default: the GPU when one answers, else cpu)\n"
+               "                             (default: $RAPID_DEVICE, else the GPU when one answers, else cpu)\n"
                "  -q, --quiet                no per-request log lines\n"
                "  -h, --help                 this help\n");
 }
@@ -95,6 +96,7 @@ typedef struct serve_opts {
     rp_server_params sp;
     rp_engine_params ep;
     const char *device; // --device; NULL: rp_backend_default_name()
+    double kv_fraction; // --kv-memory as a fraction (0: a size or none)
     int threads;
     rp_dtype quant;
     bool no_disk_cache, mmap, f32_act;
@@ -191,7 +193,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
         case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
         case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
-        case O_KVMEM: ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory) && o->ep.kv_memory > 0; break;
+        case O_KVMEM:
+            ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory, &o->kv_fraction) && o->ep.kv_memory > 0;
+            break;
         case O_KVDTYPE: ok = rp_cli_parse_kv_dtype(optarg, &o->ep.kv_f32); break;
         case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
         case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
@@ -276,14 +280,21 @@ static void load_progress(void *ctx, double fraction)
 
 // Without --kv-memory or --kv-tokens the engine holds max(ctx, 4096) tokens;
 // here that is capped at a quarter of the memory available (but never below one context).
-static void default_kv_memory(const rp_model *m, rp_engine_params *ep)
+// The KV pool's size when --kv-memory is a fraction or absent: the memory it may take is
+// the host's available memory, or on a GPU the device's free memory after the weights.
+static void default_kv_memory(rp_model *m, double fraction, rp_engine_params *ep)
 {
+    rp_backend_info bi;
+    rp_backend_get_info(rp_model_backend(m), &bi);
+    uint64_t avail = bi.host_memory ? rp_cli_mem_available() : bi.mem_free;
+    if (fraction > 0 && !bi.host_memory)
+        ep->kv_memory = (uint64_t)(fraction * (double)avail);
     if (ep->kv_tokens || ep->kv_memory)
         return;
     const rp_model_config *c = rp_model_get_config(m);
     uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
     uint64_t ctx = ep->n_ctx > 0 && ep->n_ctx < c->max_ctx ? (uint64_t)ep->n_ctx : (uint64_t)c->max_ctx;
-    uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = rp_cli_mem_available() / 4;
+    uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = avail / 4;
     if (cap && want > cap)
         ep->kv_memory = cap > ctx * per_token ? cap : ctx * per_token;
 }
@@ -359,7 +370,7 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: tokenizer: %s\n", rp_error_message());
         goto done;
     }
-    default_kv_memory(model, &o.ep);
+    default_kv_memory(model, o.kv_fraction, &o.ep);
     char *default_dir = NULL;
     if (o.no_disk_cache || o.ep.no_prefix_cache)
         o.ep.cache_dir = NULL;

@@ -53,8 +53,9 @@ uint64_t rp_cli_mem_available(void)
     return (uint64_t)kb * 1024;
 }
 
-bool rp_cli_parse_kv_memory(const char *s, uint64_t *out)
+bool rp_cli_parse_kv_memory(const char *s, uint64_t *out, double *fraction)
 {
+    *fraction = 0;
     size_t n = strlen(s);
     bool percent = n > 0 && s[n - 1] == '%';
     if (percent || (strchr(s, '.') && strtod(s, NULL) <= 1.0)) {
@@ -69,6 +70,7 @@ bool rp_cli_parse_kv_memory(const char *s, uint64_t *out)
         if (!(v > 0 && v <= 1) || avail == 0)
             return false;
         *out = (uint64_t)(v * (double)avail);
+        *fraction = v;
         return true;
     }
     return rp_cli_parse_bytes(s, out);

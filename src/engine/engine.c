@@ -724,7 +724,8 @@ static void engine_free_parts(rp_engine *e)
     rp_free(e->b_rows);
     rp_free(e->draw_gens);
     rp_free(e->draw_rows);
-    rp_free_aligned(e->logits);
+    if (e->logits)
+        rp_backend_host_free(rp_model_backend(e->m), e->logits);
     rp_free(e->lp);
     spec_engine_deinit(e); // after the requests: their draft-model KV went back at retirement
     rp_json_vocab_destroy(e->jv);
@@ -817,8 +818,11 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     e->draw_rows = rp_malloc(R * sizeof(float *));
     e->pool = rp_backend_host_pool(rp_model_backend(e->m));
     e->lp = rp_malloc((size_t)e->n_vocab * sizeof(float));
-    if (rp_mul_size((size_t)e->max_rows * sizeof(float), (size_t)e->n_vocab, &rows))
-        e->logits = rp_malloc_aligned(rows);
+    // Host memory the backend copies into at full speed (pinned on a GPU; a CUDA graph's
+    // copies need it).
+    if (rp_mul_size((size_t)e->max_rows * sizeof(float), (size_t)e->n_vocab, &rows) &&
+        rp_backend_host_alloc(rp_model_backend(e->m), rows, (void **)&e->logits))
+        e->logits = NULL;
     if (!e->b_tok || !e->b_pos || !e->b_seq || !e->b_want || !e->b_seqs || !e->b_gens || !e->b_rows || !e->draw_gens ||
         !e->draw_rows || !e->lp || !e->logits) {
         st = RP_ERR(RP_ERR_NOMEM, "engine: out of memory for the batch buffers (%d rows of logits)", e->max_rows);

@@ -775,17 +775,16 @@ rp_status spec_engine_init(rp_engine *e, const rp_engine_params *p)
     se->m_seqs = rp_malloc(R * sizeof(rp_kv_seq *));
     se->m_gens = rp_malloc(R * sizeof(rp_gen *));
     bool ok = se->work && se->m_tok && se->m_pos && se->m_seq && se->m_want && se->m_seqs && se->m_gens;
-    if (ok && se->use[RP_SPEC_MTP]) {
-        se->hidden = rp_malloc_aligned(B * D * sizeof(float));
-        se->m_in = rp_malloc_aligned(B * D * sizeof(float));
-        se->m_out = rp_malloc_aligned(B * D * sizeof(float));
-        se->m_logits = rp_malloc_aligned(R * V * sizeof(float));
-        ok = se->hidden && se->m_in && se->m_out && se->m_logits;
-    }
-    if (ok && se->dm) {
-        se->d_logits = rp_malloc_aligned(R * (size_t)se->d_vocab * sizeof(float));
-        ok = se->d_logits != NULL;
-    }
+    // The rows the backends copy results into: their host memory (pinned on a GPU).
+    rp_backend *be = rp_model_backend(e->m);
+    if (ok && se->use[RP_SPEC_MTP])
+        ok = !rp_backend_host_alloc(be, B * D * sizeof(float), (void **)&se->hidden) &&
+             !rp_backend_host_alloc(be, B * D * sizeof(float), (void **)&se->m_in) &&
+             !rp_backend_host_alloc(be, B * D * sizeof(float), (void **)&se->m_out) &&
+             !rp_backend_host_alloc(be, R * V * sizeof(float), (void **)&se->m_logits);
+    if (ok && se->dm)
+        ok = !rp_backend_host_alloc(rp_model_backend(se->dm), R * (size_t)se->d_vocab * sizeof(float),
+                                    (void **)&se->d_logits);
     if (!ok)
         return RP_ERR(RP_ERR_NOMEM, "engine: out of memory for speculative decoding's buffers");
     return RP_OK;
@@ -802,11 +801,13 @@ void spec_engine_deinit(rp_engine *e)
     rp_free(se->m_want);
     rp_free(se->m_seqs);
     rp_free(se->m_gens);
-    rp_free_aligned(se->hidden);
-    rp_free_aligned(se->m_in);
-    rp_free_aligned(se->m_out);
-    rp_free_aligned(se->m_logits);
-    rp_free_aligned(se->d_logits);
+    rp_backend *be = rp_model_backend(e->m);
+    rp_backend_host_free(be, se->hidden);
+    rp_backend_host_free(be, se->m_in);
+    rp_backend_host_free(be, se->m_out);
+    rp_backend_host_free(be, se->m_logits);
+    if (se->dm)
+        rp_backend_host_free(rp_model_backend(se->dm), se->d_logits);
     rp_json_match_destroy(se->jm);
     rp_kv_pool_destroy(se->dkv);
     rp_model_destroy(se->dm_owned);

@@ -5,6 +5,7 @@
  * Tests that need it skip with a message when it is absent, except under CI=true,
  * where its absence fails the test, so a wrong path cannot pass.
  * rp_test_source(rel): a path inside the source tree ($RP_SOURCE_DIR, set by CTest).
+ * rp_test_device(): the device model-level tests load on ($RP_TEST_DEVICE, default "cpu").
  */
 #ifndef RP_TEST_UTIL_H
 #define RP_TEST_UTIL_H
@@ -19,6 +20,14 @@
 #include <sys/stat.h>
 
 #include <cmocka.h>
+
+// The device the model-level tests run on: $RP_TEST_DEVICE ("cuda" on the GPU machine,
+// tests/gpu/run.sh), else "cpu".
+static inline const char *rp_test_device(void)
+{
+    const char *d = getenv("RP_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
 
 static inline const char *rp_test_source_dir(void)
 {

@@ -14,7 +14,7 @@ enum { LAYERS = 2, HEADS = 2, HD = 4, BS = 4 };
 
 static int setup(void **state)
 {
-    return rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
+    return rp_backend_open(rp_test_device(), &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
 }
 
 static int teardown(void **state)

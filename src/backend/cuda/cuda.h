@@ -1,0 +1,22 @@
+/*
+ * cuda.h - what only the CUDA backend has, for the command line, tests and
+ * benchmarks: whether a GPU answers, and the graph hook the tests use. The model,
+ * the KV pool and the engine see the backend through backend.h alone.
+ *
+ * Threads: rp_cuda_device_count may be called from any thread; the hook changes
+ * process-wide state and is for tests, called before a backend runs an op.
+ */
+#ifndef RP_BACKEND_CUDA_H
+#define RP_BACKEND_CUDA_H
+
+#include "../backend.h"
+
+// The CUDA devices this process can use (0 without a driver or a GPU); *why, when not
+// NULL, says why there are none ("no CUDA driver", "no CUDA device"), static storage.
+int rp_cuda_device_count(const char **why);
+
+// Test hook: forwards run eagerly (false) or, from the second time the same sequence of
+// ops is seen, as a CUDA graph (true, the default).
+void rp_cuda_use_graphs(bool on);
+
+#endif

@@ -1,0 +1,179 @@
+/*
+ * cuda_rows.cu - the CUDA backend's row and element ops: embedding rows (any weight
+ * type, dequantized as the CPU does), row gathers, RMS norm, rotary embedding,
+ * silu·mul, adds, argmax.
+ *
+ * Reductions have a fixed order: rmsnorm sums squares in double, each thread its
+ * elements t, t + 256, ... in order, then a fixed tree over the block (the CPU
+ * sums in eight double lanes: the two agree to float rounding); argmax compares
+ * (valid, value, -index), an order-free rule. Nothing depends on the batch.
+ */
+#include "cuda_common.cuh"
+
+#include <math.h>
+
+/* ---- embedding rows ---- */
+
+__global__ void k_get_rows(cu_weight table, const cu_batch *b, float *out)
+{
+    int t = blockIdx.y;
+    int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= table.cols)
+        return;
+    int32_t id = b->tokens[t];
+    out[(int64_t)t * table.cols + e] = cu_weight_elem(table, id, e);
+}
+
+extern "C" cudaError_t cu_launch_get_rows(const void *args, cudaStream_t s)
+{
+    const cu_get_rows_args *a = (const cu_get_rows_args *)args;
+    dim3 grid((unsigned)((a->table.cols + 255) / 256), (unsigned)a->n);
+    k_get_rows<<<grid, 256, 0, s>>>(a->table, a->b, a->out);
+    return cu_launched();
+}
+
+/* ---- gathers ---- */
+
+__global__ void k_gather(const float *src, float *dst, const cu_batch *b, bool logit, int width)
+{
+    int i = blockIdx.y;
+    const int32_t *idx = logit ? b->logit_rows : b->rows;
+    int64_t r = idx[i];
+    for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < width; e += gridDim.x * blockDim.x)
+        dst[(int64_t)i * width + e] = src[r * width + e];
+}
+
+extern "C" cudaError_t cu_launch_gather(const void *args, cudaStream_t s)
+{
+    const cu_gather_args *a = (const cu_gather_args *)args;
+    dim3 grid((unsigned)((a->width + 255) / 256), (unsigned)a->n);
+    k_gather<<<grid, 256, 0, s>>>(a->src, a->dst, a->b, a->logit, a->width);
+    return cu_launched();
+}
+
+/* ---- rmsnorm ---- */
+
+#define NORM_THREADS 256
+
+__global__ void k_rmsnorm(const float *x, const float *w, float *out, float eps, int width)
+{
+    __shared__ double part[NORM_THREADS];
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * width;
+    double ss = 0;
+    for (int i = threadIdx.x; i < width; i += NORM_THREADS)
+        ss += (double)xr[i] * xr[i];
+    part[threadIdx.x] = ss;
+    __syncthreads();
+    for (int step = NORM_THREADS / 2; step > 0; step >>= 1) {
+        if (threadIdx.x < step)
+            part[threadIdx.x] += part[threadIdx.x + step];
+        __syncthreads();
+    }
+    float inv = (float)(1.0 / sqrt(part[0] / width + eps));
+    for (int i = threadIdx.x; i < width; i += NORM_THREADS) // (x·inv)·w, as the CPU
+        out[r * width + i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+}
+
+extern "C" cudaError_t cu_launch_rmsnorm(const void *args, cudaStream_t s)
+{
+    const cu_rmsnorm_args *a = (const cu_rmsnorm_args *)args;
+    k_rmsnorm<<<a->rows, NORM_THREADS, 0, s>>>(a->x, a->w, a->out, a->eps, a->width);
+    return cu_launched();
+}
+
+/* ---- rope ---- */
+
+__global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n_head, int head_dim, bool neox)
+{
+    int t = blockIdx.y, half = head_dim / 2;
+    int k = blockIdx.x * blockDim.x + threadIdx.x; // (head, pair)
+    if (k >= n_head * half)
+        return;
+    int h = k / half, i = k % half;
+    float a = __fmul_rn((float)b->pos[t], inv_freq[i]); // the angle is a float32 product, as transformers
+    float c = cosf(a), sn = sinf(a);
+    float *v = x + ((int64_t)t * n_head + h) * head_dim;
+    int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+    float x0 = v[i0], x1 = v[i1];
+    v[i0] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+    v[i1] = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn));
+}
+
+extern "C" cudaError_t cu_launch_rope(const void *args, cudaStream_t s)
+{
+    const cu_rope_args *a = (const cu_rope_args *)args;
+    int pairs = a->n_head * (a->head_dim / 2);
+    dim3 grid((unsigned)((pairs + 127) / 128), (unsigned)a->n);
+    k_rope<<<grid, 128, 0, s>>>(a->x, a->inv_freq, a->b, a->n_head, a->head_dim, a->neox);
+    return cu_launched();
+}
+
+/* ---- element-wise ---- */
+
+__global__ void k_elementwise(int op, const float *a, const float *b, float *out, size_t count, int width)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
+        if (op == CU_EW_SILU_MUL) {
+            float g = a[i];
+            out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), b[i]);
+        } else if (op == CU_EW_ADD) {
+            out[i] = __fadd_rn(out[i], a[i]);
+        } else {
+            out[i] = __fadd_rn(out[i], a[i % (size_t)width]);
+        }
+    }
+}
+
+extern "C" cudaError_t cu_launch_elementwise(const void *args, cudaStream_t s)
+{
+    const cu_elementwise_args *a = (const cu_elementwise_args *)args;
+    size_t blocks = (a->count + 255) / 256;
+    k_elementwise<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(a->op, a->a, a->b, a->out, a->count,
+                                                                              a->width);
+    return cu_launched();
+}
+
+/* ---- argmax ---- */
+
+#define ARGMAX_THREADS 1024
+
+// a beats b: valid (not NaN) first, then the larger value, then the smaller index.
+__device__ __forceinline__ bool am_better(float va, int ia, float vb, int ib)
+{
+    bool oka = va == va, okb = vb == vb;
+    if (oka != okb)
+        return oka;
+    if (oka && va != vb)
+        return va > vb;
+    return ia < ib;
+}
+
+__global__ void k_argmax(const float *x, int32_t *out, int width)
+{
+    __shared__ float sv[ARGMAX_THREADS];
+    __shared__ int si[ARGMAX_THREADS];
+    const float *row = x + (int64_t)blockIdx.x * width;
+    float bv = NAN;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < width; i += ARGMAX_THREADS)
+        if (am_better(row[i], i, bv, bi))
+            bv = row[i], bi = i;
+    sv[threadIdx.x] = bv, si[threadIdx.x] = bi;
+    __syncthreads();
+    for (int step = ARGMAX_THREADS / 2; step > 0; step >>= 1) {
+        if (threadIdx.x < step && am_better(sv[threadIdx.x + step], si[threadIdx.x + step], sv[threadIdx.x],
+                                            si[threadIdx.x]))
+            sv[threadIdx.x] = sv[threadIdx.x + step], si[threadIdx.x] = si[threadIdx.x + step];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        out[blockIdx.x] = sv[0] == sv[0] ? si[0] : 0; // all NaN: 0
+}
+
+extern "C" cudaError_t cu_launch_argmax(const void *args, cudaStream_t s)
+{
+    const cu_argmax_args *a = (const cu_argmax_args *)args;
+    k_argmax<<<a->rows, ARGMAX_THREADS, 0, s>>>(a->x, a->out, a->width);
+    return cu_launched();
+}

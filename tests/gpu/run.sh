@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the CUDA backend's tests, on a machine with an NVIDIA GPU (the
+# `device` tool's H200: Ubuntu 24.04, no -dev packages, no Node.js): builds Rapid with
+# CUDA, then runs
+#   ops        the op harness (tests/unit/backend/test_backend_ops.c), every op and weight
+#              type on CUDA against the CPU's scalar kernels; RP_TEST_REQUIRE_DEVICE=1 makes a
+#              missing GPU a failure, not a skip
+#   sanitizer  the op harness under compute-sanitizer (memcheck, then racecheck)
+#   unit       the unit and long tiers with every model-level test on CUDA (RP_TEST_DEVICE=cuda:
+#              fidelity against the transformers fixtures, determinism in and out of batches,
+#              chunking and verification spans, the engine, the server's wire tests)
+#   http       every route of `rapid serve --device cuda` (tests/gpu/http_check.py)
+# each logged to OUT/STEP.log, and prints one summary line per step.
+#
+# Usage: tests/gpu/run.sh DEBDIR OUT [STEPS]   (STEPS: comma list, default all: build,ops,
+#        sanitizer,unit,http). DEBDIR holds the Debian packages tools/device_env.sh names.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+debs=${1:?DEBDIR}
+out=${2:?OUT}
+steps=${3:-build,ops,sanitizer,unit,http}
+mkdir -p "$out"
+has() { case ",$steps," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+. tools/device_env.sh "$debs"
+jobs=$(nproc)
+status=0
+summary() { echo "gpu-tests: $1: $2" | tee -a "$out/summary.txt"; }
+
+{
+    date -u
+    nvidia-smi
+    nvcc --version
+} > "$out/machine.txt" 2>&1
+
+if has build; then
+    if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DRP_WERROR=ON \
+        -DPKG_CONFIG_EXECUTABLE="$RP_PKGCONF" > "$out/build.log" 2>&1 &&
+        cmake --build build-gpu -j "$jobs" >> "$out/build.log" 2>&1; then
+        summary build ok
+    else
+        summary build FAILED
+        tail -40 "$out/build.log"
+        exit 1
+    fi
+fi
+ops=build-gpu/tests/backend_test_backend_ops
+
+if has ops; then
+    if RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$out/ops.log" 2>&1; then
+        summary ops "ok ($(grep -c '\[       OK \]' "$out/ops.log") tests passed)"
+    else
+        summary ops FAILED
+        status=1
+        grep -B2 -A6 'FAILED\|ERROR' "$out/ops.log" | head -60
+    fi
+fi
+
+if has sanitizer; then
+    san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+    for tool in memcheck racecheck; do
+        if RP_TEST_REQUIRE_DEVICE=1 timeout 200 "$san" --tool "$tool" --error-exitcode 9 "$ops" \
+            > "$out/sanitizer-$tool.log" 2>&1; then
+            summary "sanitizer $tool" "ok ($(tail -1 "$out/sanitizer-$tool.log"))"
+        else
+            summary "sanitizer $tool" FAILED
+            status=1
+            grep -m 20 -A8 '=========' "$out/sanitizer-$tool.log" | head -60
+        fi
+    done
+fi
+
+if has unit; then
+    if (cd build-gpu && RP_TEST_DEVICE=cuda timeout 360 ctest -j 4 -L 'unit|long' --output-on-failure \
+        > "$out/unit.log" 2>&1); then
+        summary unit "ok ($(grep 'tests passed' "$out/unit.log"))"
+    else
+        summary unit "FAILED ($(grep 'tests passed' "$out/unit.log"))"
+        status=1
+        grep -A3 'FAILED\|Failed' "$out/unit.log" | head -80
+    fi
+fi
+
+if has http; then
+    if timeout 150 python3 tests/gpu/http_check.py build-gpu/rapid cuda > "$out/http.log" 2>&1; then
+        summary http "ok ($(tail -1 "$out/http.log"))"
+    else
+        summary http "FAILED ($(tail -1 "$out/http.log"))"
+        status=1
+        grep FAIL "$out/http.log" | head -20
+    fi
+fi
+exit $status
