@@ -24,7 +24,8 @@ for d in "$rp_debs"/*.deb; do
 done
 [ -n "$rp_syscurl" ] && ln -sf "$rp_syscurl" "$rp_lib/libcurl.so"
 for pc in "$rp_lib"/pkgconfig/*.pc "$rp_sys"/usr/share/pkgconfig/*.pc; do
-    [ -f "$pc" ] && sed -i -e "s|=/usr|=$rp_sys/usr|" -e "/^Requires.private:/d" "$pc"
+    [ -f "$pc" ] && sed -i -e "s|=/usr|=$rp_sys/usr|" -e "s|-L/usr|-L$rp_sys/usr|g" -e "s|-I/usr|-I$rp_sys/usr|g" \
+        -e "/^Requires.private:/d" "$pc"
 done
 export PKG_CONFIG_PATH=$rp_lib/pkgconfig:$rp_sys/usr/share/pkgconfig
 export LD_LIBRARY_PATH=$rp_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}

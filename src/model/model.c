@@ -126,12 +126,12 @@ fail:
 static void release_tensors(rp_model *m)
 {
     rp_backend *be = m->be;
+    if (m->output.data && m->output.data != m->tok_embd.data) // tied: the same tensor, released once
+        rp_backend_tensor_deinit(be, &m->output);
     rp_tensor *one[] = {&m->tok_embd, &m->mtp.fc};
     for (size_t i = 0; i < sizeof(one) / sizeof(one[0]); i++)
         if (one[i]->data)
             rp_backend_tensor_deinit(be, one[i]);
-    if (m->output.data && m->output.data != m->tok_embd.data)
-        rp_backend_tensor_deinit(be, &m->output);
     for (int l = 0; m->layers && l < m->cfg.n_layer + m->cfg.n_mtp; l++) {
         rp_layer *L = &m->layers[l];
         rp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};

@@ -33,6 +33,7 @@ summary() { echo "gpu-tests: $1: $2" | tee -a "$out/summary.txt"; }
 } > "$out/machine.txt" 2>&1
 
 if has build; then
+    rm -f build-gpu/CMakeCache.txt # pkg-config's answers are cached there: the packages may have moved
     if cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DRP_CUDA=ON -DRP_WERROR=ON \
         -DPKG_CONFIG_EXECUTABLE="$RP_PKGCONF" > "$out/build.log" 2>&1 &&
         cmake --build build-gpu -j "$jobs" >> "$out/build.log" 2>&1; then
@@ -58,7 +59,7 @@ fi
 if has sanitizer; then
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
     for tool in memcheck racecheck; do
-        if RP_TEST_REQUIRE_DEVICE=1 timeout 200 "$san" --tool "$tool" --error-exitcode 9 "$ops" \
+        if RP_TEST_REQUIRE_DEVICE=1 timeout "${RP_SANITIZER_TIMEOUT:-200}" "$san" --tool "$tool" --error-exitcode 9 "$ops" \
             > "$out/sanitizer-$tool.log" 2>&1; then
             summary "sanitizer $tool" "ok ($(tail -1 "$out/sanitizer-$tool.log"))"
         else
@@ -70,7 +71,7 @@ if has sanitizer; then
 fi
 
 if has unit; then
-    if (cd build-gpu && RP_TEST_DEVICE=cuda timeout 360 ctest -j 4 -L 'unit|long' --output-on-failure \
+    if (cd build-gpu && RP_TEST_DEVICE=cuda timeout 360 ctest -j 4 -L 'unit|long' --timeout 150 --output-on-failure \
         > "$out/unit.log" 2>&1); then
         summary unit "ok ($(grep 'tests passed' "$out/unit.log"))"
     else

@@ -29,7 +29,7 @@ static int setup(void **state)
 {
     if (rp_test_tmp_setup(state))
         return -1;
-    return rp_backend_open(rp_test_device(), &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
+    return rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
 }
 
 static int teardown(void **state)
