@@ -50,3 +50,10 @@ for t in ${types//,/ }; do
         tail -5 "$log"
     fi
 done
+# Where a BF16 step's time goes (RP_PROFILE=1: every op of the one-token forwards timed,
+# a synchronize after each: the achieved bandwidth of each matmul)
+if [ "${RP_GPU_PROFILE:-1}" = 1 ]; then
+    RP_PROFILE=1 timeout 300 "$build/bench/step-bench" "$model" --device cuda --batch 1 --ctx 512 --steps 10 \
+        > "$out/profile-bf16.log" 2>&1
+    sed -n '/^profile:/,$p' "$out/profile-bf16.log"
+fi

@@ -123,6 +123,34 @@ static const void *copy_to_arena(rp_model *m, const void *data, size_t total)
     return buf;
 }
 
+// Quantizing a matrix at load (--quant): rows dequantized and quantized again, split over
+// the backend's host threads (a 7B model's matrices take minutes on one).
+typedef struct quant_job {
+    const uint8_t *from;
+    uint8_t *to;
+    rp_dtype from_type, to_type;
+    int64_t ne0, ne1;
+    size_t from_row, to_row;
+    _Atomic bool failed;
+} quant_job;
+
+static void quant_task(void *p, int ith, int nth)
+{
+    quant_job *j = p;
+    int64_t lo, hi;
+    rp_split_range(j->ne1, ith, nth, &lo, &hi);
+    float *row = rp_malloc((size_t)j->ne0 * sizeof(float));
+    if (!row) {
+        j->failed = true;
+        return;
+    }
+    for (int64_t r = lo; r < hi; r++) {
+        rp_dequantize(j->from_type, j->from + (size_t)r * j->from_row, row, j->ne0);
+        rp_quantize(j->to_type, row, j->to + (size_t)r * j->to_row, j->ne0); // (the shape was checked)
+    }
+    rp_free(row);
+}
+
 rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
                                const void *data, bool quantizable, bool streamed, rp_tensor *out)
 {
@@ -135,23 +163,15 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
         if (!rp_dtype_row_bytes(q, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' too large to quantize", name);
         uint8_t *buf = m->host_memory ? arena_alloc(m, total) : (tmp = rp_malloc(total));
-        float *row = rp_malloc((size_t)ne0 * sizeof(float));
-        if (!buf || !row) {
-            rp_free(row);
+        if (!buf)
+            return RP_ERR(RP_ERR_NOMEM, "out of memory quantizing '%s'", name);
+        quant_job j = {.from = data, .to = buf, .from_type = type, .to_type = q, .ne0 = ne0, .ne1 = ne1};
+        rp_dtype_row_bytes(type, ne0, &j.from_row);
+        j.to_row = row_bytes;
+        rp_pool_run(rp_backend_host_pool(be), quant_task, &j); // the rows split over the host threads
+        if (j.failed) {
             rp_free(tmp);
             return RP_ERR(RP_ERR_NOMEM, "out of memory quantizing '%s'", name);
-        }
-        size_t src_row;
-        rp_dtype_row_bytes(type, ne0, &src_row);
-        rp_status st = RP_OK;
-        for (int64_t r = 0; r < ne1 && !st; r++) {
-            rp_dequantize(type, (const uint8_t *)data + (size_t)r * src_row, row, ne0);
-            st = rp_quantize(q, row, buf + (size_t)r * row_bytes, ne0);
-        }
-        rp_free(row);
-        if (st) {
-            rp_free(tmp);
-            return st;
         }
         data = buf;
         type = q;

@@ -10,10 +10,11 @@
  * A forward is deferred, then run as a whole: rp_backend_begin_batch uploads the
  * batch descriptor (from a pinned staging buffer, one copy), and each op until the
  * next synchronize is recorded as (launcher, argument bytes) (cmd_push). At the
- * synchronize the list runs: the first time a list is seen, eagerly; the second
- * time it is captured as a CUDA graph, which later forwards with the same list
- * replay (one launch instead of hundreds; a decode step issues the same list every
- * time: its per-step facts are in the uploaded descriptor, which the kernels read).
+ * synchronize the list runs: the first GRAPH_AFTER times a list is seen, eagerly;
+ * the next time it is captured as a CUDA graph, which later forwards with the same
+ * list replay (one launch instead of hundreds; a decode step issues the same list
+ * every time: its per-step facts are in the uploaded descriptor, which the kernels
+ * read). Lists that come and go (prefill chunks of new lengths) never pay for a capture.
  * Lists are compared whole (XXH3-128 of the bytes, then the bytes), so a replay runs
  * exactly the ops that were asked for. An op that cannot be captured (a download
  * into pageable memory) makes its forward eager.
@@ -37,7 +38,8 @@
 #include <xxhash.h>
 
 #define ALIGN 256 // device sub-allocations (planes, batch arrays)
-#define GRAPH_SLOTS 16
+#define GRAPH_SLOTS 64
+#define GRAPH_AFTER 2 // a list is captured the time after it was run eagerly this often (instantiating costs ~ms)
 
 static bool use_graphs = true;
 
@@ -86,7 +88,8 @@ typedef struct graph_slot {
     XXH128_hash_t key;
     uint8_t *list; // the recorded list's bytes (fn pointers and arguments), to compare whole
     size_t list_bytes;
-    cudaGraphExec_t exec; // NULL: seen once, not captured yet
+    cudaGraphExec_t exec; // NULL: not captured yet
+    int seen;             // times run eagerly
     uint64_t used;        // last use, for replacement
 } graph_slot;
 
@@ -257,13 +260,18 @@ static rp_status flush(cuda_backend *c)
         if (victim->exec)
             cudaGraphExecDestroy(victim->exec);
         rp_free(victim->list);
-        *victim = (graph_slot){.key = key, .list = list, .list_bytes = nb, .used = c->clock};
+        *victim = (graph_slot){.key = key, .list = list, .list_bytes = nb, .seen = 1, .used = c->clock};
         st = run_list(c);
         goto done;
     }
     rp_free(list);
     g->used = c->clock;
-    if (!g->exec) { // second sight: capture it
+    if (!g->exec && g->seen < GRAPH_AFTER) { // not yet seen often enough to pay for a capture
+        g->seen++;
+        st = run_list(c);
+        goto done;
+    }
+    if (!g->exec) { // seen often: capture it
         cudaGraph_t graph;
         CU_CHECK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
         rp_status rs = run_list(c);

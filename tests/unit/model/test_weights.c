@@ -187,7 +187,7 @@ static void test_load_out_of_memory(void **state)
         rp_alloc_fail_after(-1, false);
         if (st == RP_OK) {
             assert_non_null(m);
-            assert_true(m->n_arena > 0);
+            assert_true(m->n_arena > 0 || !m->host_memory); // (a device holds the quantized copy)
             rp_model_destroy(m);
             break;
         }
