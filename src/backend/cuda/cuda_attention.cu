@@ -19,7 +19,7 @@
 
 #include <math.h>
 
-#define ATTN_THREADS 256 // >= head_dim: thread e < hd keeps element e of the outputs
+#define ATTN_THREADS 128 // = CU_ATTN_CHUNK: thread i takes key i of a chunk
 #define MAX_GROUP 16 // query heads per KV head
 #define MAX_HD 256
 
@@ -53,99 +53,129 @@ extern "C" cudaError_t cu_launch_kv_store(const void *args, cudaStream_t s)
 
 /* ---- attention ---- */
 
-__device__ __forceinline__ float kv_at(const void *c, bool f16, int64_t i)
+// Block-wide reductions over ATTN_THREADS threads: a warp's shuffle tree, then the
+// warps' results in warp order (the same order for every row).
+template <bool MAX> __device__ __forceinline__ float block_reduce(float v, float *red)
 {
-    return f16 ? cu_h2f(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+    for (int off = 16; off > 0; off >>= 1) {
+        float o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = MAX ? fmaxf(v, o) : v + o;
+    }
+    int warp = threadIdx.x / 32;
+    __syncthreads(); // red is free (its last readers are done)
+    if (threadIdx.x % 32 == 0)
+        red[warp] = v;
+    __syncthreads();
+    float r = red[0];
+    for (int w = 1; w < ATTN_THREADS / 32; w++)
+        r = MAX ? fmaxf(r, red[w]) : r + red[w];
+    return r;
 }
 
-// The partial of one (token, KV head, split): for each query head g of the group,
-// M, L and O (hd floats) at part + ((t * n_head + h) * CU_ATTN_SPLIT + split) * (hd + 2).
-__global__ void k_attn_split(cu_attn_args a)
+// Element i of a cache row as float.
+template <bool F16> __device__ __forceinline__ float kv_get(const void *c, int64_t i)
 {
-    __shared__ float q[MAX_GROUP][MAX_HD];
-    __shared__ float sc[MAX_GROUP][CU_ATTN_CHUNK];
-    __shared__ float cm[MAX_GROUP], cl[MAX_GROUP];
-    int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-    int hd = a.hd, group = a.n_head / a.n_kv, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    return F16 ? cu_h2f(((const uint16_t *)c)[i]) : ((const float *)c)[i];
+}
+
+// The partial of one (token, KV head, split) for the G query heads of the group: M, L
+// and O (hd floats) of each head g at part + ((t * n_head + h) * CU_ATTN_SPLIT + split) *
+// (hd + 2). Thread i takes key p0 + i of a chunk (its scores: one FMA chain over
+// head_dim per head, in order, then × scale), the chunk's max and sum are block
+// reductions, and thread e takes elements e, e + ATTN_THREADS of the outputs (a sum over
+// the chunk's keys in order).
+template <int G, bool F16> __global__ void __launch_bounds__(ATTN_THREADS) k_attn_split(cu_attn_args a)
+{
+    __shared__ float q[G][MAX_HD];
+    __shared__ float pr[G][CU_ATTN_CHUNK];
+    __shared__ float red[ATTN_THREADS / 32];
+    int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, hd = a.hd, tid = threadIdx.x;
     const cu_batch *b = a.b;
-    int pos = b->pos[t], len = pos + 1;
-    const int32_t *bt = b->bt + b->bt_start[b->seq[t]];
-    int bs = b->block_size;
-    int64_t kv_w = (int64_t)a.n_kv * hd;
-    for (int i = threadIdx.x; i < group * hd; i += ATTN_THREADS)
-        q[i / hd][i % hd] = a.q[((int64_t)t * a.n_head + (int64_t)kvh * group + i / hd) * hd + i % hd];
-    // Running state per (g, element): thread e < hd keeps O[g][e] for every g; M and L per g
-    // in every thread (the same values: they are computed from shared memory alike).
-    float M[MAX_GROUP], L[MAX_GROUP], O[MAX_GROUP];
-    for (int g = 0; g < MAX_GROUP; g++)
-        M[g] = -INFINITY, L[g] = 0, O[g] = 0;
-    __syncthreads();
+    int len = b->pos[t] + 1;
     int n_chunks = (len + CU_ATTN_CHUNK - 1) / CU_ATTN_CHUNK;
-    for (int c = split; c < n_chunks; c += CU_ATTN_SPLIT) {
-        int p0 = c * CU_ATTN_CHUNK, p1 = min(len, p0 + CU_ATTN_CHUNK), nk = p1 - p0;
-        // Scores: warp w takes keys w, w + 8, ...; lanes take elements lane, lane + 32, ... in order.
-        for (int j = warp; j < nk; j += ATTN_THREADS / 32) {
-            int p = p0 + j;
-            int64_t base = ((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd;
-            float part[MAX_GROUP];
-            for (int g = 0; g < group; g++)
-                part[g] = 0;
-            for (int e = lane; e < hd; e += 32) {
-                float kv = kv_at(a.kc, a.f16, base + e);
-                for (int g = 0; g < group; g++)
-                    part[g] = fmaf(q[g][e], kv, part[g]);
-            }
-            for (int g = 0; g < group; g++) {
-                float s = part[g];
-                for (int off = 16; off > 0; off >>= 1)
-                    s += __shfl_xor_sync(0xffffffffu, s, off);
-                if (lane == 0)
-                    sc[g][j] = s * a.scale;
-            }
-        }
+    float *part = a.part + (((int64_t)t * a.n_head + (int64_t)kvh * G) * CU_ATTN_SPLIT + split) * (hd + 2);
+    constexpr int E = MAX_HD / ATTN_THREADS; // output elements per thread
+    float M[G], L[G], O[G][E];
+    for (int g = 0; g < G; g++) {
+        M[g] = -INFINITY, L[g] = 0;
+        for (int k = 0; k < E; k++)
+            O[g][k] = 0;
+    }
+    if (split < n_chunks) {
+        const int32_t *bt = b->bt + b->bt_start[b->seq[t]];
+        int bs = b->block_size;
+        int64_t kv_w = (int64_t)a.n_kv * hd;
+        for (int i = tid; i < G * hd; i += ATTN_THREADS)
+            q[i / hd][i % hd] = a.q[((int64_t)t * a.n_head + (int64_t)kvh * G + i / hd) * hd + i % hd];
         __syncthreads();
-        // The chunk's max and sum per head: warp g % 8 reduces head g (keys lane, lane + 32, ...).
-        for (int g = warp; g < group; g += ATTN_THREADS / 32) {
-            float m = -INFINITY;
-            for (int j = lane; j < nk; j += 32)
-                m = fmaxf(m, sc[g][j]);
-            for (int off = 16; off > 0; off >>= 1)
-                m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-            float l = 0;
-            for (int j = lane; j < nk; j += 32) {
-                float e = expf(sc[g][j] - m);
-                sc[g][j] = e;
-                l += e;
+        for (int c = split; c < n_chunks; c += CU_ATTN_SPLIT) {
+            int p0 = c * CU_ATTN_CHUNK, nk = min(len - p0, CU_ATTN_CHUNK);
+            float s[G];
+            for (int g = 0; g < G; g++)
+                s[g] = 0;
+            if (tid < nk) {
+                int p = p0 + tid;
+                const void *kr = (const uint8_t *)a.kc +
+                                 (((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd) * (F16 ? 2 : 4);
+                for (int e = 0; e < hd; e += 8) { // 16-byte loads (two for float32), then in order
+                    float kv[8];
+                    if (F16) {
+                        uint4 u = *(const uint4 *)((const uint16_t *)kr + e);
+                        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+                        for (int i = 0; i < 4; i++)
+                            kv[2 * i] = cu_h2f((uint16_t)(w[i] & 0xffff)), kv[2 * i + 1] = cu_h2f((uint16_t)(w[i] >> 16));
+                    } else {
+                        float4 x0 = *(const float4 *)((const float *)kr + e), x1 = *(const float4 *)((const float *)kr + e + 4);
+                        kv[0] = x0.x, kv[1] = x0.y, kv[2] = x0.z, kv[3] = x0.w;
+                        kv[4] = x1.x, kv[5] = x1.y, kv[6] = x1.z, kv[7] = x1.w;
+                    }
+                    for (int i = 0; i < 8; i++)
+                        for (int g = 0; g < G; g++)
+                            s[g] = fmaf(q[g][e + i], kv[i], s[g]);
+                }
             }
-            for (int off = 16; off > 0; off >>= 1)
-                l += __shfl_xor_sync(0xffffffffu, l, off);
-            if (lane == 0)
-                cm[g] = m, cl[g] = l;
-        }
-        __syncthreads();
-        // o = Σ e·v in key order; merged into the running state.
-        for (int g = 0; g < group; g++) {
-            float m = cm[g], l = cl[g], mx = fmaxf(M[g], m);
-            float wa = M[g] == mx ? 1.0f : expf(M[g] - mx), wb = m == mx ? 1.0f : expf(m - mx);
-            if (threadIdx.x < hd) {
-                float o = 0;
+            for (int g = 0; g < G; g++) {
+                float v = tid < nk ? s[g] * a.scale : -INFINITY;
+                float m = block_reduce<true>(v, red);
+                float e = tid < nk ? expf(v - m) : 0.0f;
+                float l = block_reduce<false>(e, red);
+                pr[g][tid] = e;
+                float mx = fmaxf(M[g], m);
+                float wa = M[g] == mx ? 1.0f : expf(M[g] - mx), wb = m == mx ? 1.0f : expf(m - mx);
+                for (int k = 0; k < E; k++)
+                    O[g][k] = __fmul_rn(O[g][k], wa); // (the new chunk's share is added below)
+                L[g] = __fadd_rn(__fmul_rn(L[g], wa), __fmul_rn(l, wb));
+                M[g] = mx;
+                s[g] = wb; // kept for the outputs' update
+            }
+            __syncthreads(); // pr complete
+            for (int k = 0; k < E; k++) {
+                int e = tid + k * ATTN_THREADS;
+                if (e >= hd)
+                    break;
+                float o[G];
+                for (int g = 0; g < G; g++)
+                    o[g] = 0;
                 for (int j = 0; j < nk; j++) {
                     int p = p0 + j;
-                    int64_t base = ((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd;
-                    o = fmaf(sc[g][j], kv_at(a.vc, a.f16, base + threadIdx.x), o);
+                    float v = kv_get<F16>(a.vc, ((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd + e);
+                    for (int g = 0; g < G; g++)
+                        o[g] = fmaf(pr[g][j], v, o[g]);
                 }
-                O[g] = __fadd_rn(__fmul_rn(O[g], wa), __fmul_rn(o, wb));
+                for (int g = 0; g < G; g++)
+                    O[g][k] = __fadd_rn(O[g][k], __fmul_rn(o[g], s[g]));
             }
-            L[g] = __fadd_rn(__fmul_rn(L[g], wa), __fmul_rn(l, wb));
-            M[g] = mx;
+            __syncthreads(); // pr is free for the next chunk
         }
-        __syncthreads();
     }
-    for (int g = 0; g < group; g++) {
-        float *pp = a.part + (((int64_t)t * a.n_head + (int64_t)kvh * group + g) * CU_ATTN_SPLIT + split) * (hd + 2);
-        if (threadIdx.x < hd)
-            pp[2 + threadIdx.x] = O[g];
-        if (threadIdx.x == 0)
+    for (int g = 0; g < G; g++) {
+        float *pp = part + (int64_t)g * CU_ATTN_SPLIT * (hd + 2);
+        for (int k = 0; k < E; k++) {
+            int e = tid + k * ATTN_THREADS;
+            if (e < hd)
+                pp[2 + e] = O[g][k];
+        }
+        if (tid == 0)
             pp[0] = M[g], pp[1] = L[g];
     }
 }
@@ -171,13 +201,36 @@ __global__ void k_attn_merge(cu_attn_args a)
         a.out[((int64_t)t * a.n_head + h) * hd + threadIdx.x] = __fdiv_rn(O, L);
 }
 
+template <int G> static void launch_split(const cu_attn_args *a, dim3 grid, cudaStream_t s)
+{
+    if (a->f16)
+        k_attn_split<G, true><<<grid, ATTN_THREADS, 0, s>>>(*a);
+    else
+        k_attn_split<G, false><<<grid, ATTN_THREADS, 0, s>>>(*a);
+}
+
 extern "C" cudaError_t cu_launch_attention(const void *args, cudaStream_t s)
 {
     const cu_attn_args *a = (const cu_attn_args *)args;
-    if (a->n_head / a->n_kv > MAX_GROUP || a->hd > MAX_HD || a->hd > ATTN_THREADS)
+    int group = a->n_head / a->n_kv;
+    if (group > MAX_GROUP || a->hd > MAX_HD)
         return cudaErrorInvalidValue;
     dim3 g1((unsigned)a->n, (unsigned)a->n_kv, CU_ATTN_SPLIT);
-    k_attn_split<<<g1, ATTN_THREADS, 0, s>>>(*a);
+    switch (group) {
+    case 1: launch_split<1>(a, g1, s); break;
+    case 2: launch_split<2>(a, g1, s); break;
+    case 3: launch_split<3>(a, g1, s); break;
+    case 4: launch_split<4>(a, g1, s); break;
+    case 5: launch_split<5>(a, g1, s); break;
+    case 6: launch_split<6>(a, g1, s); break;
+    case 7: launch_split<7>(a, g1, s); break;
+    case 8: launch_split<8>(a, g1, s); break;
+    case 10: launch_split<10>(a, g1, s); break;
+    case 12: launch_split<12>(a, g1, s); break;
+    case 14: launch_split<14>(a, g1, s); break;
+    case 16: launch_split<16>(a, g1, s); break;
+    default: return cudaErrorInvalidValue;
+    }
     cudaError_t e = cu_launched();
     if (e != cudaSuccess)
         return e;

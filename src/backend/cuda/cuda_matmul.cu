@@ -42,6 +42,23 @@ template <int T> __device__ __forceinline__ void load8(const uint8_t *row, int64
     }
 }
 
+// acc[t] += w[0..8) · x[t0 + t][e, e + 8), an FMA chain in element order.
+__device__ __forceinline__ void dot8(const float *w, const float *x, int64_t cols, int64_t e, int t0, int nt,
+                                     float *acc)
+{
+    for (int t = 0; t < MM_NT; t++) {
+        if (t >= nt)
+            break;
+        const float4 *xp = (const float4 *)(x + (int64_t)(t0 + t) * cols + e);
+        float4 a = xp[0], b = xp[1];
+        float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float s = acc[t];
+        for (int k = 0; k < 8; k++)
+            s = fmaf(w[k], xv[k], s);
+        acc[t] = s;
+    }
+}
+
 // Σ over the row of w·x for tokens [t0, t0 + nt): this lane's part.
 template <int T>
 __device__ __forceinline__ void dot_float(const cu_weight &W, int64_t r, const float *x, int t0, int nt, float *acc)
@@ -49,20 +66,18 @@ __device__ __forceinline__ void dot_float(const cu_weight &W, int64_t r, const f
     int lane = threadIdx.x % 32;
     int64_t cols = W.cols;
     const uint8_t *row = W.plane[0] + r * cols * (T == CU_F32 ? 4 : 2);
-    for (int64_t e = 8 * lane; e < cols; e += 256) {
+    int64_t e = 8 * lane;
+    for (; e + 3 * 256 < cols; e += 4 * 256) { // four weight loads in flight, then their products in order
+        float w[4][8];
+        for (int u = 0; u < 4; u++)
+            load8<T>(row, e + 256 * u, w[u]);
+        for (int u = 0; u < 4; u++)
+            dot8(w[u], x, cols, e + 256 * u, t0, nt, acc);
+    }
+    for (; e < cols; e += 256) {
         float w[8];
         load8<T>(row, e, w);
-        for (int t = 0; t < MM_NT; t++) {
-            if (t >= nt)
-                break;
-            const float4 *xp = (const float4 *)(x + (int64_t)(t0 + t) * cols + e);
-            float4 a = xp[0], b = xp[1];
-            float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            float s = acc[t];
-            for (int k = 0; k < 8; k++)
-                s = fmaf(w[k], xv[k], s);
-            acc[t] = s;
-        }
+        dot8(w, x, cols, e, t0, nt, acc);
     }
 }
 
@@ -121,6 +136,7 @@ __device__ __forceinline__ void dot_legacy(const cu_weight &W, int64_t r, const 
 {
     int lane = threadIdx.x % 32;
     int64_t nb = W.cols / 32;
+#pragma unroll 4
     for (int64_t k = lane; k < nb; k += 32) {
         int64_t wb = r * nb + k;
         float dw = block_scale<T>(W, wb);
@@ -242,20 +258,31 @@ template <int T> __device__ __forceinline__ void row_dot(const cu_matmul_args &a
             acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
 }
 
+// Member i of the group, read with constant indices (a run-time index into the kernel's
+// parameters would copy them to local memory).
+template <typename X> __device__ __forceinline__ X pick(int i, const X *v)
+{
+    return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
+}
+
 template <int T> __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(cu_matmul_args a)
 {
     int64_t gr = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32; // row of the group's union
     int i = 0;
-    while (i < a.count && gr >= a.w[i].rows)
-        gr -= a.w[i++].rows;
-    if (i >= a.count || (a.glu && i > 0))
+    for (int k = 0; k < CU_MM_GROUP - 1; k++)
+        if (i == k && i < a.count && gr >= pick(k, a.w).rows)
+            gr -= pick(k, a.w).rows, i++;
+    if (i >= a.count || gr >= pick(i, a.w).rows || (a.glu && i > 0))
         return;
+    const cu_weight W = pick(i, a.w);
+    float *y = pick(i, a.y), *residual = pick(i, a.residual);
+    const float *bias = pick(i, a.bias);
     int lane = threadIdx.x % 32;
-    int64_t rows = a.w[i].rows;
+    int64_t rows = W.rows;
     for (int t0 = 0; t0 < a.n; t0 += MM_NT) {
         int nt = a.n - t0 < MM_NT ? a.n - t0 : MM_NT;
         float acc[MM_NT];
-        row_dot<T>(a, a.w[i], gr, t0, nt, acc);
+        row_dot<T>(a, W, gr, t0, nt, acc);
         if (a.glu) {
             float up[MM_NT];
             row_dot<T>(a, a.w[1], gr, t0, nt, up);
@@ -275,12 +302,12 @@ template <int T> __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(cu_ma
             for (int t = 1; t < MM_NT; t++)
                 if (lane == t)
                     v = acc[t];
-            if (a.bias[i])
-                v = __fadd_rn(v, a.bias[i][gr]);
+            if (bias)
+                v = __fadd_rn(v, bias[gr]);
             int64_t at = (int64_t)(t0 + lane) * rows + gr;
-            a.y[i][at] = v;
-            if (a.residual[i])
-                a.residual[i][at] = __fadd_rn(a.residual[i][at], v);
+            y[at] = v;
+            if (residual)
+                residual[at] = __fadd_rn(residual[at], v);
         }
     }
 }
