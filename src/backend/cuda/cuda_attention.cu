@@ -89,6 +89,7 @@ template <int G, bool F16> __global__ void __launch_bounds__(ATTN_THREADS) k_att
     __shared__ float q[G][MAX_HD];
     __shared__ float pr[G][CU_ATTN_CHUNK];
     __shared__ float red[ATTN_THREADS / 32];
+    __shared__ int64_t row[CU_ATTN_CHUNK]; // the chunk's keys' rows in the cache (element offsets)
     int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, hd = a.hd, tid = threadIdx.x;
     const cu_batch *b = a.b;
     int len = b->pos[t] + 1;
@@ -115,8 +116,9 @@ template <int G, bool F16> __global__ void __launch_bounds__(ATTN_THREADS) k_att
                 s[g] = 0;
             if (tid < nk) {
                 int p = p0 + tid;
-                const void *kr = (const uint8_t *)a.kc +
-                                 (((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd) * (F16 ? 2 : 4);
+                row[tid] = ((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd;
+                const void *kr = (const uint8_t *)a.kc + row[tid] * (F16 ? 2 : 4);
+#pragma unroll 4
                 for (int e = 0; e < hd; e += 8) { // 16-byte loads (two for float32), then in order
                     float kv[8];
                     if (F16) {
@@ -156,9 +158,9 @@ template <int G, bool F16> __global__ void __launch_bounds__(ATTN_THREADS) k_att
                 float o[G];
                 for (int g = 0; g < G; g++)
                     o[g] = 0;
+#pragma unroll 8
                 for (int j = 0; j < nk; j++) {
-                    int p = p0 + j;
-                    float v = kv_get<F16>(a.vc, ((int64_t)bt[p / bs] * bs + p % bs) * kv_w + (int64_t)kvh * hd + e);
+                    float v = kv_get<F16>(a.vc, row[j] + e);
                     for (int g = 0; g < G; g++)
                         o[g] = fmaf(pr[g][j], v, o[g]);
                 }

@@ -67,7 +67,14 @@ __device__ __forceinline__ void dot_float(const cu_weight &W, int64_t r, const f
     int64_t cols = W.cols;
     const uint8_t *row = W.plane[0] + r * cols * (T == CU_F32 ? 4 : 2);
     int64_t e = 8 * lane;
-    for (; e + 3 * 256 < cols; e += 4 * 256) { // four weight loads in flight, then their products in order
+    for (; e + 7 * 256 < cols; e += 8 * 256) { // eight weight loads in flight, then their products in order
+        float w[8][8];
+        for (int u = 0; u < 8; u++)
+            load8<T>(row, e + 256 * u, w[u]);
+        for (int u = 0; u < 8; u++)
+            dot8(w[u], x, cols, e + 256 * u, t0, nt, acc);
+    }
+    for (; e + 3 * 256 < cols; e += 4 * 256) { // then four
         float w[4][8];
         for (int u = 0; u < 4; u++)
             load8<T>(row, e + 256 * u, w[u]);
