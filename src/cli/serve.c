@@ -353,12 +353,7 @@ int rp_cli_serve(int argc, char **argv)
         o.ep.cache_dir = NULL;
     else if (!o.ep.cache_dir)
         o.ep.cache_dir = default_dir = rp_cache_default_dir();
-    st = rp_engine_create(model, tok, &o.ep, &engine);
-    if (st == RP_ERR_IO && default_dir) { // the default folder is not usable: memory only, said once
-        fprintf(stderr, "rapid: warning: %s; the prefix cache stays in memory\n", rp_error_message());
-        o.ep.cache_dir = NULL;
-        st = rp_engine_create(model, tok, &o.ep, &engine);
-    }
+    st = rp_engine_create(model, tok, &o.ep, &engine); // an unusable cache folder: memory only, with a warning
     rp_free(default_dir);
     if (st) {
         fprintf(stderr, "rapid: engine: %s\n", rp_error_message());

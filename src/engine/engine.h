@@ -153,9 +153,9 @@ typedef struct rp_engine rp_engine;
 // a draft model whose tokenizer differs from the model's (the message names the
 // first difference), method mtp on a model without an MTP layer, method draft
 // without a draft model; RP_ERR_RANGE when kv_memory holds no block or an
-// explicit n_ctx is longer than the pool (the message gives the numbers);
-// RP_ERR_IO when the cache folder cannot be made or read; the draft model's
-// load errors.
+// explicit n_ctx is longer than the pool (the message gives the numbers); the
+// draft model's load errors. A cache folder that cannot be used is no error:
+// the prefix cache stays in memory and a warning says why.
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
 // Cancels everything queued or running, joins the thread, writes the cached
 // blocks not yet on disk (with a disk tier, for at most cache_flush_s seconds),
