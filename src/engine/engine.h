@@ -112,8 +112,8 @@ typedef struct rp_engine_spec_params {
 } rp_engine_spec_params;
 
 typedef struct rp_engine_params {
-    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx (an
-                     // explicit n_ctx longer than the pool holds is refused at create)
+    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx, cut to
+                     // what the pool holds (an explicit n_ctx longer than that is refused at create)
     int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = kv_memory, else max(n_ctx, 4096),
                      // rounded up to blocks
     int kv_block;    // tokens per KV block; 0 = 16
@@ -164,7 +164,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
 // rp_gen_get_stats, rp_gen_release work) until released; the engine's last
 // bytes go with the last of them. NULL is a no-op.
 void rp_engine_destroy(rp_engine *e);
-// The effective context length per request (n_ctx after defaults and the model's limit).
+// The effective context length per request: n_ctx after defaults and the model's
+// limit, at most what the KV pool holds (what the server advertises).
 int rp_engine_n_ctx(const rp_engine *e);
 // The prefix cache's disk folder (cache_dir/<fingerprint>), or NULL without a disk tier.
 // Valid until rp_engine_destroy.

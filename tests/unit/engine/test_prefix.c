@@ -487,13 +487,16 @@ static void test_kv_sizing(void **state)
     assert_int_equal(rp_engine_create(M, TOK, &ep, &e), RP_ERR_RANGE);
     assert_non_null(strstr(rp_error_message(), "200 tokens"));
     assert_non_null(strstr(rp_error_message(), "64 tokens"));
-    // kv_tokens wins over kv_memory; the default context is not checked against the pool.
+    // kv_tokens wins over kv_memory; the default context is cut to what the pool holds
+    // (what one request can get, and what the server advertises).
     ep.n_ctx = 0;
     ep.kv_memory = 1;
     e = make_engine(&ep);
     es = stats(e);
     assert_int_equal(es.kv_blocks, 4);
-    assert_int_equal(es.n_ctx, c->max_ctx);
+    assert_true(c->max_ctx > 64);
+    assert_int_equal(es.n_ctx, 64);
+    assert_int_equal(rp_engine_n_ctx(e), 64);
     rp_engine_destroy(e);
     ep.cache_flush_s = NAN;
     assert_int_equal(rp_engine_create(M, TOK, &ep, &e), RP_ERR_INVALID);
