@@ -250,7 +250,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     }
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
-        fprintf(stderr, "rapid serve: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        rp_cli_default_model_missing("serve");
         return 1;
     }
     return 0;
