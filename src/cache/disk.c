@@ -122,8 +122,10 @@ static const char *header_problem(const rp_cache *c, const block_header *h, cons
 // Opens a block file for reading, only if it is a regular file: never blocks
 // on a FIFO or a device (O_NONBLOCK), never follows a symbolic link (block
 // files are written and renamed into place by the cache itself, so a link
-// under a block's name is not one of them). -1 with *why set (NULL: the file
-// is gone, nothing to reject) or the fd, with *sb filled.
+// under a block's name is not one of them). The fd, with *sb filled; or -1
+// with *why set when the name holds something else than a block file (to be
+// deleted), NULL when it cannot be opened now (gone, out of descriptors, ...:
+// nothing to hold against the file).
 static int open_block(const char *path, struct stat *sb, const char **why)
 {
     *why = NULL;
@@ -131,8 +133,6 @@ static int open_block(const char *path, struct stat *sb, const char **why)
     if (fd < 0) {
         if (errno == ELOOP)
             *why = "a symbolic link, not a block file";
-        else if (errno != ENOENT)
-            *why = "cannot be opened";
         return -1;
     }
     if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
@@ -375,7 +375,7 @@ static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *h
         return;
     }
     if (fd < 0)
-        return; // gone meanwhile
+        return; // gone meanwhile, or cannot be opened now: not indexed, left alone
     if (d_find(c, k) >= 0)
         return;
     if (!d_reserve(c))
@@ -694,7 +694,7 @@ bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, cons
     uint8_t hdr[sizeof(block_header)];
     block_header h;
     if (fd < 0)
-        goto done; // gone (another process, or the budget): just forget it; or not a file
+        goto done; // gone (another process, or the budget) or unreadable now: just forget it; or not a file
     // The header, then the tokens into the load buffer's head (the payload overwrites them after the check).
     int32_t *ftoks = (int32_t *)c->load_buf;
     reject = "wrong size (truncated?)";
