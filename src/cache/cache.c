@@ -196,8 +196,15 @@ rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp
         }
         if ((st = rp_cache_disk_open(c, p->dir, p))) {
             rp_cache_disk_close(c);
-            cache_free(c);
-            return st;
+            if (st == RP_ERR_NOMEM) {
+                cache_free(c);
+                return st;
+            }
+            // A folder that cannot be made, is a file, cannot be read or written: serve
+            // from memory, and say so (once: a cache is created once per engine).
+            RP_LOGW("prefix cache: the disk tier is off: %s; the cache stays in memory", rp_error_message());
+            rp_free_aligned(c->load_buf);
+            c->load_buf = NULL;
         }
     }
     rp_kv_pool_set_evict(pool, on_evict, c);

@@ -24,7 +24,10 @@
  * (temp name, fsync, rename), under a byte budget (least recently used files
  * go first). At create the folder is indexed from the headers; a file that
  * fails any check (also at load: tokens, parent, size, payload checksum) is
- * deleted and never used; temp files of dead writers are deleted. Lookups
+ * deleted and never used (counted in disk_rejects; the index logs one line
+ * for all it deleted, a load one line per file); only regular files are read
+ * (never a FIFO, a device or a symbolic link under a block's name); temp
+ * files of dead writers are deleted. Lookups
  * fall through memory to disk; a disk block is read into a free pool block on
  * the engine thread when a request takes it.
  *
@@ -60,8 +63,10 @@ void rp_cache_params_default(rp_cache_params *p);
 // Creates the cache over a pool (borrowed; it must outlive the cache, which
 // installs the pool's evict hook). model_fp: rp_model_fingerprint's 16 bytes.
 // With a disk folder: creates it (and its parents), indexes it, starts the
-// writer. Errors: RP_ERR_NOMEM; RP_ERR_IO when the folder cannot be made or
-// read (the message names it).
+// writer. A folder that cannot be used (cannot be made, is a file, cannot be
+// read or written) is not an error: the cache is made without a disk tier
+// (rp_cache_dir NULL) and one warning names the folder and the reason.
+// Errors: RP_ERR_NOMEM.
 rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp_cache_params *p, rp_cache **out);
 // Writes the cached blocks not yet on disk (most recently used first, for at
 // most flush_s seconds, then the rest are dropped), stops the writer, removes

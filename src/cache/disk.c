@@ -95,19 +95,52 @@ static void key_to_bytes(rp_cache_key k, uint8_t b[16])
 
 // Everything a header can be checked for on its own: magic, version, sizes,
 // geometry, fingerprint, its checksum, the key of its parent and tokens, and
-// the file's size.
-static bool header_ok(const rp_cache *c, const block_header *h, const int32_t *toks, uint64_t size)
+// the file's size. NULL when it passes, else what failed (for the log).
+static const char *header_problem(const rp_cache *c, const block_header *h, const int32_t *toks, uint64_t size)
 {
-    if (memcmp(h->magic, BLOCK_MAGIC, sizeof(h->magic)) != 0 || h->version != BLOCK_VERSION ||
-        h->header_bytes != header_bytes(c) || memcmp(h->fingerprint, c->fp, 16) != 0 ||
-        h->n_layer != (uint32_t)rp_kv_pool_n_layers(c->pool) ||
+    if (memcmp(h->magic, BLOCK_MAGIC, sizeof(h->magic)) != 0)
+        return "not a block file";
+    if (h->version != BLOCK_VERSION)
+        return "another format version";
+    if (memcmp(h->fingerprint, c->fp, 16) != 0)
+        return "another model's block";
+    if (h->header_bytes != header_bytes(c) || h->n_layer != (uint32_t)rp_kv_pool_n_layers(c->pool) ||
         h->n_kv_head != (uint32_t)rp_kv_pool_n_kv_head(c->pool) ||
         h->head_dim != (uint32_t)rp_kv_pool_head_dim(c->pool) || h->block_size != (uint32_t)c->bs ||
-        h->dtype != (uint32_t)rp_kv_pool_type(c->pool) || h->payload_bytes != c->block_bytes || size != file_bytes(c) ||
-        h->header_sum != header_sum(h, toks, c->bs))
-        return false;
+        h->dtype != (uint32_t)rp_kv_pool_type(c->pool) || h->payload_bytes != c->block_bytes)
+        return "another KV layout";
+    if (size != file_bytes(c))
+        return "wrong size (truncated?)";
+    if (h->header_sum != header_sum(h, toks, c->bs))
+        return "header checksum mismatch";
     rp_cache_key want = rp_cache_key_of(c, key_from_bytes(h->parent), toks);
-    return key_eq(want, key_from_bytes(h->key));
+    if (!key_eq(want, key_from_bytes(h->key)))
+        return "key does not match its tokens";
+    return NULL;
+}
+
+// Opens a block file for reading, only if it is a regular file: never blocks
+// on a FIFO or a device (O_NONBLOCK), never follows a symbolic link (block
+// files are written and renamed into place by the cache itself, so a link
+// under a block's name is not one of them). The fd, with *sb filled; or -1
+// with *why set when the name holds something else than a block file (to be
+// deleted), NULL when it cannot be opened now (gone, out of descriptors, ...:
+// nothing to hold against the file).
+static int open_block(const char *path, struct stat *sb, const char **why)
+{
+    *why = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY);
+    if (fd < 0) {
+        if (errno == ELOOP)
+            *why = "a symbolic link, not a block file";
+        return -1;
+    }
+    if (fstat(fd, sb) != 0 || !S_ISREG(sb->st_mode)) {
+        *why = "not a regular file";
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 static bool read_full(int fd, void *buf, size_t n, off_t at)
@@ -265,7 +298,7 @@ static rp_status mkdir_p(const char *path)
         }
     }
     if (!rp_dir_exists(path))
-        return RP_ERR(RP_ERR_IO, "the cache folder %s is not a folder", path);
+        return RP_ERR(RP_ERR_IO, "the cache folder %s is not a folder (something else has its name)", path);
     return RP_OK;
 }
 
@@ -309,25 +342,40 @@ static bool stale_temp(const char *name)
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-// Indexes one block file (single-threaded, at open); a file failing a check is deleted.
-static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *hdr_buf)
+// Deletes a file that failed a check and counts it; false when it could not be deleted.
+static bool reject_file(rp_cache *c, const char *path)
+{
+    if (unlink(path) != 0 && errno != ENOENT)
+        return false;
+    c->st.disk_rejects++;
+    return true;
+}
+
+// Indexes one block file (single-threaded, at open); a file failing a check is
+// deleted, and the first reason kept in *why for the summary line.
+static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *hdr_buf, const char **why)
 {
     char path[PATH_BUF];
     snprintf(path, sizeof(path), "%s/%s", c->dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
     struct stat sb;
+    const char *bad;
+    int fd = open_block(path, &sb, &bad);
     const block_header *h = (const block_header *)hdr_buf;
     const int32_t *toks = (const int32_t *)(hdr_buf + sizeof(block_header));
-    bool ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && read_full(fd, hdr_buf, header_bytes(c), 0) &&
-              header_ok(c, h, toks, (uint64_t)sb.st_size) && key_eq(key_from_bytes(h->key), k);
-    close(fd);
-    if (!ok) {
-        unlink(path);
-        c->st.disk_rejects++;
+    if (fd >= 0) {
+        if (!read_full(fd, hdr_buf, header_bytes(c), 0))
+            bad = "wrong size (truncated?)";
+        else if (!(bad = header_problem(c, h, toks, (uint64_t)sb.st_size)) && !key_eq(key_from_bytes(h->key), k))
+            bad = "its name is not its key";
+        close(fd);
+    }
+    if (bad) {
+        if (reject_file(c, path) && !*why)
+            *why = bad;
         return;
     }
+    if (fd < 0)
+        return; // gone meanwhile, or cannot be opened now: not indexed, left alone
     if (d_find(c, k) >= 0)
         return;
     if (!d_reserve(c))
@@ -348,10 +396,11 @@ static rp_status index_dir(rp_cache *c)
         return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory");
     }
     struct dirent *de;
+    const char *why = NULL; // the first rejected file's reason
     while ((de = readdir(d))) {
         rp_cache_key k;
         if (parse_block_name(de->d_name, &k)) {
-            index_file(c, de->d_name, k, hdr);
+            index_file(c, de->d_name, k, hdr, &why);
         } else if (stale_temp(de->d_name)) {
             char path[PATH_BUF];
             snprintf(path, sizeof(path), "%s/%s", c->dir, de->d_name);
@@ -360,6 +409,9 @@ static rp_status index_dir(rp_cache *c)
     }
     closedir(d);
     rp_free(hdr);
+    if (c->st.disk_rejects) // one line for the folder, however many
+        RP_LOGW("prefix cache: deleted %llu block file%s in %s that failed a check (the first: %s)",
+                (unsigned long long)c->st.disk_rejects, c->st.disk_rejects == 1 ? "" : "s", c->dir, why);
     d_make_room(c, 0, UINT64_MAX); // the budget may have shrunk since the files were written
     return RP_OK;
 }
@@ -541,6 +593,8 @@ rp_status rp_cache_disk_open(rp_cache *c, const char *base, const rp_cache_param
     rp_status st;
     if ((st = mkdir_p(buf)))
         return st;
+    if (access(buf, R_OK | W_OK | X_OK) != 0) // (root passes, but not on a read-only file system)
+        return RP_ERR(RP_ERR_IO, "the cache folder %s is not writable: %s", buf, strerror(errno));
     if (!(c->dir = rp_strdup(buf)))
         return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory");
     c->budget = p->disk_budget ? p->disk_budget : RP_CACHE_DISK_BUDGET_DEFAULT;
@@ -633,27 +687,34 @@ bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, cons
 {
     char path[PATH_BUF];
     block_path(c, key, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    bool ok = false, reject = false;
+    struct stat sb;
+    const char *reject; // why the file is bad (it is deleted), or NULL
+    int fd = open_block(path, &sb, &reject);
+    bool ok = false;
     uint8_t hdr[sizeof(block_header)];
     block_header h;
-    struct stat sb;
     if (fd < 0)
-        goto done; // gone (another process, or the budget): just forget it
+        goto done; // gone (another process, or the budget) or unreadable now: just forget it; or not a file
     // The header, then the tokens into the load buffer's head (the payload overwrites them after the check).
     int32_t *ftoks = (int32_t *)c->load_buf;
-    reject = true;
-    if (fstat(fd, &sb) != 0 || !read_full(fd, hdr, sizeof(hdr), 0) ||
+    reject = "wrong size (truncated?)";
+    if (!read_full(fd, hdr, sizeof(hdr), 0) ||
         !read_full(fd, ftoks, (size_t)c->bs * sizeof(int32_t), sizeof(block_header)))
         goto done;
     memcpy(&h, hdr, sizeof(h));
-    if (!header_ok(c, &h, ftoks, (uint64_t)sb.st_size) || !key_eq(key_from_bytes(h.key), key) ||
-        !key_eq(key_from_bytes(h.parent), parent) || memcmp(ftoks, toks, (size_t)c->bs * sizeof(int32_t)) != 0)
+    if ((reject = header_problem(c, &h, ftoks, (uint64_t)sb.st_size)))
         goto done;
-    if (!read_full(fd, c->load_buf, c->block_bytes, (off_t)header_bytes(c)) ||
-        XXH3_64bits(c->load_buf, c->block_bytes) != h.payload_sum)
+    reject = "another prefix than its index entry";
+    if (!key_eq(key_from_bytes(h.key), key) || !key_eq(key_from_bytes(h.parent), parent) ||
+        memcmp(ftoks, toks, (size_t)c->bs * sizeof(int32_t)) != 0)
         goto done;
-    reject = false;
+    reject = "wrong size (truncated?)";
+    if (!read_full(fd, c->load_buf, c->block_bytes, (off_t)header_bytes(c)))
+        goto done;
+    reject = "payload checksum mismatch";
+    if (XXH3_64bits(c->load_buf, c->block_bytes) != h.payload_sum)
+        goto done;
+    reject = NULL;
     if (rp_kv_block_write(c->pool, b, c->load_buf) != RP_OK)
         goto done;
     futimens(fd, NULL); // recency that survives a restart
@@ -663,17 +724,21 @@ done:
         close(fd);
     pthread_mutex_lock(&c->dmu);
     int32_t e = d_find(c, key);
+    bool dropped = false;
     if (ok && e >= 0) {
         c->ents[e].last_use = rp_cache_now_ns();
     } else if (!ok && e >= 0) {
         if (reject) {
             d_drop(c, e);
             c->st.disk_rejects++;
+            dropped = true;
         } else {
             d_remove(c, e);
         }
     }
     pthread_mutex_unlock(&c->dmu);
+    if (dropped) // found one at a time, by requests: a line each
+        RP_LOGW("prefix cache: deleted the block file %s: %s", path, reject);
     return ok;
 }
 

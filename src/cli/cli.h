@@ -18,8 +18,13 @@ int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
 int rp_cli_bench(int argc, char **argv);
 
-// The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found.
+// default_model.c
+// The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found
+// ($RAPID_MODELS, next to the binary, the install prefix, the source tree it was built from).
 const char *rp_cli_default_model(void);
+// After rp_cli_default_model returned NULL: prints on stderr that `rapid CMD` has no
+// model, every place looked in, and how to set RAPID_MODELS.
+void rp_cli_default_model_missing(const char *cmd);
 
 // sizes.c
 // A byte size: a number with an optional K, M, G or T (powers of 1024), then

@@ -1,9 +1,16 @@
 /*
  * default_model.c - where the bundled model (models/rapid-tiny) is, so commands
- * work with no model named: in $RAPID_MODELS when set, next to the binary in a
- * source tree (build/rapid -> models/), under the install prefix
- * (PREFIX/share/rapid/models), or relative to an installed binary that was moved
- * with its prefix.
+ * work with no model named. Looked for, in order: in $RAPID_MODELS when set;
+ * next to the binary in a source tree (build/rapid -> models/), under a moved
+ * install prefix (bin/rapid -> share/rapid/models/), one level further up
+ * (build/sub/rapid); under the install prefix (PREFIX/share/rapid/models); in
+ * the source tree the binary was built from (RP_SOURCE_TREE, CMake's
+ * CMAKE_SOURCE_DIR: an out-of-tree build, `cmake -S . -B /elsewhere`, has no
+ * models/ next to its binary). When none has it, the message lists every place
+ * looked and names RAPID_MODELS.
+ *
+ * Test hook: RP_TEST_SOURCE_TREE in the environment replaces the compiled-in
+ * source tree ("" skips it), so a test can run a binary as if built elsewhere.
  */
 #include "cli.h"
 
@@ -17,25 +24,47 @@
 #ifndef RP_DATADIR
 #define RP_DATADIR "/usr/local/share/rapid"
 #endif
+#ifndef RP_SOURCE_TREE
+#define RP_SOURCE_TREE ""
+#endif
 
 #define DEFAULT_NAME "rapid-tiny"
+#define MAX_PLACES 8
+
+static char places[MAX_PLACES][PATH_MAX + 64]; // the folders looked in, in order
+static int n_places;
+static bool models_unset; // RAPID_MODELS was not set
 
 static bool has_model(const char *dir)
 {
+    static const char tail[] = "/config.json";
     char cfg[PATH_MAX + 128];
-    snprintf(cfg, sizeof(cfg), "%s/config.json", dir);
+    size_t n = strlen(dir);
+    if (n + sizeof(tail) > sizeof(cfg))
+        return false;
+    memcpy(cfg, dir, n);
+    memcpy(cfg + n, tail, sizeof(tail));
     return rp_file_exists(cfg);
+}
+
+// Looks in base/rel/rapid-tiny; the found folder, or NULL (the place is kept for the message).
+static const char *try_place(const char *base, const char *rel)
+{
+    if (n_places == MAX_PLACES)
+        return NULL;
+    char *p = places[n_places++];
+    snprintf(p, sizeof(places[0]), "%s/%s%s", base, rel, DEFAULT_NAME);
+    return has_model(p) ? p : NULL;
 }
 
 const char *rp_cli_default_model(void)
 {
-    static char found[PATH_MAX + 64];
+    n_places = 0;
+    const char *found = NULL;
     const char *env = getenv("RAPID_MODELS");
-    if (env && *env) {
-        snprintf(found, sizeof(found), "%s/%s", env, DEFAULT_NAME);
-        if (has_model(found))
-            return found;
-    }
+    models_unset = !env || !*env;
+    if (!models_unset && (found = try_place(env, "")))
+        return found;
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n > 0) {
@@ -44,12 +73,28 @@ const char *rp_cli_default_model(void)
         if (slash)
             *slash = 0;
         static const char *rel[] = {"../models/", "../share/rapid/models/", "../../models/"};
-        for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-            snprintf(found, sizeof(found), "%s/%s%s", exe, rel[i], DEFAULT_NAME);
-            if (has_model(found))
+        for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++)
+            if ((found = try_place(exe, rel[i])))
                 return found;
-        }
     }
-    snprintf(found, sizeof(found), "%s/models/%s", RP_DATADIR, DEFAULT_NAME);
-    return has_model(found) ? found : NULL;
+    if ((found = try_place(RP_DATADIR, "models/")))
+        return found;
+    const char *src = getenv("RP_TEST_SOURCE_TREE");
+    if (!src)
+        src = RP_SOURCE_TREE;
+    if (*src && (found = try_place(src, "models/")))
+        return found;
+    return NULL;
+}
+
+void rp_cli_default_model_missing(const char *cmd)
+{
+    fprintf(stderr, "rapid %s: no MODEL given and the bundled model %s was not found; looked in:\n", cmd,
+            DEFAULT_NAME);
+    if (models_unset)
+        fprintf(stderr, "  $RAPID_MODELS/%s (RAPID_MODELS is not set)\n", DEFAULT_NAME);
+    for (int i = 0; i < n_places; i++)
+        fprintf(stderr, "  %s\n", places[i]);
+    fprintf(stderr, "name a MODEL, or set RAPID_MODELS to the folder that holds %s (the source tree's models/)\n",
+            DEFAULT_NAME);
 }

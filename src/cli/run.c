@@ -29,8 +29,8 @@ static void run_usage(FILE *f)
                "\n"
                "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file;\n"
                "without it, the bundled demonstration model rapid-tiny (looked for in $RAPID_MODELS, next to\n"
-               "the binary, then under the install prefix) is used. A model with a chat template gets the\n"
-               "prompt as a user message in its chat format, unless --raw.\n"
+               "the binary, under the install prefix, then in the source tree it was built from) is used. A\n"
+               "model with a chat template gets the prompt as a user message in its chat format, unless --raw.\n"
                "\n"
                "options:\n"
                "  -p, --prompt TEXT       the prompt (required, or --file)\n"
@@ -267,7 +267,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         o->spec.method = RP_ENGINE_SPEC_OFF;
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
-        fprintf(stderr, "rapid run: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        rp_cli_default_model_missing("run");
         return 1;
     }
     if (rp_sample_params_validate(&o->sp) != RP_OK) {

@@ -36,7 +36,8 @@ static void serve_usage(FILE *f)
                "      --served-model-name NAME  the model's name in the API (default: the folder/file name)\n"
                "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
                "                             gets this model)\n"
-               "      --ctx N                most tokens (prompt + reply) per request (default: the model's)\n"
+               "      --ctx N                most tokens (prompt + reply) per request (default: the model's, at most\n"
+               "                             what the KV cache holds)\n"
                "      --kv-memory SIZE       KV cache size, shared by all requests: bytes (512M, 8G, ...) or a\n"
                "                             fraction of the memory available (0.5, 50%%; on a GPU: of its memory\n"
                "                             free after the weights) (default: max(ctx, 4096) tokens, at most a\n"
@@ -259,7 +260,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     }
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
-        fprintf(stderr, "rapid serve: no MODEL given and the bundled model (models/rapid-tiny) was not found\n");
+        rp_cli_default_model_missing("serve");
         return 1;
     }
     return 0;
@@ -376,12 +377,7 @@ int rp_cli_serve(int argc, char **argv)
         o.ep.cache_dir = NULL;
     else if (!o.ep.cache_dir)
         o.ep.cache_dir = default_dir = rp_cache_default_dir();
-    st = rp_engine_create(model, tok, &o.ep, &engine);
-    if (st == RP_ERR_IO && default_dir) { // the default folder is not usable: memory only, said once
-        fprintf(stderr, "rapid: warning: %s; the prefix cache stays in memory\n", rp_error_message());
-        o.ep.cache_dir = NULL;
-        st = rp_engine_create(model, tok, &o.ep, &engine);
-    }
+    st = rp_engine_create(model, tok, &o.ep, &engine); // an unusable cache folder: memory only, with a warning
     rp_free(default_dir);
     if (st) {
         fprintf(stderr, "rapid: engine: %s\n", rp_error_message());

@@ -774,6 +774,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         rp_free(e);
         return st;
     }
+    if (e->n_ctx > e->n_blocks * e->block) // the model's context, but the pool holds less: one request gets that
+        e->n_ctx = e->n_blocks * e->block;
     e->max_running = p->max_running ? p->max_running : DEFAULT_MAX_RUNNING;
     e->max_queue = p->max_queue ? p->max_queue : DEFAULT_MAX_QUEUE;
     atomic_init(&e->refs, 1);

@@ -113,8 +113,8 @@ typedef struct rp_engine_spec_params {
 } rp_engine_spec_params;
 
 typedef struct rp_engine_params {
-    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx (an
-                     // explicit n_ctx longer than the pool holds is refused at create)
+    int n_ctx;       // most tokens (prompt + generated) of one request; 0 = the model's max_ctx, cut to
+                     // what the pool holds (an explicit n_ctx longer than that is refused at create)
     int kv_tokens;   // KV pool size in tokens, shared by all requests; 0 = kv_memory, else max(n_ctx, 4096),
                      // rounded up to blocks
     int kv_block;    // tokens per KV block; 0 = 16
@@ -154,9 +154,9 @@ typedef struct rp_engine rp_engine;
 // a draft model whose tokenizer differs from the model's (the message names the
 // first difference), method mtp on a model without an MTP layer, method draft
 // without a draft model; RP_ERR_RANGE when kv_memory holds no block or an
-// explicit n_ctx is longer than the pool (the message gives the numbers);
-// RP_ERR_IO when the cache folder cannot be made or read; the draft model's
-// load errors.
+// explicit n_ctx is longer than the pool (the message gives the numbers); the
+// draft model's load errors. A cache folder that cannot be used is no error:
+// the prefix cache stays in memory and a warning says why.
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
 // Cancels everything queued or running, joins the thread, writes the cached
 // blocks not yet on disk (with a disk tier, for at most cache_flush_s seconds),
@@ -165,7 +165,8 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
 // rp_gen_get_stats, rp_gen_release work) until released; the engine's last
 // bytes go with the last of them. NULL is a no-op.
 void rp_engine_destroy(rp_engine *e);
-// The effective context length per request (n_ctx after defaults and the model's limit).
+// The effective context length per request: n_ctx after defaults and the model's
+// limit, at most what the KV pool holds (what the server advertises).
 int rp_engine_n_ctx(const rp_engine *e);
 // The prefix cache's disk folder (cache_dir/<fingerprint>), or NULL without a disk tier.
 // Valid until rp_engine_destroy.

@@ -43,7 +43,10 @@
  *   - image, file and audio content is a 400 (the models are text-only);
  *   - parallel_tool_calls false keeps the first call only;
  *   - usage.output_tokens_details.reasoning_tokens counts the reasoning text
- *     re-tokenized; include, truncation, max_tool_calls, top_logprobs,
+ *     re-tokenized; input_tokens_details.cache_write_tokens is 0 (no priced
+ *     cache writes); fields the document has optional and not nullable are left
+ *     out rather than null (usage before the end of a stream and on a failure,
+ *     user when not given); include, truncation, max_tool_calls, top_logprobs,
  *     prompt_cache_key, service_tier, safety_identifier, user and metadata
  *     are accepted and ignored (metadata is echoed);
  *   - max_output_tokens may be any positive number (OpenAI's floor of 16 is
@@ -476,9 +479,10 @@ static bool build_echo(const json_t *b, const rp_api_req *q, bool store, resp_ec
     json_object_set_new(f, "tools", json_is_array(tools) ? json_deep_copy(tools) : json_array());
     json_object_set_new(f, "top_p", json_is_number(top_p) ? json_copy((json_t *)top_p) : json_real(1.0));
     json_object_set_new(f, "truncation", json_string("disabled"));
-    json_object_set_new(f, "user", json_is_string(user) ? json_copy((json_t *)user) : json_null());
+    if (json_is_string(user)) // optional and not nullable: left out when not given
+        json_object_set_new(f, "user", json_copy((json_t *)user));
     json_object_set_new(f, "metadata", json_is_object(md) ? json_deep_copy(md) : json_object());
-    if (json_object_size(f) != 14)
+    if (json_object_size(f) != 13u + json_is_string(user))
         return rp_api_oom(e);
     return true;
 }
@@ -525,11 +529,15 @@ static int reasoning_tokens(const rp_tokenizer *tok, const char *text, size_t le
     return (int)n < n_max ? (int)n : n_max;
 }
 
+// ResponseUsage. cache_write_tokens (required by OpenAI's current document) is 0: the
+// prefix cache keeps every prompt without a separate, priced write (as Anthropic's
+// cache_creation_input_tokens, also 0).
 static json_t *usage_json(const rp_req_stats *st, int n_reasoning)
 {
-    return json_pack("{s:i,s:{s:i},s:i,s:{s:i},s:i}", "input_tokens", st->n_prompt, "input_tokens_details",
-                     "cached_tokens", st->n_cached, "output_tokens", st->n_completion, "output_tokens_details",
-                     "reasoning_tokens", n_reasoning, "total_tokens", st->n_prompt + st->n_completion);
+    return json_pack("{s:i,s:{s:i,s:i},s:i,s:{s:i},s:i}", "input_tokens", st->n_prompt, "input_tokens_details",
+                     "cached_tokens", st->n_cached, "cache_write_tokens", 0, "output_tokens", st->n_completion,
+                     "output_tokens_details", "reasoning_tokens", n_reasoning, "total_tokens",
+                     st->n_prompt + st->n_completion);
 }
 
 // The text of the output's messages joined: the SDKs' `output_text` convenience,
@@ -555,7 +563,8 @@ static json_t *output_text(const json_t *output)
     return v;
 }
 
-// A Response object. output and usage are stolen (usage may be NULL: null).
+// A Response object. output and usage are stolen (usage may be NULL: left out, as the
+// document has it optional and not nullable: the stream's first events and a failure).
 static json_t *response_object(rp_http_req *r, const char *id, long long created, const resp_echo *x,
                                const char *status, const char *incomplete, json_t *error, json_t *output, json_t *usage)
 {
@@ -567,7 +576,8 @@ static json_t *response_object(rp_http_req *r, const char *id, long long created
         json_object_update(o, x->fields);
         json_object_set_new(o, "output", output ? output : json_array());
         json_object_set_new(o, "output_text", output_text(json_object_get(o, "output")));
-        json_object_set_new(o, "usage", usage ? usage : json_null());
+        if (usage)
+            json_object_set_new(o, "usage", usage);
     } else {
         json_decref(output);
         json_decref(usage);

@@ -1,9 +1,14 @@
 // checks.js - shape checks shared by the test files: what the OpenAI (chat,
 // Responses) and Anthropic services put in their bodies and stream events, field by field, and
-// a way to pick a stop string from a greedy reply.
+// a way to pick a stop string from a greedy reply. Every OpenAI object is also checked
+// against the required fields and types of OpenAI's API document (openai_schema.js,
+// which names its sources); the checks here add what Rapid itself promises.
 import assert from 'node:assert/strict';
 
 import { SERVED } from './harness.js';
+import { assertSchema } from './openai_schema.js';
+
+export { assertSchema };
 
 export const isInt = (v) => Number.isInteger(v);
 
@@ -17,6 +22,7 @@ export function assertUnixSeconds(v, what) {
 // OpenAI usage: prompt/completion/total tokens and prompt_tokens_details.cached_tokens.
 export function assertOpenAIUsage(u, what = 'usage') {
     assert.ok(u && typeof u === 'object', `${what} missing: ${JSON.stringify(u)}`);
+    assertSchema(u, 'CompletionUsage', what);
     assert.ok(isInt(u.prompt_tokens) && u.prompt_tokens > 0, `${what}.prompt_tokens: ${JSON.stringify(u)}`);
     assert.ok(isInt(u.completion_tokens) && u.completion_tokens >= 0, `${what}.completion_tokens: ${JSON.stringify(u)}`);
     assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens, `${what}.total_tokens != prompt + completion`);
@@ -27,6 +33,7 @@ export function assertOpenAIUsage(u, what = 'usage') {
 
 // A non-streaming chat.completion body. Returns choices[0].
 export function assertChatCompletion(body, { model = SERVED } = {}) {
+    assertSchema(body, 'ChatCompletion');
     assert.equal(typeof body.id, 'string', 'id is a string');
     assert.ok(body.id.startsWith('chatcmpl-'), `id ${JSON.stringify(body.id)} starts with chatcmpl-`);
     assert.equal(body.object, 'chat.completion');
@@ -51,6 +58,7 @@ export function assertChatCompletion(body, { model = SERVED } = {}) {
 // { content, reasoning, toolCalls, finish, usage, role }.
 export function assertChatChunks(chunks, { includeUsage = false, model = SERVED } = {}) {
     assert.ok(chunks.length >= 2, `at least two chunks, got ${chunks.length}`);
+    chunks.forEach((ch, i) => assertSchema(ch, 'ChatCompletionChunk', `chunk ${i}`));
     const id = chunks[0].id;
     const created = chunks[0].created;
     assert.equal(typeof id, 'string');
@@ -248,6 +256,7 @@ export function assertAnthropicFrames(frames, { model = SERVED } = {}) {
 
 // The Responses API: a response object, and its event stream.
 export function assertResponse(r) {
+    assertSchema(r, 'Response');
     assert.equal(typeof r.id, 'string');
     assert.ok(r.id.startsWith('resp_'), `id ${JSON.stringify(r.id)} starts with resp_`);
     assert.equal(r.object, 'response');
@@ -277,7 +286,8 @@ export function assertResponse(r) {
     const u = r.usage;
     assert.ok(u && isInt(u.input_tokens) && u.input_tokens > 0 && isInt(u.output_tokens), `usage: ${JSON.stringify(u)}`);
     assert.equal(u.total_tokens, u.input_tokens + u.output_tokens);
-    assert.ok(u.input_tokens_details && isInt(u.input_tokens_details.cached_tokens), `input_tokens_details.cached_tokens: ${JSON.stringify(u)}`);
+    assertSchema(u, 'ResponseUsage', 'usage'); // in a finished response: present, with every detail
+    assert.ok(u.input_tokens_details.cached_tokens <= u.input_tokens, `cached_tokens <= input_tokens: ${JSON.stringify(u)}`);
 }
 
 export const messageText = (r) =>
@@ -296,6 +306,7 @@ export function checkResponseEvents(frames) {
         assert.ok(isInt(f.json.sequence_number), `sequence_number: ${f.raw}`);
         assert.ok(f.json.sequence_number > seq, `sequence_number increases: ${f.raw}`);
         seq = f.json.sequence_number;
+        assertSchema(f.json, 'ResponseStreamEvent', `event ${f.json.type}`);
         assert.ok(!['error', 'response.failed'].includes(f.json.type), `no error events: ${f.raw}`);
     }
     assert.equal(types[0], 'response.created', `first event: ${types}`);

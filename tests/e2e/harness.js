@@ -18,6 +18,7 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { schemaProblem } from './openai_schema.js';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -492,6 +493,8 @@ export const PROMPTS = {
 
 // Checks the shape of an OpenAI error body: {"error": {"message", "type", "param", "code"}}.
 export function openaiErrorShape(body) {
+    const bad = schemaProblem(body, 'ErrorResponse'); // the document's required fields and types
+    if (bad) return `${bad} in ${JSON.stringify(body)}`;
     const e = body && body.error;
     if (!e || typeof e !== 'object') return `no "error" object in ${JSON.stringify(body)}`;
     if (typeof e.message !== 'string' || e.message.length === 0) return `error.message is not a non-empty string: ${JSON.stringify(body)}`;

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
-import { assertOpenAIUsage, assertUnixSeconds, pickStop } from './checks.js';
+import { assertOpenAIUsage, assertSchema, assertUnixSeconds, pickStop } from './checks.js';
 import {
     SERVED,
     SKIP,
@@ -25,6 +25,7 @@ const T = { timeout: TIMEOUT };
 const PROMPT = 'def add(a, b):';
 
 function assertTextCompletion(body) {
+    assertSchema(body, 'Completion');
     assert.equal(typeof body.id, 'string');
     assert.ok(body.id.startsWith('cmpl-'), `id ${JSON.stringify(body.id)} starts with cmpl-`);
     assert.equal(body.object, 'text_completion');
@@ -68,6 +69,7 @@ describe('OpenAI completions, models, operations', { skip: SKIP }, () => {
         const frames = res.frames;
         assert.equal(frames[frames.length - 1].data, '[DONE]');
         const chunks = frames.slice(0, -1).map((f) => f.json);
+        chunks.forEach((ch, i) => assertSchema(ch, 'CompletionChunk', `chunk ${i}`));
         const usageChunk = chunks.pop();
         assert.deepEqual(usageChunk.choices, [], 'usage chunk has choices: []');
         assertOpenAIUsage(usageChunk.usage);
@@ -110,6 +112,7 @@ describe('OpenAI completions, models, operations', { skip: SKIP }, () => {
         const res = await request(server, { path: '/v1/models' });
         assert.equal(res.status, 200);
         const list = res.json();
+        assertSchema(list, 'ModelList');
         assert.equal(list.object, 'list');
         assert.ok(Array.isArray(list.data) && list.data.length >= 1, res.text);
         const m = list.data.find((x) => x.id === SERVED);
@@ -123,6 +126,7 @@ describe('OpenAI completions, models, operations', { skip: SKIP }, () => {
         assert.ok(ids.includes(SERVED), `SDK models.list(): ${ids}`);
 
         const one = await client.models.retrieve(SERVED);
+        assertSchema(one, 'Model');
         assert.equal(one.id, SERVED);
         assert.equal(one.object, 'model');
 

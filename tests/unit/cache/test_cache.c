@@ -13,6 +13,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY // the streaming state on the stack, as disk.c has it
@@ -117,6 +119,51 @@ static const char *fresh_dir(const char *name)
     const char *d = rp_test_tmp_path(name);
     assert_int_equal(mkdir(d, 0755), 0);
     return d;
+}
+
+// What the code under test writes to stderr (its log lines) between
+// capture_begin and capture_end, NUL-terminated.
+// (The file's name is not one of rp_test_tmp_path's rotating buffers: callers hold those.)
+static int saved_stderr = -1;
+static char captured[16384], capture_path[600];
+
+static void capture_begin(void)
+{
+    fflush(stderr);
+    saved_stderr = dup(2);
+    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", rp_test_tmpdir);
+    int fd = open(capture_path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    assert_true(saved_stderr >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static const char *capture_end(void)
+{
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    FILE *f = fopen(capture_path, "r");
+    assert_non_null(f);
+    size_t n = fread(captured, 1, sizeof(captured) - 1, f);
+    captured[n] = 0;
+    fclose(f);
+    return captured;
+}
+
+// How many lines of s contain needle.
+static int lines_with(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *l = s; *l;) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        char line[4096];
+        snprintf(line, sizeof(line), "%.*s", (int)(len < sizeof(line) - 1 ? len : sizeof(line) - 1), l);
+        n += strstr(line, needle) != NULL;
+        l += len + (end != NULL);
+    }
+    return n;
 }
 
 // The block files (*.kvb) and temp files in the fingerprint folder of c-to-be.
@@ -568,7 +615,9 @@ static void test_bad_files(void **state)
         rp_kv_seq s;
         rp_kv_seq_init(&s);
         int got;
+        capture_begin();
         assert_int_equal(rp_cache_take(c, t, &s, &got), RP_OK);
+        capture_end();
         assert_int_equal(got, 2);
         check_block(p, s.blocks[0], 3.0f);
         check_block(p, s.blocks[1], 1003.0f);
@@ -577,6 +626,10 @@ static void test_bad_files(void **state)
         assert_int_equal(st.disk_rejects, 1);
         assert_int_equal(st.disk_blocks, 3);
         assert_false(rp_file_exists(f[2]));
+        // Logged: one line naming the file and why.
+        if (lines_with(captured, "prefix cache: deleted the block file ") != 1 || lines_with(captured, f[2]) != 1 ||
+            lines_with(captured, "payload checksum mismatch") != 1)
+            fail_msg("the load's log: [%s]", captured);
         rp_kv_seq_deinit(p, &s);
         rp_cache_destroy(c); // blocks 0 and 1 are on disk already: nothing written
         rp_kv_pool_destroy(p);
@@ -602,9 +655,14 @@ static void test_bad_files(void **state)
     rp_test_write_file(junk[0], "garbage", 7);
     snprintf(junk[1], sizeof(junk[1]), "%s/0123.kvb", fpd); // not a key name: left alone
     rp_test_write_file(junk[1], "x", 1);
+    capture_begin();
     rp_cache_stats st = restart_stats(dir);
+    capture_end();
     assert_int_equal(st.disk_blocks, 0);
     assert_int_equal(st.disk_rejects, 5);
+    // One line for the folder, with the count and the folder's name.
+    if (lines_with(captured, "prefix cache: deleted 5 block files in ") != 1 || lines_with(captured, fpd) != 1)
+        fail_msg("the index's log: [%s]", captured);
     for (int i = 0; i < 4; i++)
         assert_false(rp_file_exists(f[i]));
     assert_false(rp_file_exists(junk[0]));
@@ -919,6 +977,148 @@ static void test_fault_hook_kills(void **state)
     check_restart(dir, t, 3, 3, 4.0f);
 }
 
+/* ---- what is in the folder -------------------------------------------------------- */
+
+// In a forked child with an alarm (a regression hangs on a FIFO's open: the
+// child is killed and the test fails instead of hanging): a cache over dir
+// whose FP_A folder holds a FIFO and a symbolic link under block names, next
+// to a valid block file, then a take after that file too was replaced by a
+// FIFO. Exit 0 when everything came out as it should, else the failed step.
+static int not_regular_child(const char *dir, const char *fifo, const char *valid, const int32_t *t)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        rp_log_set_level(RP_LOG_ERROR);
+        rp_kv_pool *p = NULL;
+        rp_cache *c = NULL;
+        rp_cache_params cp;
+        rp_cache_params_default(&cp);
+        cp.dir = dir;
+        if (rp_kv_pool_create(BE, LAYERS, HEADS, HD, BS, 8, RP_DTYPE_F32, &p) || rp_cache_create(p, FP_A, &cp, &c))
+            _exit(10);
+        rp_cache_stats st;
+        rp_cache_get_stats(c, &st);
+        if (st.disk_blocks != 1 || st.disk_rejects != 2 || rp_file_exists(fifo))
+            _exit(11); // the valid file indexed, the FIFO and the link deleted
+        // The indexed file turns into a FIFO before a request reads it.
+        if (unlink(valid) || mkfifo(valid, 0644))
+            _exit(12);
+        rp_cache_match m;
+        rp_cache_lookup(c, t, 1, &m);
+        if (m.n_disk != 1)
+            _exit(13);
+        rp_kv_seq s;
+        rp_kv_seq_init(&s);
+        int got = -1;
+        if (rp_cache_take(c, t, &s, &got) || got != 0)
+            _exit(14);
+        rp_cache_get_stats(c, &st);
+        if (st.disk_blocks != 0 || st.disk_rejects != 3 || rp_file_exists(valid))
+            _exit(15);
+        rp_cache_destroy(c);
+        rp_kv_pool_destroy(p);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the child was killed by signal %d (%s): it hung on a file that is not a regular file",
+                 WTERMSIG(status), WTERMSIG(status) == SIGALRM ? "its alarm" : "?");
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_not_regular_files(void **state)
+{
+    const char *dir = fresh_dir("fifo");
+    int32_t t[3 * BS];
+    tokens(t, 3 * BS, 6000);
+    char fpd[600], f[3][700];
+    fp_dir(dir, FP_A, fpd, sizeof(fpd));
+    for (int i = 0; i < 3; i++)
+        block_file(fpd, t, i, f[i], sizeof(f[i]));
+    {
+        rp_kv_pool *p = make_pool(8);
+        rp_cache *c = make_cache(p, FP_A, dir, 0);
+        publish_idle(p, c, t, 1, 3.0f);
+        rp_cache_destroy(c); // block 0's file
+        rp_kv_pool_destroy(p);
+    }
+    assert_true(rp_file_exists(f[0]));
+    // Block 1's name is a FIFO (nothing ever writes it: opened for reading
+    // without O_NONBLOCK, it blocks forever); block 2's a link to block 0's file.
+    assert_int_equal(mkfifo(f[1], 0644), 0);
+    char target[800];
+    snprintf(target, sizeof(target), "%s.elsewhere", dir);
+    {
+        int in = open(f[0], O_RDONLY), out = open(target, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+        assert_true(in >= 0 && out >= 0);
+        char buf[4096];
+        ssize_t k;
+        while ((k = read(in, buf, sizeof(buf))) > 0)
+            assert_int_equal(write(out, buf, (size_t)k), k);
+        close(in);
+        close(out);
+    }
+    assert_int_equal(symlink(target, f[2]), 0);
+    int rc = not_regular_child(dir, f[1], f[0], t);
+    if (rc != 0)
+        fail_msg("the child failed at step %d", rc);
+    struct stat sb;
+    assert_int_equal(lstat(f[2], &sb), -1); // the link is gone...
+    assert_true(rp_file_exists(target));      // ...not what it pointed at
+    unlink(target);
+}
+
+// The folder cannot be used: the cache is made without its disk tier, and one
+// warning names the folder and the reason.
+static void test_unusable_folder(void **state)
+{
+    rp_kv_pool *p = make_pool(4);
+    // A file where the model's folder (dir/<fingerprint>) should be.
+    const char *dir = fresh_dir("file-in-the-way");
+    char fpd[600];
+    fp_dir(dir, FP_A, fpd, sizeof(fpd));
+    assert_int_equal(rmdir(fpd), 0);
+    rp_test_write_file(fpd, "x", 1);
+    // And a file given as the base folder itself.
+    char file_path[600];
+    snprintf(file_path, sizeof(file_path), "%s", rp_test_tmp_path("a-file"));
+    rp_test_write_file(file_path, "x", 1);
+    const char *bases[] = {dir, file_path};
+    const char *named[] = {fpd, file_path};
+    for (int k = 0; k < 2; k++) {
+        rp_cache_params cp;
+        rp_cache_params_default(&cp);
+        cp.dir = bases[k];
+        rp_cache *c = NULL;
+        capture_begin();
+        rp_status st = rp_cache_create(p, FP_A, &cp, &c);
+        capture_end();
+        assert_int_equal(st, RP_OK);
+        assert_non_null(c);
+        assert_null(rp_cache_dir(c));
+        rp_cache_stats cs;
+        rp_cache_get_stats(c, &cs);
+        assert_false(cs.disk);
+        if (lines_with(captured, "prefix cache: the disk tier is off") != 1 || lines_with(captured, named[k]) != 1 ||
+            lines_with(captured, "memory") != 1)
+            fail_msg("case %d: the warning: [%s]", k, captured);
+        // It serves from memory.
+        int32_t t[2 * BS];
+        tokens(t, 2 * BS, 7000);
+        publish_idle(p, c, t, 2, 5.0f);
+        rp_cache_match m;
+        rp_cache_lookup(c, t, 2, &m);
+        assert_int_equal(m.n_idle, 2);
+        rp_cache_destroy(c);
+    }
+    assert_true(rp_file_exists(fpd)); // left as it was
+    rp_kv_pool_destroy(p);
+}
+
 /* ---- the rest ----------------------------------------------------------------- */
 
 static void test_alloc_failures(void **state)
@@ -965,19 +1165,6 @@ static void test_alloc_failures(void **state)
     assert_int_equal(rp_kv_pool_cached_free(p), 2);
     rp_cache_destroy(c);
     rp_kv_pool_destroy(p);
-    // A folder that cannot be made.
-    char file_path[600];
-    snprintf(file_path, sizeof(file_path), "%s", rp_test_tmp_path("a-file"));
-    rp_test_write_file(file_path, "x", 1);
-    p = make_pool(2);
-    rp_cache_params cp;
-    rp_cache_params_default(&cp);
-    cp.dir = file_path;
-    c = NULL;
-    assert_int_equal(rp_cache_create(p, FP_A, &cp, &c), RP_ERR_IO);
-    assert_null(c);
-    assert_non_null(strstr(rp_error_message(), "a-file"));
-    rp_kv_pool_destroy(p);
 }
 
 static void test_default_dir(void **state)
@@ -1016,6 +1203,8 @@ int main(void)
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_fault_hook_kills),
+        cmocka_unit_test(test_not_regular_files),
+        cmocka_unit_test(test_unusable_folder),
         cmocka_unit_test(test_flush_many),
         cmocka_unit_test(test_prefetch),
         cmocka_unit_test(test_alloc_failures),

@@ -10,17 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-// Runs `rapid ARGS` through the shell; stdout into out (NUL-terminated), stderr into err.
-static int run_rapid(const char *args, char *out, size_t out_cap, char *err, size_t err_cap)
+// Runs a shell command line; stdout into out (NUL-terminated), stderr into err. Its exit status.
+static int run_shell(const char *line, char *out, size_t out_cap, char *err, size_t err_cap)
 {
-    const char *bin = getenv("RP_BINARY");
-    assert_non_null(bin);
     char errfile[64], cmd[8192];
     snprintf(errfile, sizeof(errfile), "/tmp/rapid-test-cli-%d.err", (int)getpid());
-    // The bundled model is found through $RAPID_MODELS, wherever the build directory is; the
-    // device is the one the library's models in these tests load on (rp_test_device).
-    snprintf(cmd, sizeof(cmd), "RAPID_MODELS='%s/models' RAPID_DEVICE='%s' '%s' %s 2>%s", rp_test_source_dir(),
-             rp_test_device(), bin, args, errfile);
+    snprintf(cmd, sizeof(cmd), "%s 2>%s", line, errfile);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(out, 1, out_cap - 1, p);
@@ -33,6 +28,19 @@ static int run_rapid(const char *args, char *out, size_t out_cap, char *err, siz
         fclose(e);
     unlink(errfile);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Runs `rapid ARGS` through the shell; stdout into out (NUL-terminated), stderr into err.
+static int run_rapid(const char *args, char *out, size_t out_cap, char *err, size_t err_cap)
+{
+    const char *bin = getenv("RP_BINARY");
+    assert_non_null(bin);
+    char cmd[8192];
+    // The bundled model is found through $RAPID_MODELS, wherever the build directory is; the
+    // device is the one the library's models in these tests load on (rp_test_device).
+    snprintf(cmd, sizeof(cmd), "RAPID_MODELS='%s/models' RAPID_DEVICE='%s' '%s' %s", rp_test_source_dir(),
+             rp_test_device(), bin, args);
+    return run_shell(cmd, out, out_cap, err, err_cap);
 }
 
 static char out[65536], err[65536];
@@ -171,6 +179,59 @@ static void test_default_model(void **state)
     assert_non_null(strstr(err, "--tool-parser"));
 }
 
+// A binary away from the source tree (as an out-of-tree build's: no models/
+// next to it, RAPID_MODELS unset) finds the bundled model in the source tree
+// it was built from; with that gone too (the test hook RP_TEST_SOURCE_TREE
+// stands in for a moved source tree), run and serve fail with every place
+// looked in and RAPID_MODELS named.
+static void test_default_model_elsewhere(void **state)
+{
+    const char *bin = getenv("RP_BINARY");
+    assert_non_null(bin);
+    char dir[256], copy[512], cmd[8192];
+    snprintf(dir, sizeof(dir), "/tmp/rapid-test-cli-elsewhere-%d", (int)getpid());
+    snprintf(copy, sizeof(copy), "%s/bin/rapid", dir);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && mkdir -p '%s/bin' && cp '%s' '%s'", dir, dir, bin, copy);
+    assert_int_equal(system(cmd), 0);
+    char src_model[4096];
+    snprintf(src_model, sizeof(src_model), "%s/models/rapid-tiny", rp_test_source_dir());
+
+    snprintf(cmd, sizeof(cmd), "cd / && env -u RAPID_MODELS -u RP_TEST_SOURCE_TREE '%s' run -p 'Who are you?' -n 40",
+             copy);
+    int rc = run_shell(cmd, out, sizeof(out), err, sizeof(err));
+    if (rc != 0 || !strstr(err, src_model))
+        fail_msg("status %d; the source tree's model (%s) was not used: %s", rc, src_model, err);
+    assert_non_null(strstr(out, "Rapid"));
+
+    const char *cmds[] = {"run -p x", "serve --port 0"};
+    for (int i = 0; i < 2; i++) {
+        for (int with_env = 0; with_env < 2; with_env++) {
+            snprintf(cmd, sizeof(cmd), "cd / && env %s RP_TEST_SOURCE_TREE=/nonexistent/src '%s' %s",
+                     with_env ? "RAPID_MODELS=/nonexistent/models" : "-u RAPID_MODELS", copy, cmds[i]);
+            rc = run_shell(cmd, out, sizeof(out), err, sizeof(err));
+            if (rc == 0 && strstr(err, "/share/rapid/models/rapid-tiny")) {
+                print_message("skipping the failure case: the model is installed under the prefix\n");
+                continue;
+            }
+            assert_int_equal(rc, 1);
+            char want[6][600];
+            snprintf(want[0], sizeof(want[0]), "rapid %s: no MODEL given and the bundled model rapid-tiny was not found",
+                     i ? "serve" : "run");
+            snprintf(want[1], sizeof(want[1]), "%s", with_env ? "  /nonexistent/models/rapid-tiny\n" : "RAPID_MODELS is not set");
+            snprintf(want[2], sizeof(want[2]), "  %s/bin/../models/rapid-tiny\n", dir);
+            snprintf(want[3], sizeof(want[3]), "  %s/bin/../share/rapid/models/rapid-tiny\n", dir);
+            snprintf(want[4], sizeof(want[4]), "  /nonexistent/src/models/rapid-tiny\n");
+            snprintf(want[5], sizeof(want[5]), "set RAPID_MODELS to the folder that holds rapid-tiny");
+            for (int k = 0; k < 6; k++)
+                if (!strstr(err, want[k]))
+                    fail_msg("`%s` (RAPID_MODELS %s): the message lacks [%s]: %s", cmds[i], with_env ? "set" : "unset",
+                             want[k], err);
+        }
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 // Speculative decoding's flags: on by default, the same text in every
 // configuration, drafted/accepted counts on the stats line, bad values refused.
 static void test_spec_flags(void **state)
@@ -269,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_bad_model_files),
         cmocka_unit_test(test_run_matches_library),
         cmocka_unit_test(test_default_model),
+        cmocka_unit_test(test_default_model_elsewhere),
         cmocka_unit_test(test_tool_call),
         cmocka_unit_test(test_spec_flags),
     };

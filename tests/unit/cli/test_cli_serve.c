@@ -4,7 +4,7 @@
  * message), and a real start on a free port with the bundled model: exactly
  * one "rapid: listening on http://HOST:PORT" line, /health answers on that
  * port, speculative decoding is on (start line, /metrics), SIGTERM ends it
- * with status 0.
+ * with status 0; the context it advertises is what its KV cache holds.
  */
 #include "test_util.h"
 
@@ -172,11 +172,115 @@ static void test_listen_and_stop(void **state)
     assert_null(strstr(first + 1, "rapid: listening on"));
 }
 
+// Starts `rapid serve --port 0 ARGS...` (NULL-terminated) with the bundled model and reads
+// its stderr (into err) up to the listening line; the port, the pid and the stderr pipe out.
+static int start_serve(const char *const *args, pid_t *pid_out, int *fd_out, size_t *n_out)
+{
+    const char *bin = getenv("RP_BINARY");
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char models[4096];
+        snprintf(models, sizeof(models), "%s/models", rp_test_source_dir());
+        setenv("RAPID_MODELS", models, 1);
+        dup2(pfd[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1); // not the test's stdout: a server left running must not hold the runner's pipe
+        const char *argv[32] = {bin, "serve", "--port", "0"};
+        int n = 4;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t n = 0;
+    const char *line = NULL;
+    while (!line && n < sizeof(err) - 1) {
+        struct pollfd p = {pfd[0], POLLIN, 0};
+        ssize_t k = poll(&p, 1, 120000) == 1 ? read(pfd[0], err + n, sizeof(err) - 1 - n) : -1; // liveness bound
+        if (k <= 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fail_msg("rapid serve did not listen: %s", err);
+        }
+        n += (size_t)k;
+        err[n] = 0;
+        line = strstr(err, "rapid: listening on http://127.0.0.1:");
+        if (line && !strchr(line, '\n'))
+            line = NULL;
+    }
+    *pid_out = pid;
+    *fd_out = pfd[0];
+    *n_out = n;
+    return atoi(line + strlen("rapid: listening on http://127.0.0.1:"));
+}
+
+static void stop_serve(pid_t pid, int fd, size_t n)
+{
+    kill(pid, SIGTERM);
+    ssize_t k;
+    while ((k = read(fd, err + n, sizeof(err) - 1 - n)) > 0)
+        n += (size_t)k;
+    err[n] = 0;
+    close(fd);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+// A KV cache smaller than the model's context (32,768 tokens for rapid-tiny):
+// the server advertises what one request can get, everywhere it names the
+// context: the start line, /v1/models and /v1/models/{id} (max_model_len),
+// /v1/status (kv.context_tokens). With --ctx it is that.
+static void test_context_is_what_the_cache_holds(void **state)
+{
+    (void)state;
+    static char resp[262144];
+    const struct {
+        const char *args[8];
+        int ctx;
+    } cases[] = {
+        {{"--kv-tokens", "512", "--no-disk-cache", NULL}, 512},
+        {{"--kv-tokens", "1000", "--no-disk-cache", NULL}, 1008}, // whole blocks of 16
+        {{"--kv-memory", "1M", "--no-disk-cache", NULL}, 288},    // 3,584 bytes a token: 18 blocks
+        {{"--kv-tokens", "512", "--ctx", "300", "--no-disk-cache", NULL}, 300},
+    };
+    static char problem[300000];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        pid_t pid;
+        int fd;
+        size_t n;
+        int port = start_serve(cases[i].args, &pid, &fd, &n);
+        // No cmocka failure while the server runs (it would be left running): note, stop, then fail.
+        char want[128];
+        problem[0] = 0;
+        snprintf(want, sizeof(want), "| context %d tokens per request", cases[i].ctx);
+        if (!strstr(err, want))
+            snprintf(problem, sizeof(problem), "the start lines lack [%s]: %s", want, err);
+        const char *paths[] = {"/v1/models", "/v1/models/rapid-tiny", "/v1/status"};
+        for (int k = 0; k < 3 && !problem[0]; k++) {
+            snprintf(want, sizeof(want), k < 2 ? "\"max_model_len\":%d" : "\"context_tokens\":%d", cases[i].ctx);
+            http_get(port, paths[k], resp, sizeof(resp));
+            if (!strstr(resp, want))
+                snprintf(problem, sizeof(problem), "%s lacks [%s]: %s", paths[k], want, resp);
+        }
+        stop_serve(pid, fd, n);
+        if (problem[0])
+            fail_msg("case %zu (%s %s): %s", i, cases[i].args[0], cases[i].args[1], problem);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_listen_and_stop),
+        cmocka_unit_test(test_context_is_what_the_cache_holds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

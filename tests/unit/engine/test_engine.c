@@ -475,14 +475,16 @@ static void test_preemption_keeps_outputs(void **state)
     assert_int_equal(es.requests_done, N + 1);
     rp_engine_destroy(e);
 
-    // A request that alone outgrows the whole pool ends LENGTH when the pool is full.
+    // A request that asks for more than the whole pool holds ends LENGTH when it has the
+    // whole pool: the context is cut to the pool's 32 tokens (prompt + reply).
     e = make_engine(1, 32, 4, 0);
+    assert_int_equal(rp_engine_n_ctx(e), 32);
     rp_gen_params gp = greedy_params(&P[3], 100, true);
     rp_gen *g = submit(e, &gp);
     int32_t ids[256];
     int n;
     assert_int_equal(read_all_ok(g, ids, NULL, 256, &n), RP_GEN_LENGTH);
-    assert_int_equal(P[3].n + n, 33); // 32 slots of KV, plus the token sampled from the last one
+    assert_int_equal(P[3].n + n, 32);
     rp_gen_release(g);
     rp_engine_destroy(e);
 }
@@ -656,11 +658,12 @@ static void test_limits(void **state)
     rp_gen_release(h);
     rp_engine_destroy(e);
 
-    // A prompt larger than the whole KV pool.
+    // A prompt larger than the whole KV pool: the context is what the pool holds.
     e = make_engine(0, 32, 16, 0);
+    assert_int_equal(rp_engine_n_ctx(e), 32);
     gp = greedy_params(&P[4], 10, false);
     assert_int_equal(rp_engine_submit(e, &gp, &h), RP_ERR_RANGE);
-    snprintf(want, sizeof(want), "the prompt has %d tokens, the KV cache holds 32", P[4].n);
+    snprintf(want, sizeof(want), "the prompt has %d tokens, the context is 32", P[4].n);
     if (!strstr(rp_error_message(), want))
         fail_msg("message [%s] lacks [%s]", rp_error_message(), want);
     rp_engine_stats es;

@@ -22,6 +22,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -484,13 +486,16 @@ static void test_kv_sizing(void **state)
     assert_int_equal(rp_engine_create(M, TOK, &ep, &e), RP_ERR_RANGE);
     assert_non_null(strstr(rp_error_message(), "200 tokens"));
     assert_non_null(strstr(rp_error_message(), "64 tokens"));
-    // kv_tokens wins over kv_memory; the default context is not checked against the pool.
+    // kv_tokens wins over kv_memory; the default context is cut to what the pool holds
+    // (what one request can get, and what the server advertises).
     ep.n_ctx = 0;
     ep.kv_memory = 1;
     e = make_engine(&ep);
     es = stats(e);
     assert_int_equal(es.kv_blocks, 4);
-    assert_int_equal(es.n_ctx, c->max_ctx);
+    assert_true(c->max_ctx > 64);
+    assert_int_equal(es.n_ctx, 64);
+    assert_int_equal(rp_engine_n_ctx(e), 64);
     rp_engine_destroy(e);
     ep.cache_flush_s = NAN;
     assert_int_equal(rp_engine_create(M, TOK, &ep, &e), RP_ERR_INVALID);
@@ -812,6 +817,123 @@ static void test_disk_budget(void **state)
     rp_engine_destroy(e);
 }
 
+// The model's folder under dir (dir/<fingerprint>), made by a throwaway engine.
+static void model_dir(const char *dir, char *out, size_t cap)
+{
+    rp_engine_params ep = disk_params(dir);
+    rp_engine *e = make_engine(&ep);
+    snprintf(out, cap, "%s", rp_engine_cache_dir(e));
+    rp_engine_destroy(e);
+}
+
+// stderr (the engine's log lines) between capture_begin and capture_end.
+static int saved_stderr = -1;
+static char captured[16384], capture_path[600];
+
+static void capture_begin(void)
+{
+    fflush(stderr);
+    rp_log_set_level(RP_LOG_WARN);
+    saved_stderr = dup(2);
+    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", rp_test_tmpdir);
+    int fd = open(capture_path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    assert_true(saved_stderr >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+}
+
+static void capture_end(void)
+{
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    rp_log_set_level(RP_LOG_ERROR);
+    FILE *f = fopen(capture_path, "r");
+    assert_non_null(f);
+    size_t n = fread(captured, 1, sizeof(captured) - 1, f);
+    captured[n] = 0;
+    fclose(f);
+}
+
+// A file where the model's cache folder should be: the engine starts, says
+// once that the disk tier is off (naming the folder), and serves from memory.
+static void test_cache_folder_is_a_file(void **state)
+{
+    const char *dir = fresh_dir("in-the-way");
+    char fpd[800];
+    model_dir(dir, fpd, sizeof(fpd));
+    char cmd[1000];
+    snprintf(cmd, sizeof(cmd), "rm -r '%s' && echo x > '%s'", fpd, fpd);
+    assert_int_equal(system(cmd), 0);
+    toks p;
+    turn1(3, &p);
+    int32_t ref[GEN];
+    reference(&p, GEN, ref);
+    rp_engine_params ep = disk_params(dir);
+    rp_engine *e = NULL;
+    capture_begin();
+    rp_status st = rp_engine_create(M, TOK, &ep, &e);
+    capture_end();
+    if (st)
+        fail_msg("rp_engine_create: %s", rp_error_message());
+    const char *w = strstr(captured, "the disk tier is off");
+    if (!w || strstr(w + 1, "the disk tier is off") || !strstr(captured, fpd)) // once, naming the folder
+        fail_msg("the warning: [%s]", captured);
+    assert_null(rp_engine_cache_dir(e));
+    rp_engine_stats es = stats(e);
+    assert_true(es.prefix_cache);
+    assert_false(es.cache.disk);
+    result r;
+    for (int i = 0; i < 2; i++) { // the second time from the memory cache
+        run(e, &p, GEN, &r);
+        check_same(&r, ref, GEN, "without the disk tier");
+    }
+    assert_true(r.st.n_cached > 0);
+    rp_engine_destroy(e);
+}
+
+// A FIFO named like a block file in the model's folder: startup finishes (in
+// a forked child with an alarm, so a regression fails instead of hanging), the
+// FIFO is deleted and counted, requests are served.
+static void test_fifo_in_cache_folder(void **state)
+{
+    const char *dir = fresh_dir("fifo");
+    char fpd[800], fifo[900];
+    model_dir(dir, fpd, sizeof(fpd));
+    snprintf(fifo, sizeof(fifo), "%s/0123456789abcdef0123456789abcdef.kvb", fpd);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    toks p;
+    turn1(4, &p);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) { // no cmocka here: exit codes only
+        alarm(120);
+        rp_engine_params ep = disk_params(dir);
+        rp_engine *e = NULL;
+        if (rp_engine_create(M, TOK, &ep, &e))
+            _exit(1);
+        rp_engine_stats es;
+        rp_engine_get_stats(e, &es);
+        if (!es.cache.disk || es.cache.disk_rejects != 1 || rp_file_exists(fifo))
+            _exit(2);
+        rp_gen_params gp = greedy(&p, GEN);
+        rp_gen *g = NULL;
+        static result r;
+        if (rp_engine_submit(e, &gp, &g) || read_all(g, &r) || r.n != GEN)
+            _exit(3);
+        rp_gen_release(g);
+        rp_engine_destroy(e);
+        _exit(0);
+    }
+    assert_true(pid > 0);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status))
+        fail_msg("the engine was killed by signal %d: startup hung on the FIFO", WTERMSIG(status));
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 /* ---- allocation failures ------------------------------------------------------ */
 
 static void test_alloc_failures(void **state)
@@ -892,6 +1014,8 @@ int main(void)
         cmocka_unit_test(test_fault_kill_while_writing),
         cmocka_unit_test(test_evict_to_disk_midrun),
         cmocka_unit_test(test_disk_budget),
+        cmocka_unit_test(test_cache_folder_is_a_file),
+        cmocka_unit_test(test_fifo_in_cache_folder),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
