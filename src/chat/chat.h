@@ -8,7 +8,9 @@
  * `tojson` filter (json.dumps: key order kept, non-ASCII unescaped, optional indent)
  * and the globals raise_exception(msg) and strftime_now(fmt). Values follow Python:
  * `{{ 1.0 }}` is "1.0", `{{ true }}` is "True", `{{ none }}` is "None", a list prints
- * as its repr, dicts keep insertion order, undefined prints as "".
+ * as its repr, dicts keep insertion order, undefined prints as "". `|safe` and
+ * `|e` make markupsafe Markup strings, which jinja2 keeps even with autoescape off:
+ * `x|safe + value` HTML-escapes value (&#34; for every quote), as transformers renders it.
  *
  * A render is bounded: output size, loop iterations, call/recursion depth and
  * memory all have limits, so a hostile template fails with RP_ERR_LIMIT instead
