@@ -57,6 +57,14 @@ typedef struct rp_chat_render_params {
 rp_status rp_chat_template_render(const rp_chat_template *t, const rp_chat_render_params *p, char **out,
                                   size_t *out_len);
 
+// Built-in chat templates for models that ship none (builtin_templates.c): "chatml" (the default,
+// RP_CHAT_DEFAULT_TEMPLATE), "llama3", "mistral", each with its family's tool-call form. Returns the Jinja
+// source (static, NUL-terminated), NULL for an unknown name.
+const char *rp_chat_builtin_template(const char *name);
+// The i-th built-in's name (i from 0), NULL past the last.
+const char *rp_chat_builtin_name(size_t i);
+#define RP_CHAT_DEFAULT_TEMPLATE "chatml"
+
 /* ==== model output: reasoning and tool calls ==================================== */
 
 /*
