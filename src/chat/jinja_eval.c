@@ -433,9 +433,11 @@ static jv *arith(jj_ctx *c, int op, jv *a, jv *b)
             l->u.list.items[l->u.list.n++] = b->u.list.items[i];
         return l;
     }
-    if (op == '*' && (a->kind == JV_STR || (a->kind == JV_LIST && !a->gen)) && (b->kind == JV_INT || b->kind == JV_BOOL))
+    if (op == '*' && (a->kind == JV_STR || (a->kind == JV_LIST && !a->gen)) &&
+        (b->kind == JV_INT || b->kind == JV_BOOL))
         return jv_keep_safe(c, a, repeat(c, a, ival(b)));
-    if (op == '*' && (b->kind == JV_STR || (b->kind == JV_LIST && !b->gen)) && (a->kind == JV_INT || a->kind == JV_BOOL))
+    if (op == '*' && (b->kind == JV_STR || (b->kind == JV_LIST && !b->gen)) &&
+        (a->kind == JV_INT || a->kind == JV_BOOL))
         return jv_keep_safe(c, b, repeat(c, b, ival(a)));
     if (op == '%' && a->kind == JV_STR)
         return jj_percent_format(c, a, b);

@@ -47,7 +47,11 @@ static void test_builtin_templates(void **state)
     static const struct {
         const char *name;
         rp_tool_format tools;
-    } want[] = {{"chatml", RP_TOOL_FORMAT_HERMES}, {"llama3", RP_TOOL_FORMAT_LLAMA3}, {"mistral", RP_TOOL_FORMAT_MISTRAL}};
+    } want[] = {
+        {"chatml", RP_TOOL_FORMAT_HERMES},
+        {"llama3", RP_TOOL_FORMAT_LLAMA3},
+        {"mistral", RP_TOOL_FORMAT_MISTRAL},
+    };
     size_t n_builtins = 0;
     while (rp_chat_builtin_name(n_builtins))
         n_builtins++;
