@@ -8,7 +8,9 @@
  * `tojson` filter (json.dumps: key order kept, non-ASCII unescaped, optional indent)
  * and the globals raise_exception(msg) and strftime_now(fmt). Values follow Python:
  * `{{ 1.0 }}` is "1.0", `{{ true }}` is "True", `{{ none }}` is "None", a list prints
- * as its repr, dicts keep insertion order, undefined prints as "".
+ * as its repr, dicts keep insertion order, undefined prints as "". `|safe` and
+ * `|e` make markupsafe Markup strings, which jinja2 keeps even with autoescape off:
+ * `x|safe + value` HTML-escapes value (&#34; for every quote), as transformers renders it.
  *
  * A render is bounded: output size, loop iterations, call/recursion depth and
  * memory all have limits, so a hostile template fails with RP_ERR_LIMIT instead
@@ -54,6 +56,14 @@ typedef struct rp_chat_render_params {
 // tools, documents or add_generation_prompt are RP_ERR_INVALID (transformers raises too).
 rp_status rp_chat_template_render(const rp_chat_template *t, const rp_chat_render_params *p, char **out,
                                   size_t *out_len);
+
+// Built-in chat templates for models that ship none (builtin_templates.c): "chatml" (the default,
+// RP_CHAT_DEFAULT_TEMPLATE), "llama3", "mistral", each with its family's tool-call form. Returns the Jinja
+// source (static, NUL-terminated), NULL for an unknown name.
+const char *rp_chat_builtin_template(const char *name);
+// The i-th built-in's name (i from 0), NULL past the last.
+const char *rp_chat_builtin_name(size_t i);
+#define RP_CHAT_DEFAULT_TEMPLATE "chatml"
 
 /* ==== model output: reasoning and tool calls ==================================== */
 

@@ -11,6 +11,11 @@
  * tries a method first, then the item; `d['key']` the item first; missing things
  * are undefined, which prints as "" but fails when used further (attribute of
  * undefined, arithmetic). Break/continue unwind through c->loop_ctl.
+ *
+ * Markup (jv.safe) in expressions, as Python runs them with markupsafe: `a + b`
+ * with either a Markup escapes the other (Markup.__add__/__radd__) and is a Markup;
+ * `*`, indexing and slicing keep it; `%` on a Markup escapes the arguments
+ * (jj_percent_format); `~` is jinja2's str_join (autoescape off), a plain str.
  */
 #include "jinja_int.h"
 
@@ -258,7 +263,7 @@ static jv *do_slice(jj_ctx *c, jv *obj, jv *vs, jv *ve, jv *vstep)
 {
     if (obj->kind == JV_UNDEF)
         return undefined_error(c, obj);
-    if (obj->kind != JV_LIST && obj->kind != JV_STR)
+    if ((obj->kind != JV_LIST && obj->kind != JV_STR) || obj->gen)
         return jv_undef(c, "slice");
     bool bad;
     int64_t start, step, count;
@@ -281,7 +286,7 @@ static jv *do_slice(jj_ctx *c, jv *obj, jv *vs, jv *ve, jv *vstep)
     if (step == 1) {
         size_t a = jj_utf8_offset(s, len, (size_t)start);
         size_t b = a + jj_utf8_offset(s + a, len - a, (size_t)count);
-        return jv_str(c, s + a, b - a);
+        return jv_keep_safe(c, obj, jv_str(c, s + a, b - a));
     }
     size_t *offs = jj_calloc(c, (n_cp + 1) * sizeof(size_t));
     char *out = offs ? jj_calloc(c, len + 1) : NULL;
@@ -299,7 +304,7 @@ static jv *do_slice(jj_ctx *c, jv *obj, jv *vs, jv *ve, jv *vstep)
         memcpy(out + o, s + a, b - a);
         o += b - a;
     }
-    return jv_str_owned(c, out, o);
+    return jv_keep_safe(c, obj, jv_str_owned(c, out, o));
 }
 
 jv *jj_getitem(jj_ctx *c, jv *obj, jv *key)
@@ -308,6 +313,8 @@ jv *jj_getitem(jj_ctx *c, jv *obj, jv *key)
     case JV_UNDEF: return undefined_error(c, obj);
     case JV_LIST:
     case JV_STR:
+        if (obj->gen)
+            break; // a generator is not subscriptable: undefined, as the sandbox's getitem
         if (key->kind == JV_INT || key->kind == JV_BOOL) {
             int64_t i = key->kind == JV_BOOL ? key->u.b : key->u.i;
             if (obj->kind == JV_LIST) {
@@ -323,7 +330,7 @@ jv *jj_getitem(jj_ctx *c, jv *obj, jv *key)
                 return jv_undef(c, "index");
             size_t a = jj_utf8_offset(obj->u.str.s, obj->u.str.len, (size_t)i), b = a;
             jj_utf8_next(obj->u.str.s, obj->u.str.len, &b);
-            return jv_str(c, obj->u.str.s + a, b - a);
+            return jv_keep_safe(c, obj, jv_str(c, obj->u.str.s + a, b - a)); // Markup.__getitem__
         }
         break;
     case JV_DICT: {
@@ -407,9 +414,15 @@ static jv *arith(jj_ctx *c, int op, jv *a, jv *b)
 {
     const char *opname = op == '+' ? "+" : op == '-' ? "-" : op == '*' ? "*" : op == '/' ? "/" : op == '%' ? "%" :
                          op == JO_FLOORDIV ? "//" : "**";
-    if (op == '+' && a->kind == JV_STR && b->kind == JV_STR)
-        return concat2(c, a->u.str.s, a->u.str.len, b->u.str.s, b->u.str.len);
-    if (op == '+' && a->kind == JV_LIST && b->kind == JV_LIST && a->tuple == b->tuple) {
+    if (op == '+' && a->kind == JV_STR && b->kind == JV_STR) {
+        if (!a->safe && !b->safe)
+            return concat2(c, a->u.str.s, a->u.str.len, b->u.str.s, b->u.str.len);
+        // Markup.__add__ / __radd__: the plain side is escaped, the result is a Markup
+        jv *x = jj_escape(c, a), *y = x ? jj_escape(c, b) : NULL;
+        jv *r = y ? concat2(c, x->u.str.s, x->u.str.len, y->u.str.s, y->u.str.len) : NULL;
+        return r ? jv_markup(c, r) : NULL;
+    }
+    if (op == '+' && a->kind == JV_LIST && b->kind == JV_LIST && a->tuple == b->tuple && !a->gen && !b->gen) {
         jv *l = jv_list(c, a->u.list.n + b->u.list.n);
         if (!l)
             return NULL;
@@ -420,10 +433,12 @@ static jv *arith(jj_ctx *c, int op, jv *a, jv *b)
             l->u.list.items[l->u.list.n++] = b->u.list.items[i];
         return l;
     }
-    if (op == '*' && (a->kind == JV_STR || a->kind == JV_LIST) && (b->kind == JV_INT || b->kind == JV_BOOL))
-        return repeat(c, a, ival(b));
-    if (op == '*' && (b->kind == JV_STR || b->kind == JV_LIST) && (a->kind == JV_INT || a->kind == JV_BOOL))
-        return repeat(c, b, ival(a));
+    if (op == '*' && (a->kind == JV_STR || (a->kind == JV_LIST && !a->gen)) &&
+        (b->kind == JV_INT || b->kind == JV_BOOL))
+        return jv_keep_safe(c, a, repeat(c, a, ival(b)));
+    if (op == '*' && (b->kind == JV_STR || (b->kind == JV_LIST && !b->gen)) &&
+        (a->kind == JV_INT || a->kind == JV_BOOL))
+        return jv_keep_safe(c, b, repeat(c, b, ival(a)));
     if (op == '%' && a->kind == JV_STR)
         return jj_percent_format(c, a, b);
     if (!jv_is_num(a) || !jv_is_num(b))
@@ -527,13 +542,15 @@ static int contains(jj_ctx *c, jv *container, jv *item)
                    -1;
         return item->u.str.len == 0 ||
                memmem(container->u.str.s, container->u.str.len, item->u.str.s, item->u.str.len) != NULL;
-    case JV_LIST:
-        for (size_t i = 0; i < container->u.list.n; i++) {
-            int e = jv_equal(c, container->u.list.items[i], item, 0);
+    case JV_LIST: {
+        jv *items = jv_iter_list(c, container); // a generator is used up
+        for (size_t i = 0; items && i < items->u.list.n; i++) {
+            int e = jv_equal(c, items->u.list.items[i], item, 0);
             if (e)
                 return e;
         }
-        return 0;
+        return items ? 0 : -1;
+    }
     case JV_DICT: {
         jv *v = jv_dict_get(c, container, item);
         return c->st ? -1 : v != NULL;

@@ -4,10 +4,18 @@
  * String operations and methods are in jinja_str.c.
  *
  * Each behaves as jinja2 3.1 does in transformers' ImmutableSandboxedEnvironment:
- * filters that jinja2 implements as generators (map, select, items, ...) return
- * lists here, which iterate the same; mutating methods (list.append, dict.update)
- * are refused as the immutable sandbox refuses them; `tojson` is transformers'
- * json.dumps wrapper. Anything unknown is an error naming it, never a crash.
+ * filters that jinja2 implements as generators (map, select, unique, batch, items,
+ * reverse, ...) return generator lists (jv.gen: true when empty, no len(), used up
+ * once iterated); map, select, reject, selectattr and rejectattr yield nothing for
+ * any false value (none, undefined, 0, ''), as jinja2's `if value:` does, without
+ * looking at their arguments; mutating methods (list.append, dict.update) are
+ * refused as the immutable sandbox refuses them; `tojson` is transformers'
+ * json.dumps wrapper (a plain str). Anything unknown is an error naming it, never
+ * a crash.
+ *
+ * Markup, with autoescape off (filters.py, markupsafe): safe/escape/forceescape make
+ * one; string, trim, upper, lower, capitalize, center, indent, reverse, format and
+ * last keep it (soft_str(s).method()); title, replace and join return a plain str.
  */
 #include "jinja_int.h"
 
@@ -179,7 +187,7 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
     if (!strcmp(name, "iterable"))
         return jv_iterable(v);
     if (!strcmp(name, "sequence"))
-        return v->kind == JV_STR || v->kind == JV_LIST || v->kind == JV_DICT || v->kind == JV_UNDEF;
+        return v->kind == JV_STR || (v->kind == JV_LIST && !v->gen) || v->kind == JV_DICT || v->kind == JV_UNDEF;
     if (!strcmp(name, "number"))
         return jv_is_num(v);
     if (!strcmp(name, "integer"))
@@ -194,8 +202,8 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
         return v->kind == JV_BOOL && !v->u.b;
     if (!strcmp(name, "callable"))
         return v->kind == JV_UNDEF || v->kind == JV_MACRO || v->kind == JV_BUILTIN || v->kind == JV_METHOD || v->kind == JV_LOOP;
-    if (!strcmp(name, "escaped"))
-        return 0;
+    if (!strcmp(name, "escaped")) // hasattr(value, "__html__")
+        return v->kind == JV_STR && v->safe;
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         jv *s = jv_stringify(c, v);
         if (!s)
@@ -280,12 +288,13 @@ int jj_test(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const cha
         return 0;
     }
     if (!strcmp(name, "filter") || !strcmp(name, "test")) {
-        static const char *const filters[] = {"abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e",
-                                              "escape", "first", "float", "format", "indent", "int", "items", "join",
-                                              "last", "length", "list", "lower", "map", "max", "min", "reject",
+        static const char *const filters[] = {"abs", "attr", "batch", "capitalize", "center", "count", "d",
+                                              "default", "dictsort", "e", "escape", "first", "float",
+                                              "forceescape", "format", "indent", "int", "items", "join", "last",
+                                              "length", "list", "lower", "map", "max", "min", "reject",
                                               "rejectattr", "replace", "reverse", "round", "safe", "select",
-                                              "selectattr", "sort", "string", "sum", "title", "tojson", "trim",
-                                              "unique", "upper", "wordcount", NULL};
+                                              "selectattr", "slice", "sort", "string", "sum", "title", "tojson",
+                                              "trim", "unique", "upper", "wordcount", NULL};
         static const char *const tests[] = {"defined", "undefined", "none", "string", "mapping", "iterable",
                                             "sequence", "number", "integer", "float", "boolean", "true", "false",
                                             "callable", "escaped", "lower", "upper", "even", "odd", "divisibleby",
@@ -343,9 +352,14 @@ static jv *f_tojson(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
 static jv *f_indent(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
 {
     BIND("indent", "width", "first", "blank");
-    jv *s = jv_stringify(c, v);
-    if (!s)
-        return NULL;
+    // jinja2's do_indent does `s += "\n"` and s.splitlines(): only a str works (a Markup stays one; its
+    // indention becomes Markup too, so nothing is escaped)
+    if (v->kind != JV_STR) {
+        if (v->kind == JV_UNDEF && v->name)
+            return jj_fail(c, RP_ERR_INVALID, "'%s' is undefined", v->name), NULL;
+        return jj_fail(c, RP_ERR_INVALID, "indent: expected a string, got %s", jv_type_name(v)), NULL;
+    }
+    jv *s = v;
     char ind_buf[256];
     const char *ind = "    ";
     if (a[0]) {
@@ -385,7 +399,7 @@ static jv *f_indent(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
         }
         jj_sput(&o, line->u.str.s, line->u.str.len);
     }
-    return jj_sbuf_done(&o);
+    return jv_keep_safe(c, s, jj_sbuf_done(&o));
 }
 
 static jv *f_int(jj_ctx *c, jv *v, jv *dflt, jv *base_v)
@@ -395,6 +409,7 @@ static jv *f_int(jj_ctx *c, jv *v, jv *dflt, jv *base_v)
         return NULL;
     dflt = dflt ? dflt : jv_int(c, 0);
     switch (v->kind) {
+    case JV_UNDEF: return jj_want_str(c, v, "int"), NULL; // int(Undefined) raises, it is no TypeError
     case JV_INT: return v;
     case JV_BOOL: return jv_int(c, v->u.b);
     case JV_FLOAT:
@@ -431,6 +446,7 @@ static jv *f_float(jj_ctx *c, jv *v, jv *dflt)
 {
     dflt = dflt ? dflt : jv_float(c, 0.0);
     switch (v->kind) {
+    case JV_UNDEF: return jj_want_str(c, v, "float"), NULL; // float(Undefined) raises
     case JV_FLOAT: return v;
     case JV_INT: return jv_float(c, (double)v->u.i);
     case JV_BOOL: return jv_float(c, v->u.b);
@@ -455,6 +471,8 @@ static bool filter_items_of(jj_ctx *c, jv *v, jv **out)
 // select/reject/selectattr/rejectattr.
 static jv *f_select(jj_ctx *c, jv *v, jv **args, int n_args, bool attr, bool keep)
 {
+    if (!jv_truthy(v)) // select_or_reject: `if value:`
+        return jv_gen(jv_list(c, 0));
     jv *items;
     if (!filter_items_of(c, v, &items))
         return NULL;
@@ -487,15 +505,17 @@ static jv *f_select(jj_ctx *c, jv *v, jv **args, int n_args, bool attr, bool kee
         if ((r != 0) == keep && !jv_list_push(c, out, item))
             return NULL;
     }
-    return out;
+    return jv_gen(out);
 }
 
 static jv *f_map(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
 {
+    if (!jv_truthy(v)) // sync_do_map: `if value:`
+        return jv_gen(jv_list(c, 0));
     jv *items;
     if (!filter_items_of(c, v, &items))
         return NULL;
-    jv *out = jv_list(c, items->u.list.n);
+    jv *out = jv_gen(jv_list(c, items->u.list.n));
     if (!out)
         return NULL;
     if (n_args == 0) {
@@ -605,7 +625,7 @@ static jv *f_unique(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_nam
         if (!dup && (!jv_list_push(c, seen, k) || !jv_list_push(c, out, items->u.list.items[i])))
             return NULL;
     }
-    return out;
+    return jv_gen(out);
 }
 
 static jv *f_minmax(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw, bool max)
@@ -656,6 +676,98 @@ static jv *f_sum(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names,
     return acc;
 }
 
+// jinja2's do_batch: lists of linecount items, the last filled up with fill_with when given.
+static jv *f_batch(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
+{
+    BIND("batch", "linecount", "fill_with");
+    int64_t count;
+    if (!a[0])
+        return jj_fail(c, RP_ERR_INVALID, "batch needs a line count"), NULL;
+    jv *items;
+    if (!jj_want_int(c, a[0], "batch linecount", &count) || !filter_items_of(c, v, &items))
+        return NULL;
+    jv *out = jv_gen(jv_list(c, 0)), *tmp = jv_list(c, 0);
+    if (!out || !tmp)
+        return NULL;
+    for (size_t i = 0; i < items->u.list.n; i++) {
+        if ((int64_t)tmp->u.list.n == count) {
+            if (!jv_list_push(c, out, tmp) || !(tmp = jv_list(c, 0)))
+                return NULL;
+        }
+        if (!jv_list_push(c, tmp, items->u.list.items[i]))
+            return NULL;
+    }
+    if (tmp->u.list.n) {
+        if (a[1] && a[1]->kind != JV_NONE)
+            while ((int64_t)tmp->u.list.n < count)
+                if (!jv_list_push(c, tmp, a[1]))
+                    return NULL;
+        if (!jv_list_push(c, out, tmp))
+            return NULL;
+    }
+    return out;
+}
+
+// jinja2's sync_do_slice: `slices` lists of near-equal length, the first ones one longer; the shorter ones get
+// fill_with appended when given.
+static jv *f_slice(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
+{
+    BIND("slice", "slices", "fill_with");
+    int64_t slices;
+    if (!a[0])
+        return jj_fail(c, RP_ERR_INVALID, "slice needs a count"), NULL;
+    jv *items;
+    if (!jj_want_int(c, a[0], "slice count", &slices) || !filter_items_of(c, v, &items))
+        return NULL;
+    if (slices == 0)
+        return jj_fail(c, RP_ERR_INVALID, "integer division or modulo by zero"), NULL;
+    if (slices > JJ_MAX_RANGE)
+        return jj_fail(c, RP_ERR_LIMIT, "slice count over %d", JJ_MAX_RANGE), NULL;
+    jv *out = jv_gen(jv_list(c, slices > 0 ? (size_t)slices : 0));
+    if (!out)
+        return NULL;
+    int64_t length = (int64_t)items->u.list.n, per = length / slices, extra = length % slices, offset = 0;
+    if ((length % slices != 0) && ((length < 0) != (slices < 0))) { // Python's floor division and modulo
+        per--;
+        extra += slices;
+    }
+    for (int64_t k = 0; k < slices; k++) {
+        int64_t start = offset + k * per;
+        if (k < extra)
+            offset++;
+        int64_t end = offset + (k + 1) * per;
+        jv *part = jv_list(c, 0);
+        if (!part)
+            return NULL;
+        for (int64_t i = start < 0 ? 0 : start; i < end && i < length; i++)
+            if (!jv_list_push(c, part, items->u.list.items[i]))
+                return NULL;
+        if (a[1] && a[1]->kind != JV_NONE && k >= extra && !jv_list_push(c, part, a[1]))
+            return NULL;
+        out->u.list.items[out->u.list.n++] = part;
+    }
+    return out;
+}
+
+// jinja2's do_wordcount: len(re.findall(r"\w+", soft_str(s))); \w is a letter, a digit or '_'.
+static jv *f_wordcount(jj_ctx *c, jv *v)
+{
+    jv *s = jv_stringify(c, v);
+    if (!s)
+        return NULL;
+    int64_t n = 0;
+    bool in_word = false;
+    for (size_t i = 0; i < s->u.str.len;) {
+        uint32_t cp = jj_utf8_next(s->u.str.s, s->u.str.len, &i);
+        utf8proc_category_t cat = cp <= 0x10FFFF ? utf8proc_category((utf8proc_int32_t)cp) : UTF8PROC_CATEGORY_CN;
+        bool w = cp == '_' || (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) ||
+                 (cat >= UTF8PROC_CATEGORY_ND && cat <= UTF8PROC_CATEGORY_NO);
+        n += w && !in_word;
+        in_word = w;
+    }
+    return jv_int(c, n);
+}
+
 static jv *f_round(jj_ctx *c, jv *v, jv **args, int n_args, const char **kw_names, jv **kw_vals, int n_kw)
 {
     BIND("round", "precision", "method");
@@ -699,16 +811,18 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
 {
     if (!strcmp(name, "tojson"))
         return f_tojson(c, v, args, n_args, kw_names, kw_vals, n_kw);
-    if (!strcmp(name, "safe"))
-        return v;
-    if (!strcmp(name, "string"))
+    if (!strcmp(name, "safe")) { // Markup(value): str(value), marked safe
+        jv *s = jv_stringify(c, v);
+        return s ? jv_markup(c, s) : NULL;
+    }
+    if (!strcmp(name, "string")) // soft_str: a str (Markup or not) as it is, anything else str()
         return jv_stringify(c, v);
     if (!strcmp(name, "trim")) {
         BIND("trim", "chars");
         jv *s = jv_stringify(c, v);
         if (!s || (jj_given(a[0]) && !jj_want_str(c, a[0], "trim chars")))
             return NULL;
-        return jj_str_strip(c, s, jj_given(a[0]) ? a[0] : NULL, true, true);
+        return jv_keep_safe(c, s, jj_str_strip(c, s, jj_given(a[0]) ? a[0] : NULL, true, true));
     }
     if (!strcmp(name, "length") || !strcmp(name, "count")) {
         int64_t n = jv_len(c, v);
@@ -718,7 +832,8 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         jv *s = jv_stringify(c, v);
         int mode = name[0] == 'u' ? JJ_CASE_UPPER : name[0] == 'l' ? JJ_CASE_LOWER : name[0] == 'c' ? JJ_CASE_CAPITALIZE :
                                                                                                  JJ_CASE_TITLE_FILTER;
-        return s ? jj_str_case(c, s, mode) : NULL;
+        jv *r = s ? jj_str_case(c, s, mode) : NULL;
+        return mode == JJ_CASE_TITLE_FILTER ? r : jv_keep_safe(c, s, r); // do_title joins with "": a plain str
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
         BIND("default", "default_value", "boolean");
@@ -728,7 +843,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     }
     if (!strcmp(name, "items")) {
         if (v->kind == JV_UNDEF)
-            return jv_list(c, 0);
+            return jv_gen(jv_list(c, 0));
         if (v->kind != JV_DICT)
             return jj_fail(c, RP_ERR_INVALID, "Can only get item pairs from a mapping."), NULL;
         jv *l = jv_list(c, v->u.dict.n);
@@ -742,7 +857,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
             pair->u.list.n = 2;
             l->u.list.items[l->u.list.n++] = pair;
         }
-        return l;
+        return jv_gen(l);
     }
     if (!strcmp(name, "list")) {
         jv *items = jv_iter_list(c, v);
@@ -772,13 +887,24 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         return jj_sbuf_done(&o);
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
+        bool first = name[0] == 'f';
+        if (v->kind == JV_LIST && v->gen) {
+            // next(iter(gen)) takes one item; reversed(gen) is a TypeError
+            if (!first)
+                return jj_fail(c, RP_ERR_INVALID, "'generator' object is not reversible"), NULL;
+            if (!v->u.list.n)
+                return jv_undef(c, "No first item, sequence was empty.");
+            v->u.list.n--;
+            v->u.list.cap--;
+            return *v->u.list.items++;
+        }
         jv *items = jv_iter_list(c, v);
         if (!items)
             return NULL;
         if (!items->u.list.n)
-            return jv_undef(c, name[0] == 'f' ? "No first item, sequence was empty." :
-                                                "No last item, sequence was empty.");
-        return items->u.list.items[name[0] == 'f' ? 0 : items->u.list.n - 1];
+            return jv_undef(c, first ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+        // next(iter(markup)) is a plain str; reversed() goes through Markup.__getitem__, so last keeps it
+        return first ? items->u.list.items[0] : jv_keep_safe(c, v, items->u.list.items[items->u.list.n - 1]);
     }
     if (!strcmp(name, "replace")) {
         BIND("replace", "old", "new", "count");
@@ -795,7 +921,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         return f_map(c, v, args, n_args, kw_names, kw_vals, n_kw);
     if (!strcmp(name, "select") || !strcmp(name, "reject") || !strcmp(name, "selectattr") ||
         !strcmp(name, "rejectattr")) {
-        if (n_kw)
+        if (n_kw && jv_truthy(v))
             return jj_fail(c, RP_ERR_INVALID, "%s takes no keyword arguments", name), NULL;
         return f_select(c, v, args, n_args, strstr(name, "attr") != NULL, name[0] == 's');
     }
@@ -832,10 +958,16 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
     }
     if (!strcmp(name, "indent"))
         return f_indent(c, v, args, n_args, kw_names, kw_vals, n_kw);
-    if (!strcmp(name, "escape") || !strcmp(name, "e") || !strcmp(name, "forceescape")) {
-        jv *s = jv_stringify(c, v);
-        return s ? jj_html_escape(c, s) : NULL;
+    if (!strcmp(name, "escape") || !strcmp(name, "e"))
+        return jj_escape(c, v);
+    if (!strcmp(name, "forceescape")) { // escape(str(value)), even of a Markup
+        jv *s = jv_stringify(c, v), *e = s ? jj_html_escape(c, s) : NULL;
+        return e ? jv_markup(c, e) : NULL;
     }
+    if (!strcmp(name, "batch"))
+        return f_batch(c, v, args, n_args, kw_names, kw_vals, n_kw);
+    if (!strcmp(name, "slice"))
+        return f_slice(c, v, args, n_args, kw_names, kw_vals, n_kw);
     if (!strcmp(name, "reverse")) {
         if (v->kind == JV_STR) {
             jv *step = jv_int(c, -1);
@@ -845,13 +977,17 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
             jj_sbuf o = {c, {0}};
             for (size_t i = items->u.list.n; i-- > 0;)
                 jj_sput(&o, items->u.list.items[i]->u.str.s, items->u.list.items[i]->u.str.len);
-            return jj_sbuf_done(&o);
+            return jv_keep_safe(c, v, jj_sbuf_done(&o)); // value[::-1]
         }
+        // reversed(value), an iterator; a generator is not reversible: list(value) reversed
+        bool from_gen = v->kind == JV_LIST && v->gen;
+        if (v->kind != JV_LIST && v->kind != JV_DICT && v->kind != JV_UNDEF)
+            return jj_fail(c, RP_ERR_INVALID, "argument must be iterable"), NULL;
         jv *items = jv_iter_list(c, v);
         jv *l = items ? jv_list(c, items->u.list.n) : NULL;
         for (size_t i = items ? items->u.list.n : 0; l && i-- > 0;)
             l->u.list.items[l->u.list.n++] = items->u.list.items[i];
-        return l;
+        return from_gen ? l : jv_gen(l);
     }
     if (!strcmp(name, "format")) {
         jv *s = jv_stringify(c, v);
@@ -887,11 +1023,8 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
             return jj_getattr(c, v, args[0]->u.str.s);
         return jv_undef(c, args[0]->u.str.s);
     }
-    if (!strcmp(name, "wordcount")) {
-        jv *s = jv_stringify(c, v);
-        jv *w = s ? jj_str_split(c, s, NULL, -1, false) : NULL;
-        return w ? jv_int(c, (int64_t)w->u.list.n) : NULL;
-    }
+    if (!strcmp(name, "wordcount"))
+        return f_wordcount(c, v);
     if (!strcmp(name, "center")) {
         BIND("center", "width");
         jv *s = jv_stringify(c, v);
@@ -905,7 +1038,7 @@ jv *jj_filter(jj_ctx *c, const char *name, jv *v, jv **args, int n_args, const c
         jj_pad_put(&o, s->u.str.s, s->u.str.len, n + left, '>', ' ');
         for (int64_t k = 0; k < pad - left && !c->st; k++)
             jj_sput(&o, " ", 1);
-        return jj_sbuf_done(&o);
+        return jv_keep_safe(c, s, jj_sbuf_done(&o));
     }
     jj_fail(c, RP_ERR_INVALID, "no filter named '%s'", name);
     return NULL;

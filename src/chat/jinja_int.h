@@ -163,6 +163,9 @@ typedef struct jj_loop jj_loop;
 struct jv {
     jv_kind kind;
     bool tuple;       // JV_LIST: a tuple (prints as (a, b); not equal to a list)
+    bool gen;         // JV_LIST: the iterator a jinja2 generator filter returns (map, select, reverse, ...):
+                      // always true, no len(), no indexing, and used up by its first use (jv_iter_list)
+    bool safe;        // JV_STR: a markupsafe Markup ("safe" string): + and % escape the other operand
     const char *name; // JV_UNDEF: what was missing (for messages); JV_METHOD/JV_BUILTIN/JV_MACRO: the name
     union {
         bool b;
@@ -260,6 +263,15 @@ jv *jv_dict_get(jj_ctx *c, const jv *d, const jv *key);         // NULL if absen
 jv *jv_dict_gets(const jv *d, const char *key);                 // string key lookup, NULL if absent
 jv *jv_from_json(jj_ctx *c, const json_t *j, int depth);
 
+// markupsafe's Markup: s (a JV_STR) as a Markup over the same bytes (s itself when it is one).
+jv *jv_markup(jj_ctx *c, jv *s);
+// r as a Markup when src is one (the str methods and filters that return Markup for Markup); else r.
+jv *jv_keep_safe(jj_ctx *c, const jv *src, jv *r);
+// markupsafe.escape(v): a Markup as is; anything else str(v) with & < > ' " escaped, as a Markup.
+jv *jj_escape(jj_ctx *c, const jv *v);
+// A generator result: l marked as one (see jv.gen).
+jv *jv_gen(jv *l);
+
 bool jv_truthy(const jv *v);
 bool jv_is_num(const jv *v); // bool, int, float
 double jv_num(const jv *v);
@@ -278,7 +290,8 @@ void jj_fmt_float(double d, char *buf, size_t cap); // Python repr(float)
 // Python ==: 1 (equal), 0, or -1 on error. Ordering: <0, 0, >0 in *out; false on a type error.
 int jv_equal(jj_ctx *c, const jv *a, const jv *b, int depth);
 bool jv_compare(jj_ctx *c, const jv *a, const jv *b, int *out, int depth);
-// Items of an iterable as a list (dict: keys, str: characters, undefined: empty). NULL + error if not iterable.
+// Items of an iterable as a list (dict: keys, str: characters as plain str, undefined: empty). NULL + error if
+// not iterable. A generator is used up: it hands its remaining items to a new list and is empty afterwards.
 jv *jv_iter_list(jj_ctx *c, const jv *v);
 int64_t jv_len(jj_ctx *c, const jv *v); // -1 + error if it has no length
 

@@ -5,6 +5,11 @@
  * and list values. Indexes count code points, as Python's do. Methods that would
  * mutate a value (list.append, dict.update) are refused, as transformers'
  * ImmutableSandboxedEnvironment refuses them.
+ *
+ * A Markup (jv.safe) follows markupsafe: `%` and .format() on a Markup escape what
+ * they insert (_MarkupEscapeHelper, EscapeFormatter) and return a Markup; its text
+ * methods (strip, upper, replace, split, ...) return Markup, escaping the text they
+ * are given (replace's new, join's items, the fill of ljust/rjust/center).
  */
 #include "jinja_int.h"
 
@@ -402,9 +407,36 @@ static bool format_number(jj_ctx *c, const jv *v, char type, int prec, bool plus
     return true;
 }
 
+// Markup % x converts a str argument for a numeric conversion with int()/float(), as
+// _MarkupEscapeHelper.__int__/__float__ do (plain str % refuses it). NULL + error if it is not a number.
+static jv *markup_number_arg(jj_ctx *c, jv *v, char type)
+{
+    if (v->kind != JV_STR)
+        return v;
+    jv *t = jj_str_strip(c, v, NULL, true, true);
+    if (!t)
+        return NULL;
+    char *end = NULL;
+    if (t->u.str.len && t->u.str.len < 100 && !strpbrk(t->u.str.s, "xXpP_")) {
+        if (strchr("diu", type)) {
+            long long i = strtoll(t->u.str.s, &end, 10);
+            if (!*end)
+                return jv_int(c, i);
+        } else {
+            double d = strtod(t->u.str.s, &end);
+            if (!*end)
+                return jv_float(c, d);
+        }
+    }
+    return jj_fail(c, RP_ERR_INVALID, "invalid literal for %s(): '%.40s'", strchr("diu", type) ? "int" : "float",
+                   v->u.str.s),
+           NULL;
+}
+
 jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
 {
     jj_sbuf o = {c, {0}};
+    bool markup = fmt->safe;
     const char *p = fmt->u.str.s;
     size_t len = fmt->u.str.len, argi = 0;
     bool tuple = args->kind == JV_LIST && args->tuple, mapping = args->kind == JV_DICT;
@@ -464,11 +496,24 @@ jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
         bool ok;
         if (type == 's' || type == 'r' || type == 'a') {
             ok = type == 's' ? jv_to_str(c, &t, v) : jv_repr(c, &t, v, 0);
+            if (ok && markup && !(type == 's' && v->kind == JV_STR && v->safe)) {
+                // str(escape(x)) / escape(repr(x)), before the precision cuts it
+                jv *raw = jv_str(c, t.s ? t.s : "", t.len), *esc = raw ? jj_html_escape(c, raw) : NULL;
+                t.len = 0;
+                ok = esc && jj_buf_put(c, &t, esc->u.str.s, esc->u.str.len);
+            }
             if (ok && prec >= 0)
                 t.len = jj_utf8_offset(t.s ? t.s : "", t.len, (size_t)prec);
+        } else if (markup && type && strchr("oxX", type)) {
+            // _MarkupEscapeHelper has no __index__
+            ok = false;
+            jj_fail(c, RP_ERR_INVALID, "%%%c format: an integer is required, not _MarkupEscapeHelper", type);
         } else if (type && strchr("diouxXeEfFgG", type)) {
-            ok = format_number(c, v, type == 'u' ? 'd' : type, prec, plus, space, num, sizeof(num)) &&
-                 jj_buf_put(c, &t, num, strlen(num));
+            if (markup && !(v = markup_number_arg(c, v, type)))
+                ok = false;
+            else
+                ok = format_number(c, v, type == 'u' ? 'd' : type, prec, plus, space, num, sizeof(num)) &&
+                     jj_buf_put(c, &t, num, strlen(num));
         } else {
             ok = false;
             jj_fail(c, RP_ERR_INVALID, "unsupported format character %c", type);
@@ -479,7 +524,7 @@ jv *jj_percent_format(jj_ctx *c, const jv *fmt, jv *args)
     }
     if (!c->st && !mapping && argi < n_args && !(args->kind == JV_DICT))
         jj_fail(c, RP_ERR_INVALID, "not all arguments converted during string formatting");
-    return jj_sbuf_done(&o);
+    return jv_keep_safe(c, fmt, jj_sbuf_done(&o));
 }
 
 // Python str.format(*args, **kwargs) with the common format specs.
@@ -538,6 +583,14 @@ static jv *str_format(jj_ctx *c, const jv *fmt, jv **args, int n_args, const cha
             if (!v)
                 return jj_fail(c, RP_ERR_INVALID, "KeyError: '%s'", field), jj_buf_free(&o.b), NULL;
         }
+        if (fmt->safe && v->kind == JV_STR && v->safe && !conv) {
+            // EscapeFormatter.format_field: a Markup goes in as it is (Markup.__html_format__), with no spec
+            if (spec && *spec)
+                return jj_fail(c, RP_ERR_INVALID, "Unsupported format specification for Markup."),
+                       jj_buf_free(&o.b), NULL;
+            jj_sput(&o, v->u.str.s, v->u.str.len);
+            continue;
+        }
         jj_buf t = {0};
         bool ok;
         char type = 0, align = 0, fill = ' ';
@@ -589,11 +642,19 @@ static jv *str_format(jj_ctx *c, const jv *fmt, jv **args, int n_args, const cha
             align = jv_is_num(v) && v->kind != JV_BOOL ? '>' : '<';
         if (align == '=')
             align = '>';
-        if (ok)
+        if (ok && !fmt->safe) {
             jj_pad_put(&o, t.s ? t.s : "", t.len, width, align, fill);
+        } else if (ok) {
+            // EscapeFormatter: the formatted field, padding included, is escaped
+            jj_sbuf f = {c, {0}};
+            jj_pad_put(&f, t.s ? t.s : "", t.len, width, align, fill);
+            jv *fs = jj_sbuf_done(&f), *esc = fs ? jj_html_escape(c, fs) : NULL;
+            if (esc)
+                jj_sput(&o, esc->u.str.s, esc->u.str.len);
+        }
         jj_buf_free(&t);
     }
-    return jj_sbuf_done(&o);
+    return jv_keep_safe(c, fmt, jj_sbuf_done(&o));
 }
 
 /* ---- methods ------------------------------------------------------------------ */
@@ -622,7 +683,9 @@ bool jj_has_method(const jv *self, const char *name)
     switch (self->kind) {
     case JV_STR: return in_list(str_methods, name);
     case JV_DICT: return in_list(dict_methods, name);
-    case JV_LIST: return in_list(list_methods, name) && (!self->tuple || !strcmp(name, "count") || !strcmp(name, "index"));
+    case JV_LIST:
+        return !self->gen && in_list(list_methods, name) &&
+               (!self->tuple || !strcmp(name, "count") || !strcmp(name, "index"));
     default: return false;
     }
 }
@@ -793,9 +856,62 @@ static jv *str_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_ar
     return jj_fail(c, RP_ERR_INVALID, "str.%s is not supported", name), NULL;
 }
 
+// Markup's methods (markupsafe): those that return text return a Markup, after escaping the text they insert
+// (replace's new, join's items, the fill character of ljust/rjust/center); split/rsplit/splitlines give
+// Markup items; the rest (find, startswith, ...) are str's.
+static jv *markup_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_args, const char **kw_names,
+                         jv **kw_vals, int n_kw)
+{
+    static const char *const keep[] = {"capitalize", "title",  "lower", "upper",      "replace",      "ljust",
+                                       "rjust",      "lstrip", "rstrip", "center",    "strip",        "swapcase",
+                                       "zfill",      "casefold", "removeprefix", "removesuffix", NULL};
+    if (!strcmp(name, "join")) {
+        if (n_args != 1 || n_kw)
+            return jj_fail(c, RP_ERR_INVALID, "join takes one argument"), NULL;
+        jv *items = jv_iter_list(c, args[0]);
+        if (!items)
+            return NULL;
+        jj_sbuf o = {c, {0}};
+        for (size_t i = 0; i < items->u.list.n; i++) {
+            jv *x = jj_escape(c, items->u.list.items[i]); // any type: escape(str(x))
+            if (!x || (i && !jj_sput(&o, self->u.str.s, self->u.str.len)) || !jj_sput(&o, x->u.str.s, x->u.str.len)) {
+                jj_buf_free(&o.b);
+                return NULL;
+            }
+        }
+        return jv_keep_safe(c, self, jj_sbuf_done(&o));
+    }
+    jv *argv[8];
+    bool text_arg = n_args >= 2 && n_args <= 8 &&
+                    (!strcmp(name, "replace") || !strcmp(name, "ljust") || !strcmp(name, "rjust") ||
+                     !strcmp(name, "center"));
+    if (text_arg) {
+        memcpy(argv, args, (size_t)n_args * sizeof(jv *));
+        if (!(argv[1] = jj_escape(c, args[1])))
+            return NULL;
+        if (name[0] != 'r' || name[1] != 'e') {
+            if (jj_utf8_count(argv[1]->u.str.s, argv[1]->u.str.len) != 1)
+                return jj_fail(c, RP_ERR_INVALID, "The fill character must be exactly one character long"), NULL;
+        }
+        args = argv;
+    }
+    jv *r = str_method(c, self, name, args, n_args, kw_names, kw_vals, n_kw);
+    if (!r)
+        return NULL;
+    if (in_list(keep, name))
+        return jv_keep_safe(c, self, r);
+    if (r->kind == JV_LIST && (!strcmp(name, "split") || !strcmp(name, "rsplit") || !strcmp(name, "splitlines")))
+        for (size_t i = 0; i < r->u.list.n; i++)
+            if (!(r->u.list.items[i] = jv_markup(c, r->u.list.items[i])))
+                return NULL;
+    return r;
+}
+
 jv *jj_call_method(jj_ctx *c, jv *self, const char *name, jv **args, int n_args, const char **kw_names, jv **kw_vals,
                    int n_kw)
 {
+    if (self->kind == JV_STR && self->safe)
+        return markup_method(c, self, name, args, n_args, kw_names, kw_vals, n_kw);
     if (self->kind == JV_STR)
         return str_method(c, self, name, args, n_args, kw_names, kw_vals, n_kw);
     if (self->kind == JV_DICT) {

@@ -8,7 +8,13 @@
  *     ", " / ": " separators, or "," with an indent);
  *   - ==: numbers compare by value across bool/int/float, lists by items (a list
  *     never equals a tuple), dicts regardless of order; < on numbers, strings (code
- *     point order, which is UTF-8 byte order) and sequences.
+ *     point order, which is UTF-8 byte order) and sequences;
+ *   - markupsafe's Markup is a str with the `safe` flag (equal to the same str, repr
+ *     "Markup('...')"); what keeps or drops the flag is decided where strings are made
+ *     (jinja_eval.c, jinja_filters.c, jinja_str.c), as markupsafe and jinja2 decide it;
+ *   - a generator filter's result (map, select, ...) is a list with the `gen` flag: it
+ *     is true even when empty, has no len(), equals only itself and is used up by the
+ *     first thing that iterates it, as the Python generator jinja2 returns.
  * All values live in the render arena. Recursive walks carry a depth and stop at
  * JJ_MAX_VALUE_DEPTH with RP_ERR_LIMIT.
  */
@@ -333,6 +339,38 @@ jv *jv_from_json(jj_ctx *c, const json_t *j, int depth)
     return JV_NONE_;
 }
 
+jv *jv_markup(jj_ctx *c, jv *s)
+{
+    if (s->safe)
+        return s;
+    jv *m = jv_new(c, JV_STR);
+    if (m) {
+        m->u.str = s->u.str;
+        m->safe = true;
+    }
+    return m;
+}
+
+jv *jv_keep_safe(jj_ctx *c, const jv *src, jv *r)
+{
+    return r && src->kind == JV_STR && src->safe && r->kind == JV_STR ? jv_markup(c, r) : r;
+}
+
+jv *jj_escape(jj_ctx *c, const jv *v)
+{
+    if (v->kind == JV_STR && v->safe)
+        return (jv *)v;
+    jv *s = jv_stringify(c, v), *e = s ? jj_html_escape(c, s) : NULL;
+    return e ? jv_markup(c, e) : NULL;
+}
+
+jv *jv_gen(jv *l)
+{
+    if (l)
+        l->gen = true;
+    return l;
+}
+
 /* ---- predicates ------------------------------------------------------------ */
 
 bool jv_truthy(const jv *v)
@@ -344,7 +382,7 @@ bool jv_truthy(const jv *v)
     case JV_INT: return v->u.i != 0;
     case JV_FLOAT: return v->u.f != 0;
     case JV_STR: return v->u.str.len != 0;
-    case JV_LIST: return v->u.list.n != 0;
+    case JV_LIST: return v->gen || v->u.list.n != 0;
     case JV_DICT: return v->u.dict.n != 0;
     default: return true;
     }
@@ -368,8 +406,8 @@ const char *jv_type_name(const jv *v)
     case JV_BOOL: return "bool";
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
-    case JV_STR: return "str";
-    case JV_LIST: return v->tuple ? "tuple" : "list";
+    case JV_STR: return v->safe ? "Markup" : "str";
+    case JV_LIST: return v->gen ? "generator" : v->tuple ? "tuple" : "list";
     case JV_DICT: return "dict";
     case JV_NS: return "Namespace";
     case JV_MACRO: return "Macro";
@@ -389,7 +427,18 @@ jv *jv_iter_list(jj_ctx *c, const jv *v)
 {
     switch (v->kind) {
     case JV_UNDEF: return jv_list(c, 0);
-    case JV_LIST: return (jv *)v;
+    case JV_LIST: {
+        if (!v->gen)
+            return (jv *)v;
+        jv *l = jv_list(c, v->u.list.n), *g = (jv *)v;
+        if (l) {
+            if (v->u.list.n)
+                memcpy(l->u.list.items, v->u.list.items, v->u.list.n * sizeof(jv *));
+            l->u.list.n = v->u.list.n;
+            g->u.list.n = 0; // used up
+        }
+        return l;
+    }
     case JV_DICT: {
         jv *l = jv_list(c, v->u.dict.n);
         if (l) {
@@ -423,10 +472,15 @@ int64_t jv_len(jj_ctx *c, const jv *v)
     switch (v->kind) {
     case JV_UNDEF: return 0;
     case JV_STR: return (int64_t)jj_utf8_count(v->u.str.s, v->u.str.len);
-    case JV_LIST: return (int64_t)v->u.list.n;
+    case JV_LIST:
+        if (!v->gen)
+            return (int64_t)v->u.list.n;
+        break;
     case JV_DICT: return (int64_t)v->u.dict.n;
-    default: jj_fail(c, RP_ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v)); return -1;
+    default: break;
     }
+    jj_fail(c, RP_ERR_INVALID, "object of type '%s' has no len()", jv_type_name(v));
+    return -1;
 }
 
 /* ---- str / repr ------------------------------------------------------------ */
@@ -537,7 +591,10 @@ bool jv_repr(jj_ctx *c, jj_buf *b, const jv *v, int depth)
     if (depth > JJ_MAX_VALUE_DEPTH)
         return jj_fail(c, RP_ERR_LIMIT, "value nested too deeply"), false;
     switch (v->kind) {
-    case JV_STR: return put_str_repr(c, b, v->u.str.s, v->u.str.len);
+    case JV_STR:
+        if (!v->safe)
+            return put_str_repr(c, b, v->u.str.s, v->u.str.len);
+        return put(c, b, "Markup(") && put_str_repr(c, b, v->u.str.s, v->u.str.len) && put(c, b, ")");
     case JV_UNDEF: return put(c, b, "Undefined");
     case JV_LIST: {
         if (!put(c, b, v->tuple ? "(" : "["))
@@ -692,6 +749,8 @@ bool jv_to_json(jj_ctx *c, jj_buf *b, const jv *v, bool ascii, const char *inden
         return put(c, b, tmp);
     case JV_STR: return json_put_string(c, b, v->u.str.s, v->u.str.len, ascii);
     case JV_LIST: {
+        if (v->gen)
+            return jj_fail(c, RP_ERR_INVALID, "Object of type generator is not JSON serializable"), false;
         if (v->u.list.n == 0)
             return put(c, b, "[]");
         if (!put(c, b, "["))
@@ -768,7 +827,7 @@ int jv_equal(jj_ctx *c, const jv *a, const jv *b, int depth)
     case JV_NONE: return 1;
     case JV_STR: return a->u.str.len == b->u.str.len && memcmp(a->u.str.s, b->u.str.s, a->u.str.len) == 0;
     case JV_LIST:
-        if (a->tuple != b->tuple || a->u.list.n != b->u.list.n)
+        if (a->tuple != b->tuple || a->gen || b->gen || a->u.list.n != b->u.list.n)
             return 0;
         for (size_t i = 0; i < a->u.list.n; i++) {
             int e = jv_equal(c, a->u.list.items[i], b->u.list.items[i], depth + 1);
@@ -821,7 +880,7 @@ bool jv_compare(jj_ctx *c, const jv *a, const jv *b, int *out, int depth)
         *out = r ? (r < 0 ? -1 : 1) : (a->u.str.len < b->u.str.len ? -1 : a->u.str.len > b->u.str.len);
         return true;
     }
-    if (a->kind == JV_LIST && b->kind == JV_LIST && a->tuple == b->tuple) {
+    if (a->kind == JV_LIST && b->kind == JV_LIST && a->tuple == b->tuple && !a->gen && !b->gen) {
         for (size_t i = 0; i < a->u.list.n && i < b->u.list.n; i++) {
             int e = jv_equal(c, a->u.list.items[i], b->u.list.items[i], depth + 1);
             if (e < 0)

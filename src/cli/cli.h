@@ -6,7 +6,9 @@
 #ifndef RP_CLI_H
 #define RP_CLI_H
 
+#include "../chat/chat.h"
 #include "../engine/engine.h"
+#include "../tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -61,5 +63,18 @@ rp_status rp_cli_spec_config(const char *json, rp_engine_spec_params *p);
 // The stats line's speculation part: "spec accepted/drafted: ngram 40/52, mtp 10/30"
 // for the engine's methods (es) and the request's counts (gs); "spec: off" without any.
 void rp_cli_spec_summary(const rp_engine_stats *es, const rp_gen_stats *gs, char *buf, size_t cap);
+
+// chat_opts.c
+// The chat template for --chat-template OPT (NULL: not given) and the model's tokenizer (may be NULL):
+// a built-in NAME, else a FILE (read and parsed here; RP_ERR_IO / RP_ERR_INVALID naming it), else the
+// model's own (*src stays NULL: use rp_tok_chat_template), else the built-in default, with a warning on
+// stderr naming `cmd` and `model`. *src (rp_free it) is the template text when not the model's; `what`
+// receives a description for messages ("the model's", "built-in chatml", the file's path).
+rp_status rp_cli_chat_template(const char *opt, const rp_tokenizer *tok, const char *cmd, const char *model, char **src,
+                               char *what, size_t what_cap);
+// The output formats for a template text: rp_parser_select, then --tool-parser / --reasoning-parser
+// (already validated names, or NULL).
+void rp_cli_chat_formats(const char *template_text, const char *arch, const char *tool_parser,
+                         const char *reasoning_parser, rp_tool_format *tools, rp_reasoning_format *reasoning);
 
 #endif

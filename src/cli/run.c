@@ -1,10 +1,11 @@
 /*
  * run.c - `rapid run`: load a model, generate from one prompt, print as it goes.
  *
- * With no MODEL the bundled default model is used. When the model has a chat
- * template, the prompt is sent as one user turn (plus --system) rendered by it,
- * with thinking off unless --think; --raw sends the text as it is, with the
- * special tokens the tokenizer adds. Generation runs on the engine (one
+ * With no MODEL the bundled default model is used. The prompt is sent as one
+ * user turn (plus --system) rendered by the chat template (the model's, or
+ * --chat-template's; a model without one gets the built-in ChatML, with a
+ * warning), with thinking off unless --think; --raw sends the text as it is,
+ * with the special tokens the tokenizer adds. Generation runs on the engine (one
  * request: the same loop as the server's), until -n tokens, the context or an
  * end-of-generation token; the tokens are printed as they are read back,
  * through the incremental detokenizer, so the output is always valid UTF-8.
@@ -29,8 +30,9 @@ static void run_usage(FILE *f)
                "\n"
                "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file;\n"
                "without it, the bundled demonstration model rapid-tiny (looked for in $RAPID_MODELS, next to\n"
-               "the binary, under the install prefix, then in the source tree it was built from) is used. A\n"
-               "model with a chat template gets the prompt as a user message in its chat format, unless --raw.\n"
+               "the binary, under the install prefix, then in the source tree it was built from) is used. The\n"
+               "prompt goes in as a user message in the model's chat format (its chat template; a model without\n"
+               "one gets the built-in ChatML template, with a warning), unless --raw.\n"
                "\n"
                "options:\n"
                "  -p, --prompt TEXT       the prompt (required, or --file)\n"
@@ -38,6 +40,8 @@ static void run_usage(FILE *f)
                "      --system TEXT       a system message (chat format)\n"
                "      --think             let the model think first (chat templates with enable_thinking)\n"
                "      --raw               send the prompt as it is, without the chat template\n"
+               "      --chat-template FILE|NAME  the chat template: a Jinja file, or a built-in: chatml, llama3,\n"
+               "                          mistral (default: the model's own)\n"
                "      --tools FILE        tools the model may call (a JSON array, OpenAI function format)\n"
                "      --tool-parser NAME  tool-call format (default: from the chat template): none, hermes,\n"
                "                          qwen3_coder, llama3_json, mistral, deepseek_v3\n"
@@ -99,7 +103,7 @@ static bool parse_float(const char *s, float *out)
 }
 
 typedef struct run_opts {
-    const char *model, *prompt, *file, *system, *tools_file;
+    const char *model, *prompt, *file, *system, *tools_file, *chat_template;
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
     const char *cache_dir;
     const char *device; // --device; NULL: rp_backend_default_name()
@@ -138,7 +142,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_DRAFT,
         O_DEVICE,
         O_CACHE_DIR,
-        O_KV_DTYPE
+        O_KV_DTYPE,
+        O_CHAT_TEMPLATE
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -161,6 +166,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"system", required_argument, 0, O_SYSTEM},
         {"think", no_argument, 0, O_THINK},
         {"raw", no_argument, 0, O_RAW},
+        {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"tools", required_argument, 0, O_TOOLS},
         {"tool-parser", required_argument, 0, O_TOOL_PARSER},
         {"reasoning-parser", required_argument, 0, O_REASONING_PARSER},
@@ -224,6 +230,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case O_SYSTEM: o->system = optarg; break;
         case O_THINK: o->think = true; break;
         case O_RAW: o->raw = true; break;
+        case O_CHAT_TEMPLATE: o->chat_template = optarg; ok = *optarg != 0; break;
         case O_TOOLS: o->tools_file = optarg; break;
         case O_CACHE_DIR: o->cache_dir = optarg; ok = *optarg != 0; break;
         case O_TOOL_PARSER: {
@@ -257,9 +264,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
             return 2;
         }
     }
-    if (optind < argc - 1 || (!o->prompt && !o->file) || (o->prompt && o->file)) {
-        fprintf(stderr, "rapid run: %s\n\n",
-                optind < argc - 1 ? "expected at most one MODEL" : "give the prompt with -p or --file (one of them)");
+    const char *bad = NULL;
+    if (optind < argc - 1)
+        bad = "expected at most one MODEL";
+    else if ((!o->prompt && !o->file) || (o->prompt && o->file))
+        bad = "give the prompt with -p or --file (one of them)";
+    else if (o->raw && o->chat_template)
+        bad = "--raw uses no chat template: give --raw or --chat-template";
+    if (bad) {
+        fprintf(stderr, "rapid run: %s\n\n", bad);
         run_usage(stderr);
         return 2;
     }
@@ -294,17 +307,13 @@ static void emit(const char *text, size_t len)
 }
 
 // Renders the prompt as one user turn (after an optional system turn, with the
-// tools offered) with the tokenizer's chat template and tokenizes it (the
-// template writes the special tokens itself). *ids NULL and RP_OK when the model
-// has no template. *rendered (rp_free it) is the prompt text.
-static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const char *prompt, size_t len,
-                             const json_t *tools, int32_t **ids, size_t *n, char **rendered)
+// tools offered) with the chat template src and tokenizes it (the template writes
+// the special tokens itself). *rendered (rp_free it) is the prompt text.
+static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const char *src, const char *prompt,
+                             size_t len, const json_t *tools, int32_t **ids, size_t *n, char **rendered)
 {
     *ids = NULL;
     *rendered = NULL;
-    const char *src = rp_tok_chat_template(tok);
-    if (!src)
-        return RP_OK;
     rp_chat_template *tpl = NULL;
     json_t *msgs = json_array(), *kw = json_object();
     size_t text_len = 0;
@@ -331,16 +340,12 @@ static rp_status chat_prompt(const rp_tokenizer *tok, const run_opts *o, const c
     return st;
 }
 
-// The output parser for a chat reply: formats from the flags or the template.
-static rp_status make_parser(const rp_tokenizer *tok, const rp_model_config *cfg, const run_opts *o,
-                             const char *rendered, const json_t *tools, rp_parser **out)
+// The output parser for a chat reply: formats from the flags or the template text src.
+static rp_status make_parser(const char *src, const rp_model_config *cfg, const run_opts *o, const char *rendered,
+                             const json_t *tools, rp_parser **out)
 {
     rp_parser_config pc = {0};
-    rp_parser_select(rp_tok_chat_template(tok), cfg->arch_name, &pc.tools, &pc.reasoning);
-    if (o->tool_parser)
-        rp_tool_format_from_name(o->tool_parser, &pc.tools);
-    if (o->reasoning_parser)
-        rp_reasoning_format_from_name(o->reasoning_parser, &pc.reasoning);
+    rp_cli_chat_formats(src, cfg->arch_name, o->tool_parser, o->reasoning_parser, &pc.tools, &pc.reasoning);
     pc.think_open = rp_parse_prompt_opens_think(rendered, strlen(rendered));
     char *tj = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
     pc.tools_json = tj;
@@ -448,6 +453,7 @@ int rp_cli_run(int argc, char **argv)
     char *rendered = NULL;
     rp_parser *parser = NULL;
     call_buf cb = {0};
+    char *chat_src = NULL;
     rc = 1;
 
     const char *prompt = o.prompt;
@@ -489,11 +495,20 @@ int rp_cli_run(int argc, char **argv)
             goto done;
         }
     }
-    if (!o.raw && chat_prompt(tok, &o, prompt, prompt_len, tools, &ids, &n_prompt, &rendered)) {
+    const char *tmpl = NULL;
+    if (!o.raw) {
+        char what[512];
+        if (rp_cli_chat_template(o.chat_template, tok, "run", o.model, &chat_src, what, sizeof(what))) {
+            fail(NULL);
+            goto done;
+        }
+        tmpl = chat_src ? chat_src : rp_tok_chat_template(tok);
+    }
+    if (tmpl && chat_prompt(tok, &o, tmpl, prompt, prompt_len, tools, &ids, &n_prompt, &rendered)) {
         fail("chat template");
         goto done;
     }
-    if (rendered && make_parser(tok, cfg, &o, rendered, tools, &parser)) {
+    if (rendered && make_parser(tmpl, cfg, &o, rendered, tools, &parser)) {
         fail("output parser");
         goto done;
     }
@@ -611,6 +626,7 @@ done:
     rp_parser_destroy(parser);
     rp_free(cb.args);
     rp_free(rendered);
+    rp_free(chat_src);
     json_decref(tools);
     rp_free(ids);
     rp_free(prompt_buf);

@@ -57,6 +57,9 @@ static void serve_usage(FILE *f)
                "      --no-prefix-cache      no prefix cache at all\n"
                "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
                "      --max-request-bytes N  largest request body (default 8388608); larger get 413\n"
+               "      --chat-template FILE|NAME  the chat template: a Jinja file, or a built-in: chatml, llama3,\n"
+               "                             mistral (default: the model's own; a model without one gets chatml,\n"
+               "                             with a warning)\n"
                "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
                "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
                "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
@@ -93,7 +96,7 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *out
 }
 
 typedef struct serve_opts {
-    const char *model;
+    const char *model, *chat_template;
     rp_server_params sp;
     rp_engine_params ep;
     const char *device; // --device; NULL: rp_backend_default_name()
@@ -132,7 +135,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_NO_SPEC,
         O_SPEC_CONFIG,
         O_DRAFT,
-        O_DEVICE
+        O_DEVICE,
+        O_CHAT_TEMPLATE
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -159,6 +163,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
         {"tool-parser", required_argument, 0, O_TOOLP},
         {"reasoning-parser", required_argument, 0, O_REASP},
+        {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
         {"quant", required_argument, 0, O_QUANT},
         {"mmap", no_argument, 0, O_MMAP},
         {"f32-activations", no_argument, 0, O_F32_ACT},
@@ -228,6 +233,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             o->sp.reasoning_parser = optarg;
             break;
         }
+        case O_CHAT_TEMPLATE: o->chat_template = optarg; ok = *optarg != 0; break;
         case O_MMAP: o->mmap = true; break;
         case O_F32_ACT:
             o->f32_act = true;
@@ -335,6 +341,7 @@ int rp_cli_serve(int argc, char **argv)
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *engine = NULL;
+    char *chat_src = NULL;
     rc = 1;
     bool tty = isatty(STDERR_FILENO);
     rp_backend *be = NULL, *draft_be = NULL;
@@ -371,6 +378,12 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: tokenizer: %s\n", rp_error_message());
         goto done;
     }
+    char what[512];
+    if (rp_cli_chat_template(o.chat_template, tok, "serve", o.model, &chat_src, what, sizeof(what))) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
+    }
+    o.sp.chat_template = chat_src;
     default_kv_memory(model, o.kv_fraction, &o.ep);
     char *default_dir = NULL;
     if (o.no_disk_cache || o.ep.no_prefix_cache)
@@ -384,6 +397,12 @@ int rp_cli_serve(int argc, char **argv)
         goto done;
     }
     print_memory(model, engine);
+    rp_tool_format tf;
+    rp_reasoning_format rf;
+    rp_cli_chat_formats(chat_src ? chat_src : rp_tok_chat_template(tok), rp_model_get_config(model)->arch_name,
+                        o.sp.tool_parser, o.sp.reasoning_parser, &tf, &rf);
+    rp_log(RP_LOG_INFO, "rapid: chat template %s | tool calls: %s, reasoning: %s", what, rp_tool_format_name(tf),
+           rp_reasoning_format_name(rf));
     if (rp_server_run(engine, model, tok, &o.sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;
@@ -391,6 +410,7 @@ int rp_cli_serve(int argc, char **argv)
     rc = 0;
 done:
     rp_engine_destroy(engine);
+    rp_free(chat_src);
     rp_tok_destroy(tok);
     rp_model_destroy(model);
     rp_backend_destroy(draft_be);

@@ -1,11 +1,13 @@
 /*
  * template.c - `rapid template`: render a chat template the way the server will.
  *
- *   rapid template (MODEL | --template FILE.jinja) --messages FILE.json [--tools FILE.json]
+ *   rapid template (MODEL | --template FILE|NAME) --messages FILE.json [--tools FILE.json]
  *                  [--no-generation-prompt] [--kwargs JSON] [--tokens]
  *
  * The template is MODEL's own (tokenizer_config.json or the GGUF's
- * tokenizer.chat_template) unless --template names a file; bos_token/eos_token
+ * tokenizer.chat_template) unless --template (--chat-template) names a file or a
+ * built-in (chatml, llama3, mistral); a MODEL without one gets the built-in
+ * ChatML template with a warning, as `rapid serve` does; bos_token/eos_token
  * come from MODEL's tokenizer (undefined without a MODEL) and --kwargs keys
  * override or add template variables (enable_thinking, ...). The prompt is
  * printed exactly, with no newline added; --tokens prints its token ids instead,
@@ -24,13 +26,15 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: rapid template (MODEL | --template FILE.jinja) --messages FILE.json [options]\n"
+    fprintf(f, "usage: rapid template (MODEL | --template FILE|NAME) --messages FILE.json [options]\n"
                "\n"
                "Renders a chat template with transformers' semantics and prints the prompt exactly.\n"
-               "MODEL is a Hugging Face model folder or a .gguf file (its chat template and bos/eos tokens).\n"
+               "MODEL is a Hugging Face model folder or a .gguf file (its chat template and bos/eos tokens);\n"
+               "a MODEL without a chat template gets the built-in chatml, with a warning, as rapid serve does.\n"
                "\n"
                "options:\n"
-               "  --template FILE         a Jinja chat template file (instead of MODEL's)\n"
+               "  --template FILE|NAME    a Jinja chat template file, or a built-in: chatml, llama3, mistral\n"
+               "                          (instead of MODEL's; --chat-template is the same)\n"
                "  --messages FILE         JSON: an array of messages, or an object with \"messages\" (and \"tools\")\n"
                "  --tools FILE            JSON array of tools (OpenAI function format)\n"
                "  --no-generation-prompt  render with add_generation_prompt=false\n"
@@ -58,7 +62,7 @@ int rp_cli_template(int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--template") && has_val && !tmpl_file) {
+        } else if ((!strcmp(a, "--template") || !strcmp(a, "--chat-template")) && has_val && !tmpl_file) {
             tmpl_file = argv[++i];
         } else if (!strcmp(a, "--messages") && has_val && !msgs_file) {
             msgs_file = argv[++i];
@@ -126,23 +130,16 @@ int rp_cli_template(int argc, char **argv)
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;
     }
-    if (tmpl_file) {
-        if (rp_file_read(tmpl_file, &src, &src_len)) {
-            fprintf(stderr, "rapid: %s\n", rp_error_message());
-            goto done;
-        }
-    } else {
-        const char *s = rp_tok_chat_template(tok);
-        if (!s) {
-            fprintf(stderr, "rapid: %s has no chat template (give one with --template)\n", model);
-            goto done;
-        }
-        src_len = strlen(s);
-        if (!(src = rp_strndup(s, src_len))) {
-            fprintf(stderr, "rapid: out of memory\n");
-            goto done;
-        }
+    char what[512];
+    if (rp_cli_chat_template(tmpl_file, tok, "template", model, &src, what, sizeof(what))) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        goto done;
     }
+    if (!src && !(src = rp_strdup(rp_tok_chat_template(tok)))) { // the model's own
+        fprintf(stderr, "rapid: out of memory\n");
+        goto done;
+    }
+    src_len = strlen(src);
     if (rp_chat_template_create(src, src_len, &t)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;

@@ -645,7 +645,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     s->params.host = s->host;
     s->params.api_key = s->api_key;
     s->params.served_model_name = s->model_name;
-    s->params.tool_parser = s->params.reasoning_parser = NULL; // not kept; resolved below
+    s->params.tool_parser = s->params.reasoning_parser = s->params.chat_template = NULL; // not kept; resolved below
     s->engine = e;
     s->tok = tok;
     s->cfg = rp_model_get_config(m);
@@ -654,9 +654,9 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     atomic_init(&s->next_id, 0);
     atomic_init(&s->stopping, false);
 
-    const char *tpl = rp_tok_chat_template(tok);
+    const char *tpl = p->chat_template ? p->chat_template : rp_tok_chat_template(tok);
     if (tpl && (st = rp_chat_template_create(tpl, strlen(tpl), &s->tpl))) {
-        rp_error_prefix(st, "the model's chat template");
+        rp_error_prefix(st, p->chat_template ? "the chat template" : "the model's chat template");
         goto fail;
     }
     rp_parser_select(tpl, s->cfg->arch_name, &s->tool_format, &s->reasoning_format);

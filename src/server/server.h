@@ -34,6 +34,8 @@ typedef struct rp_server_params {
     bool strict_model_name;        // 404 for a model name other than the served one
     const char *tool_parser;       // tool-call format name (chat.h); NULL: chosen from the chat template
     const char *reasoning_parser;  // reasoning format name; NULL: chosen from the chat template
+    const char *chat_template;     // Jinja source used instead of the tokenizer's (--chat-template); NULL: the
+                                   // tokenizer's. Parsed at create (formats are chosen from it), not kept
     bool quiet;                    // no per-request log lines (tests)
 } rp_server_params;
 

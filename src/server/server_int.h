@@ -221,7 +221,7 @@ struct rp_server {
     rp_engine *engine;
     const rp_tokenizer *tok;
     const rp_model_config *cfg;
-    rp_chat_template *tpl;   // the tokenizer's chat template, NULL if it has none
+    rp_chat_template *tpl;   // the chat template (--chat-template's, else the tokenizer's), NULL if none
     rp_tool_format tool_format;
     rp_reasoning_format reasoning_format;
     int n_ctx;               // rp_engine_n_ctx

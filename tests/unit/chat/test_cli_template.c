@@ -123,7 +123,8 @@ static void test_template_file_and_kwargs(void **state)
     assert_string_equal(err, "rapid: template error: Only one message, please\n");
     write_file(tmpl_path, "{% if %}");
     assert_int_equal(run_rapid(args), 1);
-    assert_non_null(strstr(err, "rapid: template error: "));
+    assert_non_null(strstr(err, "template error: ")); // a file that does not parse is named
+    assert_non_null(strstr(err, tmpl_path));
 }
 
 static void test_usage(void **state)

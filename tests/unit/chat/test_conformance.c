@@ -2,7 +2,8 @@
  * test_conformance.c - chat templates rendered byte for byte as transformers
  * renders them: every template in ../shared/conformance/chat-templates and the
  * qwen3 fixture model's own template, against every conversation of
- * tests/data/chat/conversations.json, and the bundled model's (models/rapid-tiny).
+ * tests/data/chat/conversations.json, the bundled model's (models/rapid-tiny) and
+ * the built-in templates of --chat-template (chatml, llama3, mistral).
  * The references (tests/data/chat/expected)
  * were made by tools/fixtures/make_template_refs.py; where the reference raised,
  * Rapid must fail too.
@@ -36,6 +37,49 @@ static void test_qwen3_fixture(void **state)
 static void test_rapid_tiny(void **state)
 {
     check_own_template("models/rapid-tiny/tokenizer_config.json", "tests/data/chat/expected/rapid-tiny.json");
+}
+
+// The built-ins, as jinja2 renders the same text (make_template_refs.py reads it from the C source), and their
+// output parsers as the template text selects them.
+static void test_builtin_templates(void **state)
+{
+    json_t *convs = chat_load_json(rp_test_source("tests/data/chat/conversations.json"));
+    static const struct {
+        const char *name;
+        rp_tool_format tools;
+    } want[] = {
+        {"chatml", RP_TOOL_FORMAT_HERMES},
+        {"llama3", RP_TOOL_FORMAT_LLAMA3},
+        {"mistral", RP_TOOL_FORMAT_MISTRAL},
+    };
+    size_t n_builtins = 0;
+    while (rp_chat_builtin_name(n_builtins))
+        n_builtins++;
+    assert_int_equal(n_builtins, sizeof(want) / sizeof(want[0]));
+    assert_ptr_equal(rp_chat_builtin_template(RP_CHAT_DEFAULT_TEMPLATE), rp_chat_builtin_template("chatml"));
+    assert_null(rp_chat_builtin_template("nosuch"));
+    assert_null(rp_chat_builtin_template(NULL));
+    for (size_t i = 0; i < n_builtins; i++) {
+        const char *src = rp_chat_builtin_template(want[i].name);
+        assert_non_null(src);
+        assert_string_equal(rp_chat_builtin_name(i), want[i].name);
+        char exp_path[256];
+        snprintf(exp_path, sizeof(exp_path), "tests/data/chat/expected/builtin-%s.json", want[i].name);
+        json_t *exp = chat_load_json(rp_test_source(exp_path));
+        int n = 0;
+        int bad = chat_check_expected(src, strlen(src), exp, convs, &n);
+        print_message("builtin %s: %d of %d cases identical\n", want[i].name, n - bad, n);
+        assert_int_equal(bad, 0);
+        assert_int_equal(n, (int)json_array_size(json_object_get(convs, "conversations")));
+        json_decref(exp);
+        // With no architecture to fall back on, the template text alone picks the tool-call format.
+        rp_tool_format tf;
+        rp_reasoning_format rf;
+        rp_parser_select(src, NULL, &tf, &rf);
+        assert_int_equal(tf, want[i].tools);
+        assert_int_equal(rf, RP_REASONING_FORMAT_NONE);
+    }
+    json_decref(convs);
 }
 
 static void test_shared_templates(void **state)
@@ -83,6 +127,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_fixture),
         cmocka_unit_test(test_rapid_tiny),
+        cmocka_unit_test(test_builtin_templates),
         cmocka_unit_test(test_shared_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

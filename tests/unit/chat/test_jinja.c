@@ -1,10 +1,12 @@
 /*
  * test_jinja.c - the Jinja language of chat templates, and robustness.
  *
- * test_cases: ~100 small templates (tests/data/chat/jinja_cases.json) whose output
+ * test_cases: ~190 small templates (tests/data/chat/jinja_cases.json) whose output
  * or failure was recorded from jinja2 in transformers' environment by
  * tools/fixtures/make_jinja_cases.py; Rapid must print the same bytes, or fail
- * where jinja2 failed.
+ * where jinja2 failed. They include none/undefined through every filter, the
+ * generator filters (true when empty, used up once iterated) and markupsafe's
+ * Markup (`x|safe + value` escapes value, as transformers renders it).
  * The rest feed hostile input: unterminated tags, deep nesting, runaway recursion
  * and loops, huge outputs, random bytes, and every prefix of every conformance
  * template. None may crash (the suite also runs under ASan+UBSan); limits must
