@@ -55,6 +55,18 @@ static void serve_usage(FILE *f)
                "      --no-prefix-cache      no prefix cache at all\n"
                "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
                "      --max-request-bytes N  largest request body (default 8388608); larger get 413\n"
+               "      --max-connections N    connections open at once (default 512). Past it, or past a client\n"
+               "                             address's share, the oldest connection of that address (or of the\n"
+               "                             address holding the most) that has not sent a whole request yet,\n"
+               "                             idle kept-alive ones included, is closed to make room; with every\n"
+               "                             slot busy with a request, a new connection is answered 503 with\n"
+               "                             Retry-After\n"
+               "      --max-connections-per-client N  connections of one client address (an IPv4 address or\n"
+               "                             an IPv6 /64) (default: a quarter of --max-connections)\n"
+               "      --timeout SECONDS      a request's head must arrive within it (of the connection's start\n"
+               "                             or the previous reply's end: idle kept-alive connections close\n"
+               "                             after it), and its body within it of the head (default 30); a\n"
+               "                             generation or a stream is never cut\n"
                "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
                "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
                "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
@@ -125,7 +137,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_NOPREFIX,
         O_NO_SPEC,
         O_SPEC_CONFIG,
-        O_DRAFT
+        O_DRAFT,
+        O_MAXCONN,
+        O_MAXCONN_CLIENT,
+        O_TIMEOUT
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -149,6 +164,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"draft-model", required_argument, 0, O_DRAFT},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
+        {"max-connections", required_argument, 0, O_MAXCONN},
+        {"max-connections-per-client", required_argument, 0, O_MAXCONN_CLIENT},
+        {"timeout", required_argument, 0, O_TIMEOUT},
         {"tool-parser", required_argument, 0, O_TOOLP},
         {"reasoning-parser", required_argument, 0, O_REASP},
         {"quant", required_argument, 0, O_QUANT},
@@ -205,6 +223,16 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
             break;
+        case O_MAXCONN: ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v; break;
+        case O_MAXCONN_CLIENT: ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v; break;
+        case O_TIMEOUT: {
+            char *end;
+            errno = 0;
+            double t = strtod(optarg, &end);
+            ok = !errno && end != optarg && !*end && t > 0 && t <= 86400;
+            o->sp.timeout_s = t;
+            break;
+        }
         case O_TOOLP: {
             rp_tool_format tf;
             ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;
