@@ -20,8 +20,9 @@ static rp_tokenizer *wire_tok;
 static rp_engine *engine;
 static rp_server *server;
 
-// Starts the server requiring api_key; max_request_bytes 0 keeps the default. Returns 0 or -1.
-static int wire_server_start(const char *api_key, size_t max_request_bytes)
+// Starts the server requiring api_key; max_request_bytes 0 keeps the default; tune (may be
+// NULL) changes the other server params last. Returns 0 or -1.
+static int wire_server_start_tuned(const char *api_key, size_t max_request_bytes, void (*tune)(rp_server_params *sp))
 {
     rp_log_set_level(RP_LOG_WARN);
     rp_model_params mp;
@@ -45,10 +46,17 @@ static int wire_server_start(const char *api_key, size_t max_request_bytes)
     if (max_request_bytes)
         sp.max_request_bytes = max_request_bytes;
     sp.quiet = true;
+    if (tune)
+        tune(&sp);
     if (rp_server_create(engine, wire_model, wire_tok, &sp, &server))
         return -1;
     wire_port = rp_server_port(server);
     return wire_port > 0 ? 0 : -1;
+}
+
+__attribute__((unused)) static int wire_server_start(const char *api_key, size_t max_request_bytes)
+{
+    return wire_server_start_tuned(api_key, max_request_bytes, NULL);
 }
 
 // Destroys the server (even with a stream still open), the engine and the model.
@@ -71,7 +79,7 @@ static json_t *body_json(const wire_resp *r)
 }
 
 // The server still answers (after an error).
-static void still_serving(void)
+__attribute__((unused)) static void still_serving(void)
 {
     wire_resp r;
     wire_request("GET", "/health", NULL, NULL, &r);
