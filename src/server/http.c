@@ -68,6 +68,7 @@
 #define DRAIN_BUSY ((size_t)64 << 10) // the same when refused for want of a connection slot
 #define MAX_URI 16384                // longer request targets: 414
 #define MAX_HEAD 65536               // larger request heads: 431
+#define LOG_PATH_MAX 256             // bytes of a path shown in its log line
 #define FD_RESERVE 64                // descriptors kept for everything but connections
 
 static void root_handler(rp_http_req *r, rp_reply *out);
@@ -454,7 +455,16 @@ static void log_request(conn_state *cs)
     rp_buf_printf(&line, "rapid: #%llu ", (unsigned long long)r->id);
     rp_log_escape(&line, cs->method, strlen(cs->method), true);
     rp_buf_puts(&line, " ");
-    rp_log_escape(&line, cs->path, strlen(cs->path), true);
+    // At most LOG_PATH_MAX bytes of it, cut before a character (rp_log cuts long lines).
+    size_t plen = strlen(cs->path), shown = plen;
+    if (shown > LOG_PATH_MAX) {
+        shown = LOG_PATH_MAX;
+        while (shown > 0 && ((unsigned char)cs->path[shown] & 0xC0) == 0x80)
+            shown--;
+    }
+    rp_log_escape(&line, cs->path, shown, true);
+    if (shown < plen)
+        rp_buf_printf(&line, "...(%zu bytes)", plen);
     rp_buf_printf(&line, " %d | ", r->status);
     if (st->n_prompt > 0 || st->n_completion > 0) {
         char ttft[32] = "-";
