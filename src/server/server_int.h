@@ -45,7 +45,7 @@
  *
  * Threads: an rp_http_req, its rp_drv and its reply belong to the request's
  * connection thread. rp_server fields are immutable after create except the
- * metrics (own lock) and the atomics.
+ * metrics and the connection table (each with its own lock) and the atomics.
  */
 #ifndef RP_SERVER_INT_H
 #define RP_SERVER_INT_H
