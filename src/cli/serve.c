@@ -223,8 +223,12 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
             break;
-        case O_MAXCONN: ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v; break;
-        case O_MAXCONN_CLIENT: ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v; break;
+        case O_MAXCONN:
+            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v;
+            break;
+        case O_MAXCONN_CLIENT:
+            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v;
+            break;
         case O_TIMEOUT: {
             char *end;
             errno = 0;

@@ -62,10 +62,10 @@ typedef struct conn_addr {
     struct conn_addr *next;
     unsigned char key[8]; // IPv4 address (4 bytes) or IPv6 /64 (8 bytes)
     int key_len;
-    int n_conns;          // records (any state)
-    int n_live;           // counted against the limits
-    int n_wait;           // counted, in WAIT, not shut down: the ones that can make room
-    int n_refused;        // refused, in WAIT or BODY (not yet answered), not shut down
+    int n_conns;   // records (any state)
+    int n_live;    // counted against the limits
+    int n_wait;    // counted, in WAIT, not shut down: the ones that can make room
+    int n_refused; // refused, in WAIT or BODY (not yet answered), not shut down
 } conn_addr;
 
 struct rp_conn {
@@ -233,8 +233,9 @@ static void report_now(rp_conn_table *t, double now)
     if (t->last_report > 0 && now - t->last_report < REPORT_EVERY_S)
         return;
     char line[768];
-    int n = snprintf(line, sizeof(line), "rapid: connection limits (%d connections, %d per client address, %g s "
-                                         "to send a request head or body) bit:",
+    int n = snprintf(line, sizeof(line),
+                     "rapid: connection limits (%d connections, %d per client address, %g s "
+                     "to send a request head or body) bit:",
                      t->max_conn, t->max_per_client, t->timeout_s);
     const char *sep = "";
 #define PART(v, ...)                                                                                                   \

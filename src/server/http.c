@@ -64,12 +64,12 @@
 #include <unistd.h>
 
 #define STREAM_BLOCK (16 * 1024)
-#define DRAIN_MAX ((size_t)64 << 20) // a refused body is read (and dropped) up to this much before answering
+#define DRAIN_MAX ((size_t)64 << 20)  // a refused body is read (and dropped) up to this much before answering
 #define DRAIN_BUSY ((size_t)64 << 10) // the same when refused for want of a connection slot
-#define MAX_URI 16384                // longer request targets: 414
-#define MAX_HEAD 65536               // larger request heads: 431
-#define LOG_PATH_MAX 256             // bytes of a path shown in its log line
-#define FD_RESERVE 64                // descriptors kept for everything but connections
+#define MAX_URI 16384                 // longer request targets: 414
+#define MAX_HEAD 65536                // larger request heads: 431
+#define LOG_PATH_MAX 256              // bytes of a path shown in its log line
+#define FD_RESERVE 64                 // descriptors kept for everything but connections
 
 static void root_handler(rp_http_req *r, rp_reply *out);
 
@@ -98,18 +98,18 @@ typedef struct conn_state {
     const rp_route *route;
     rp_api_kind api; // error shape (the route's, or guessed from the path for 404s)
     char *path, *method, *param;
-    rp_conn *slot;      // the connection's record in the connection table (NULL: untracked)
+    rp_conn *slot; // the connection's record in the connection table (NULL: untracked)
     rp_buf body;
     bool too_large, answered;
-    bool http10;        // an HTTP/1.0 request: no interim replies
-    bool has_early;     // `early` is the answer, given once the body is read (or drained)
-    bool close_after;   // the answer closes the connection
+    bool http10;           // an HTTP/1.0 request: no interim replies
+    bool has_early;        // `early` is the answer, given once the body is read (or drained)
+    bool close_after;      // the answer closes the connection
     rp_conn_end closed_by; // the connection table closed the connection before the request was answered
-    bool fin_seen;      // the client closed its sending side; a probe was written
-    bool probe_due;     // a stream owes the client a probe (an SSE comment)
+    bool fin_seen;         // the client closed its sending side; a probe was written
+    bool probe_due;        // a stream owes the client a probe (an SSE comment)
     rp_api_error early;
-    size_t drained;     // body bytes read and dropped
-    size_t drain_max;   // how many at most
+    size_t drained;   // body bytes read and dropped
+    size_t drain_max; // how many at most
     double t_start;
     atomic_int refs;
     // streaming
@@ -339,8 +339,8 @@ static enum MHD_Result queue_api_error(conn_state *cs, const rp_api_error *e)
 
 // An error found before the body: kept in cs->early, answered once the body is read
 // (see the top of the file). Returns MHD_YES (go on reading).
-static enum MHD_Result early_error(conn_state *cs, int status, const char *code, int retry_after, const char *fmt,
-                                   ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result early_error(conn_state *cs, int status, const char *code, int retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 static enum MHD_Result early_error(conn_state *cs, int status, const char *code, int retry_after, const char *fmt, ...)
 {
@@ -595,10 +595,10 @@ static enum MHD_Result begin_request(conn_state *cs)
     if (f.cl_differ || (f.n_cl && f.n_te) || f.n_te > 1) {
         // A proxy in front may frame the body otherwise: refuse, and read nothing more.
         cs->close_after = now = true;
-        ret = early_error(cs, 400, "invalid_request",
-                          0, "%s", f.cl_differ ? "the request has two Content-Length headers that differ"
-                                   : f.n_te > 1 ? "the request has more than one Transfer-Encoding header"
-                                                : "the request has both Content-Length and Transfer-Encoding");
+        ret = early_error(cs, 400, "invalid_request", 0, "%s",
+                          f.cl_differ  ? "the request has two Content-Length headers that differ"
+                          : f.n_te > 1 ? "the request has more than one Transfer-Encoding header"
+                                       : "the request has both Content-Length and Transfer-Encoding");
         goto decided;
     }
     if (f.n_te && strcasecmp(f.te, "chunked") != 0) {
@@ -632,8 +632,8 @@ static enum MHD_Result begin_request(conn_state *cs)
     }
     if (!cs->route) {
         if (path_known)
-            ret = early_error(cs, 405, "method_not_allowed", 0, "method %s is not allowed for %s", cs->method,
-                              cs->path);
+            ret =
+                early_error(cs, 405, "method_not_allowed", 0, "method %s is not allowed for %s", cs->method, cs->path);
         else
             ret = early_error(cs, 404, "not_found", 0, "no route for %s %s", cs->method, cs->path);
         goto decided;
@@ -641,8 +641,8 @@ static enum MHD_Result begin_request(conn_state *cs)
     cs->api = cs->route->api;
     cs->req.route_name = cs->route->name;
     if (cs->route->auth && !authorized(s, c)) {
-        ret = early_error(cs, 401, "invalid_api_key",
-                          0, "invalid or missing API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
+        ret = early_error(cs, 401, "invalid_api_key", 0,
+                          "invalid or missing API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
         goto decided;
     }
     if (f.cl) {
@@ -938,8 +938,8 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     if ((st = rp_metrics_create(&s->metrics)))
         goto fail;
-    if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client,
-                                   s->params.timeout_s, &s->conns)))
+    if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client, s->params.timeout_s,
+                                   &s->conns)))
         goto fail;
     if (pipe2(s->wake_pipe, O_CLOEXEC) != 0) {
         st = RP_ERR(RP_ERR_IO, "pipe: %s", strerror(errno));
@@ -947,17 +947,16 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     }
     if ((st = open_listener(s->host, p->port, &s->listen_fd, &s->port)))
         goto fail;
-    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                                 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-                                 MHD_OPTION_LISTEN_SOCKET, s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri,
-                                 s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-                                 // Its own limit sits above ours by the refused connections' margin (conn.c);
-                                 // no inactivity timeout of its own: conn.c's deadlines replace it.
-                                 MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)(s->params.max_connections + rp_conn_margin(s->params.max_connections)),
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+        // Its own limit sits above ours by the refused connections' margin (conn.c);
+        // no inactivity timeout of its own: conn.c's deadlines replace it.
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->params.max_connections + rp_conn_margin(s->params.max_connections)),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
     if (!s->daemon) {
         st = RP_ERR(RP_ERR_IO, "cannot start the HTTP daemon on %s:%d", s->host, s->port);
         goto fail;

@@ -248,8 +248,8 @@ typedef enum rp_conn_end {
 } rp_conn_end;
 
 typedef struct rp_conn_stats {
-    int open;                 // connections open now (refused ones included)
-    int limit, per_client;    // the limits in force
+    int open;              // connections open now (refused ones included)
+    int limit, per_client; // the limits in force
     uint64_t head_timeouts, idle_timeouts, body_timeouts, evicted, refused, hard_refused; // since start
 } rp_conn_stats;
 

@@ -130,8 +130,8 @@ static void test_early_errors_reach_writers(void **state)
     exchange(head, body, mid, false, &r);
     expect_error(&r, 401, true);
     free(r.body);
-    snprintf(head, sizeof(head), "POST /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
-             mid);
+    snprintf(head, sizeof(head),
+             "POST /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n", mid);
     exchange(head, body, mid, false, &r);
     expect_error(&r, 404, false);
     free(r.body);
@@ -356,7 +356,8 @@ static void test_framing(void **state)
 
     // Bad chunking is found by libmicrohttpd while it reads the body, before any call
     // reaches the server: its own 400 (an HTML page), then it closes. Documented in DESIGN.
-    raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH
+        "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
         &r);
     assert_int_equal(r.status, 400);
     free(r.body);
@@ -369,7 +370,8 @@ static void test_nul_byte_refused(void **state)
     static const char body[] = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4\0}";
     char head[512];
     snprintf(head, sizeof(head),
-             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" AUTH "Content-Length: %zu\r\n\r\n",
+             "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" AUTH
+             "Content-Length: %zu\r\n\r\n",
              sizeof(body) - 1);
     wire_resp r;
     exchange(head, body, sizeof(body) - 1, false, &r);
@@ -397,7 +399,9 @@ static void half_closed(const char *path, const char *body, wire_resp *r)
     exchange(head, body, strlen(body), true, r);
 }
 
-#define GEN(extra) "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a joke.\"}],\"max_tokens\":40,\"ignore_eos\":true" extra "}"
+#define GEN(extra)                                                                                                     \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a joke.\"}],\"max_tokens\":40,\"ignore_eos\":true" extra  \
+    "}"
 
 static void test_half_close_is_not_gone(void **state)
 {
@@ -471,14 +475,10 @@ static void test_status_needs_key(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_early_errors_reach_writers),
-        cmocka_unit_test(test_log_line_escaped),
-        cmocka_unit_test(test_client_bytes_in_errors),
-        cmocka_unit_test(test_framing),
-        cmocka_unit_test(test_nul_byte_refused),
-        cmocka_unit_test(test_half_close_is_not_gone),
-        cmocka_unit_test(test_close_cancels_whole_reply),
-        cmocka_unit_test(test_status_needs_key),
+        cmocka_unit_test(test_early_errors_reach_writers), cmocka_unit_test(test_log_line_escaped),
+        cmocka_unit_test(test_client_bytes_in_errors),     cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_nul_byte_refused),           cmocka_unit_test(test_half_close_is_not_gone),
+        cmocka_unit_test(test_close_cancels_whole_reply),  cmocka_unit_test(test_status_needs_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -298,7 +298,7 @@ static void test_busy_answers_503(void **state)
 }
 
 #define ENDLESS                                                                                                        \
-    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,\"ignore_eos\":true,"            \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,\"ignore_eos\":true,"                \
     "\"temperature\":2,\"seed\":1,\"stream\":true}"
 
 // Reads from fd until the server closes it; returns the bytes (free them).
@@ -318,10 +318,11 @@ static void test_long_waits_not_cut(void **state)
         int a = wire_open_stream("/v1/chat/completions", NULL, ENDLESS); // generating (max_running 1)
         wait_running();
         // Queued behind it, silent for 2.5 timeouts (the stream's head is sent, no frame).
-        int b = wire_send_request("POST", "/v1/chat/completions", NULL,
-                                  streaming ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,"
-                                              "\"stream\":true}"
-                                            : "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8}");
+        int b =
+            wire_send_request("POST", "/v1/chat/completions", NULL,
+                              streaming ? "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,"
+                                          "\"stream\":true}"
+                                        : "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8}");
         usleep(2500000);
         // The running stream went on past the timeout too.
         char buf[4096];
