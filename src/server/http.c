@@ -36,9 +36,10 @@
  * the generation. Non-streaming handlers check rp_http_client_gone the same
  * way while they wait. Gone means reset, or closed for reading; a client
  * that only half-closed (shut its sending side after the request) still
- * reads. Both send just a FIN, so at the first FIN the layer writes a probe
- * (a "100 Continue" interim reply before a whole reply, an SSE comment in a
- * stream): a closed socket answers data with a reset.
+ * reads. Both send just a FIN, so at the first FIN (and every PROBE_EVERY_S
+ * after) the layer writes a probe (a "100 Continue" interim reply before a
+ * whole reply, an SSE comment in a stream): a closed socket answers data with
+ * a reset.
  *
  * A request's state (conn_state) is reference counted: the connection holds
  * one reference until MHD's completion notification, a stream response holds
@@ -69,6 +70,7 @@
 #define MAX_URI 16384                 // longer request targets: 414
 #define MAX_HEAD 65536                // larger request heads: 431
 #define LOG_PATH_MAX 256              // bytes of a path shown in its log line
+#define PROBE_EVERY_S 1.0             // a half-closed client is probed again this often
 #define FD_RESERVE 64                 // descriptors kept for everything but connections
 
 static void root_handler(rp_http_req *r, rp_reply *out);
@@ -106,6 +108,7 @@ typedef struct conn_state {
     bool close_after;      // the answer closes the connection
     rp_conn_end closed_by; // the connection table closed the connection before the request was answered
     bool fin_seen;         // the client closed its sending side; a probe was written
+    double t_probe;        // when the last probe was written
     bool probe_due;        // a stream owes the client a probe (an SSE comment)
     rp_api_error early;
     size_t drained;   // body bytes read and dropped
@@ -258,9 +261,11 @@ bool rp_http_client_gone(rp_http_req *r)
         }
         if (fin && cs->http10) {
             gone = true; // no interim reply to probe with; an HTTP/1.0 client does not half-close
-        } else if (fin && !cs->fin_seen) {
+        } else if (fin && (!cs->fin_seen || rp_time_s() - cs->t_probe >= PROBE_EVERY_S)) {
             // A half-close or a close: a probe tells them apart (a closed socket resets).
+            // Again now and then: a client that half-closed may close later.
             cs->fin_seen = true;
+            cs->t_probe = rp_time_s();
             if (cs->answered) {
                 cs->probe_due = true; // the stream's next read writes it
             } else {

@@ -18,7 +18,8 @@
  *     chunking is libmicrohttpd's own answer (400, HTML: documented);
  *   - a raw NUL byte in the JSON body is 400;
  *   - a client that half-closes after its request still gets its reply,
- *     whole or streamed, while one that closes cancels its generation;
+ *     whole or streamed, while one that closes cancels its generation, and so
+ *     does one that half-closes and then closes;
  *   - /v1/status needs the key, /health and /metrics do not, and /metrics
  *     names no path.
  */
@@ -35,6 +36,7 @@
 static int setup(void **state)
 {
     (void)state;
+    wire_ctx = 8192; // a generation that runs a few seconds (the half-close tests)
     return wire_server_start(KEY, 64 * 1024);
 }
 
@@ -448,6 +450,36 @@ static void test_close_cancels_whole_reply(void **state)
     still_serving();
 }
 
+// A client that half-closes, then closes while its whole reply is generated, cancels it too
+// (the probe is written again now and then).
+static void test_half_close_then_close_cancels(void **state)
+{
+    (void)state;
+    wait_idle();
+    rp_engine_stats before, after;
+    rp_engine_get_stats(engine, &before);
+    int fd = wire_send_request("POST", "/v1/chat/completions", AUTH,
+                               "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,"
+                               "\"ignore_eos\":true,\"temperature\":2,\"seed\":1}");
+    shutdown(fd, SHUT_WR);
+    wait_running();
+    // Read the first probe (so the close below leaves nothing unread: a plain FIN, no reset).
+    char buf[64] = "";
+    size_t n = 0;
+    while (n < sizeof(buf) - 1 && !strstr(buf, "\r\n\r\n")) {
+        ssize_t k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0);
+        assert_true(k > 0);
+        n += (size_t)k;
+        buf[n] = 0;
+    }
+    assert_string_equal(buf, "HTTP/1.1 100 Continue\r\n\r\n");
+    close(fd);
+    wait_idle();
+    rp_engine_get_stats(engine, &after);
+    assert_true(after.requests_cancelled >= before.requests_cancelled + 1);
+    still_serving();
+}
+
 /* ---- who may read what ------------------------------------------------------------- */
 
 static void test_status_needs_key(void **state)
@@ -478,7 +510,8 @@ int main(void)
         cmocka_unit_test(test_early_errors_reach_writers), cmocka_unit_test(test_log_line_escaped),
         cmocka_unit_test(test_client_bytes_in_errors),     cmocka_unit_test(test_framing),
         cmocka_unit_test(test_nul_byte_refused),           cmocka_unit_test(test_half_close_is_not_gone),
-        cmocka_unit_test(test_close_cancels_whole_reply),  cmocka_unit_test(test_status_needs_key),
+        cmocka_unit_test(test_close_cancels_whole_reply),
+        cmocka_unit_test(test_half_close_then_close_cancels),  cmocka_unit_test(test_status_needs_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

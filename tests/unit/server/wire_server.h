@@ -15,6 +15,7 @@ static int wire_port;
 
 #include "wire_client.h"
 
+static int wire_ctx = 1024; // the engine's context (a test may set it before starting)
 static rp_model *wire_model;
 static rp_tokenizer *wire_tok;
 static rp_engine *engine;
@@ -34,7 +35,7 @@ static int wire_server_start_tuned(const char *api_key, size_t max_request_bytes
         return -1;
     rp_engine_params ep;
     rp_engine_params_default(&ep);
-    ep.n_ctx = 1024;
+    ep.n_ctx = wire_ctx;
     ep.max_running = 1; // one generates, one waits, the third is refused (the 503 tests)
     ep.max_queue = 1;
     if (rp_engine_create(wire_model, wire_tok, &ep, &engine))
