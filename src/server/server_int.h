@@ -344,9 +344,9 @@ const char *rp_http_header(rp_http_req *r, const char *name);
 // connection was reset or closed for reading, or the server is stopping. A
 // client that only closed its sending side after its request (a half-close)
 // is not gone: the end of its stream makes the layer write a probe (an
-// interim "100 Continue" before a whole reply, an SSE comment in a stream),
-// which a client that closed the connection answers with a reset, seen by
-// the next call. (HTTP/1.0 takes no interim replies: there the end of the
+// interim "100 Continue" before a whole reply, an SSE comment in a stream;
+// again every second while it stands), which a client that closed the
+// connection answers with a reset, seen by a later call. (HTTP/1.0 takes no interim replies: there the end of the
 // client's stream means gone.)
 bool rp_http_client_gone(rp_http_req *r);
 // The body as a JSON object. Checks: valid UTF-8, nesting depth at most
