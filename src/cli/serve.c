@@ -60,6 +60,18 @@ static void serve_usage(FILE *f)
                "      --chat-template FILE|NAME  the chat template: a Jinja file, or a built-in: chatml, llama3,\n"
                "                             mistral (default: the model's own; a model without one gets chatml,\n"
                "                             with a warning)\n"
+               "      --max-connections N    connections open at once (default 512). Past it, or past a client\n"
+               "                             address's share, the oldest connection of that address (or of the\n"
+               "                             address holding the most) that has not sent a whole request yet,\n"
+               "                             idle kept-alive ones included, is closed to make room; with every\n"
+               "                             slot busy with a request, a new connection is answered 503 with\n"
+               "                             Retry-After\n"
+               "      --max-connections-per-client N  connections of one client address (an IPv4 address or\n"
+               "                             an IPv6 /64) (default: a quarter of --max-connections)\n"
+               "      --timeout SECONDS      a request's head must arrive within it (of the connection's start\n"
+               "                             or the previous reply's end: idle kept-alive connections close\n"
+               "                             after it), and its body within it of the head (default 30); a\n"
+               "                             generation or a stream is never cut\n"
                "      --tool-parser NAME     tool-call format (default: from the chat template): none, hermes,\n"
                "                             qwen3_coder, llama3_json, mistral, deepseek_v3\n"
                "      --reasoning-parser NAME  reasoning format (default: from the template): none, think\n"
@@ -136,7 +148,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_SPEC_CONFIG,
         O_DRAFT,
         O_DEVICE,
-        O_CHAT_TEMPLATE
+        O_CHAT_TEMPLATE,
+        O_MAXCONN,
+        O_MAXCONN_CLIENT,
+        O_TIMEOUT
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -161,6 +176,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"device", required_argument, 0, O_DEVICE},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
+        {"max-connections", required_argument, 0, O_MAXCONN},
+        {"max-connections-per-client", required_argument, 0, O_MAXCONN_CLIENT},
+        {"timeout", required_argument, 0, O_TIMEOUT},
         {"tool-parser", required_argument, 0, O_TOOLP},
         {"reasoning-parser", required_argument, 0, O_REASP},
         {"chat-template", required_argument, 0, O_CHAT_TEMPLATE},
@@ -221,6 +239,20 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
             break;
+        case O_MAXCONN:
+            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v;
+            break;
+        case O_MAXCONN_CLIENT:
+            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v;
+            break;
+        case O_TIMEOUT: {
+            char *end;
+            errno = 0;
+            double t = strtod(optarg, &end);
+            ok = !errno && end != optarg && !*end && t > 0 && t <= 86400;
+            o->sp.timeout_s = t;
+            break;
+        }
         case O_TOOLP: {
             rp_tool_format tf;
             ok = rp_tool_format_from_name(optarg, &tf) == RP_OK;

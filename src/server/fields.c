@@ -3,10 +3,12 @@
  * the growable buffer, SSE framing, the two error shapes, JSON body parsing
  * with its checks, typed field readers whose errors name the field, and the
  * request pieces more than one API reads the same way (content parts as text,
- * tool modes, JSON-mode formats, function tools).
+ * tool modes, JSON-mode formats, function tools), and the UTF-8 repair and
+ * escaping that keep client bytes out of error JSON and log lines unharmed.
  *
  * Body checks, in order: valid UTF-8 (RFC 3629: no overlongs, surrogates or
- * code points past U+10FFFF), nesting at most RP_JSON_MAX_DEPTH (a byte scan
+ * code points past U+10FFFF), no raw NUL byte (jansson would stop at it and
+ * accept what came before), nesting at most RP_JSON_MAX_DEPTH (a byte scan
  * outside strings, so a 10k-deep body never reaches the parser), then
  * jansson. Jansson itself rejects NaN/Infinity literals, lone surrogate
  * escapes, \u0000 in strings, integers past int64 and reals that overflow a
@@ -179,6 +181,9 @@ bool rp_api_fail(rp_api_error *e, int status, const char *param, const char *cod
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
     va_end(ap);
+    // Messages and params quote client bytes (field names, values, paths): JSON needs UTF-8.
+    rp_utf8_repair(e->message, sizeof(e->message));
+    rp_utf8_repair(e->param, sizeof(e->param));
     return false;
 }
 
@@ -198,14 +203,27 @@ static const char *openai_type(int status)
     return "invalid_request_error";
 }
 
+// A JSON string of an error's text, repaired first should it not be UTF-8 (an
+// rp_api_error filled without rp_api_fail), so that a message never disappears.
+static json_t *error_text(const char *s)
+{
+    json_t *v = json_string(s);
+    if (v)
+        return v;
+    char tmp[sizeof(((rp_api_error *)0)->message)];
+    snprintf(tmp, sizeof(tmp), "%s", s);
+    rp_utf8_repair(tmp, sizeof(tmp));
+    return json_string(tmp);
+}
+
 void rp_openai_error_json(const rp_api_error *e, rp_buf *out)
 {
     json_t *err = json_object();
-    json_object_set_new(err, "message", json_string(e->message));
+    json_object_set_new(err, "message", error_text(e->message));
     json_object_set_new(err, "type", json_string(e->type ? e->type : openai_type(e->status)));
-    json_object_set_new(err, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(err, "param", e->param[0] ? error_text(e->param) : json_null());
     json_object_set_new(err, "code", e->code ? json_string(e->code) : json_null());
-    json_t *root = json_pack("{s:o}", "error", err);
+    json_t *root = json_object_size(err) == 4 ? json_pack("{s:o}", "error", err) : (json_decref(err), NULL);
     if (root)
         rp_buf_json(out, root);
     else
@@ -229,8 +247,8 @@ static const char *anthropic_type(int status)
 
 void rp_anthropic_error_json(const rp_api_error *e, rp_buf *out)
 {
-    json_t *root = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
-                             e->type ? e->type : anthropic_type(e->status), "message", e->message);
+    json_t *root = json_pack("{s:s,s:{s:s,s:o}}", "type", "error", "error", "type",
+                             e->type ? e->type : anthropic_type(e->status), "message", error_text(e->message));
     if (root)
         rp_buf_json(out, root);
     else
@@ -240,43 +258,131 @@ void rp_anthropic_error_json(const rp_api_error *e, rp_buf *out)
 
 /* ---- JSON bodies ------------------------------------------------------------- */
 
-// Length of the valid UTF-8 prefix of s (RFC 3629).
+// Length of the valid UTF-8 sequence (RFC 3629: no overlongs, surrogates or code points
+// past U+10FFFF) at s (n > 0 bytes left), 0 when it is not one; *cp gets its code point.
+static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp)
+{
+    unsigned c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t k;
+    unsigned min;
+    if (c >= 0xC2 && c <= 0xDF) {
+        k = 1;
+        min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        k = 2;
+        min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        k = 3;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n <= k)
+        return 0;
+    unsigned v = c & (0x3F >> k);
+    for (size_t j = 1; j <= k; j++) {
+        if ((s[j] & 0xC0) != 0x80)
+            return 0;
+        v = v << 6 | (s[j] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return k + 1;
+}
+
+// Length of the valid UTF-8 prefix of s.
 static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
 {
     size_t i = 0;
+    unsigned cp;
     while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
+        size_t k = utf8_seq(s + i, n - i, &cp);
+        if (!k)
+            return i;
+        i += k;
+    }
+    return n;
+}
+
+// True when s[0..n) is a sequence a longer text could complete (a lead byte and
+// continuation bytes, fewer than the lead asks for).
+static bool utf8_cut(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t want = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!want || n >= want)
+        return false;
+    for (size_t j = 1; j < n; j++)
+        if ((s[j] & 0xC0) != 0x80)
+            return false;
+    return true;
+}
+
+void rp_utf8_repair(char *s, size_t cap)
+{
+    size_t n = strlen(s);
+    const unsigned char *u = (const unsigned char *)s;
+    if (utf8_valid_prefix(u, n) == n)
+        return;
+    char *tmp = rp_malloc(n + 1);
+    if (!tmp) { // no memory: cut at the first bad byte (still valid UTF-8)
+        s[utf8_valid_prefix(u, n)] = 0;
+        return;
+    }
+    memcpy(tmp, s, n + 1);
+    const unsigned char *t = (const unsigned char *)tmp;
+    size_t i = 0, o = 0;
+    unsigned cp;
+    while (i < n) {
+        size_t k = utf8_seq(t + i, n - i, &cp);
+        if (!k && utf8_cut(t + i, n - i))
+            break; // cut by the end: dropped
+        const char *piece = k ? tmp + i : "\xEF\xBF\xBD";
+        size_t len = k ? k : 3;
+        if (o + len + 1 > cap)
+            break;
+        memcpy(s + o, piece, len);
+        o += len;
+        i += k ? k : 1;
+    }
+    s[o] = 0;
+    rp_free(tmp);
+}
+
+void rp_log_escape(rp_buf *out, const char *s, size_t n, bool spaces)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        unsigned cp = 0;
+        size_t k = utf8_seq(u + i, n - i, &cp);
+        if (!k) {
+            rp_buf_printf(out, "\\x%02X", u[i]);
             i++;
             continue;
         }
-        size_t k;
-        unsigned min;
-        if (c >= 0xC2 && c <= 0xDF) {
-            k = 1;
-            min = 0x80;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            k = 2;
-            min = 0x800;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            k = 3;
-            min = 0x10000;
-        } else {
-            return i;
-        }
-        if (n - i <= k)
-            return i;
-        unsigned cp = c & (0x3F >> k);
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80)
-                return i;
-            cp = cp << 6 | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += k + 1;
+        if (cp == '\\')
+            rp_buf_puts(out, "\\\\");
+        else if (cp == '\n')
+            rp_buf_puts(out, "\\n");
+        else if (cp == '\r')
+            rp_buf_puts(out, "\\r");
+        else if (cp == '\t')
+            rp_buf_puts(out, "\\t");
+        else if (cp < 0x20 || cp == 0x7F || (spaces && cp == ' '))
+            rp_buf_printf(out, "\\x%02X", cp);
+        else if ((cp >= 0x80 && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) ||
+                 cp == 0x2028 || cp == 0x2029)
+            rp_buf_printf(out, "\\u{%04X}", cp);
+        else
+            rp_buf_append(out, s + i, k);
+        i += k;
     }
-    return n;
 }
 
 // Deepest [ / { nesting outside strings (stops counting past limit).
@@ -311,6 +417,12 @@ bool rp_json_parse_bytes(const char *data, size_t len, json_t **out, rp_api_erro
     size_t ok = utf8_valid_prefix((const unsigned char *)data, len);
     if (ok != len)
         return rp_api_fail(e, 400, NULL, NULL, "the request body is not valid UTF-8 (bad byte at offset %zu)", ok);
+    // JSON has no raw NUL anywhere (inside a string it would be \u0000, which jansson refuses too);
+    // jansson would stop reading at one and take what came before.
+    const char *nul = memchr(data, 0, len);
+    if (nul)
+        return rp_api_fail(e, 400, NULL, NULL, "the request body contains a NUL byte (at offset %zu); JSON has none",
+                           (size_t)(nul - data));
     if (json_depth(data, len, RP_JSON_MAX_DEPTH) > RP_JSON_MAX_DEPTH)
         return rp_api_fail(e, 400, NULL, NULL, "the request body is nested more than %d levels deep",
                            RP_JSON_MAX_DEPTH);

@@ -4,26 +4,49 @@
  *
  * The daemon runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION
  * with its internal polling thread), so a handler may block on the engine.
- * For each request libmicrohttpd calls on_request several times:
+ * Which connections it keeps, and for how long they may take to send a
+ * request, is conn.c's (told here from libmicrohttpd's connection and
+ * request callbacks). For each request libmicrohttpd calls on_request
+ * several times:
  *
- *   1. headers only: route it (404 unknown path, 405 wrong method), check
- *      the API key (401) and Content-Length (413); errors are answered at once;
+ *   1. headers only: the connection's admission (503 when it was refused),
+ *      the framing (two Content-Lengths, Content-Length with
+ *      Transfer-Encoding, a transfer coding other than chunked: 400/501),
+ *      the head's size (414, 431), the route (404 unknown path, 405 wrong
+ *      method), the API key (401) and Content-Length (413);
  *   2. body pieces: appended to the request's buffer up to max_request_bytes
  *      (a chunked body that grows past it is drained and answered 413);
  *   3. end of body: the route's handler runs on this thread and fills an
  *      rp_reply, which is queued as a whole body or as a stream.
  *
+ * An error found at step 1 is answered at step 3, after the body has been
+ * read and dropped (up to DRAIN_MAX): a client that writes its whole body
+ * before it reads (Python's urllib, Node's fetch) would otherwise meet a
+ * closed connection, and the reset that closing with unread bytes causes
+ * can destroy the answer in flight. It is answered at once (libmicrohttpd
+ * then closes the connection) only when waiting cannot help or should not
+ * happen: the client sent "Expect: 100-continue" (it waits for a word before
+ * sending the body), the declared body is past the drain bound, or the
+ * framing itself is in doubt.
+ *
  * A stream is an MHD callback response: stream_read asks the API's pump for
  * frames (each pump waits at most RP_STREAM_WAIT_S for tokens) and, between
- * pumps, polls the socket: a client that closed its side makes the stream end
- * at once and the API's free callback release (cancel) the generation.
- * Non-streaming handlers check rp_http_client_gone the same way while they wait.
+ * pumps, checks the socket (rp_http_client_gone): a client that went away
+ * makes the stream end at once and the API's free callback release (cancel)
+ * the generation. Non-streaming handlers check rp_http_client_gone the same
+ * way while they wait. Gone means reset, or closed for reading; a client
+ * that only half-closed (shut its sending side after the request) still
+ * reads. Both send just a FIN, so at the first FIN (and every PROBE_EVERY_S
+ * after) the layer writes a probe (a "100 Continue" interim reply before a
+ * whole reply, an SSE comment in a stream): a closed socket answers data with
+ * a reset.
  *
  * A request's state (conn_state) is reference counted: the connection holds
  * one reference until MHD's completion notification, a stream response holds
  * another until libmicrohttpd frees it. The last release writes the log line
- * and records the metrics, so a request is logged exactly once, with its final
- * numbers, whatever the order of those two events.
+ * (method and path escaped: rp_log_escape) and records the metrics, so a
+ * request is logged exactly once, with its final numbers, whatever the order
+ * of those two events.
  */
 #include "server_int.h"
 
@@ -36,12 +59,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define STREAM_BLOCK (16 * 1024)
-#define DRAIN_MAX ((size_t)64 << 20) // a chunked body past the limit is read (and dropped) up to this much more
+#define DRAIN_MAX ((size_t)64 << 20)  // a refused body is read (and dropped) up to this much before answering
+#define DRAIN_BUSY ((size_t)64 << 10) // the same when refused for want of a connection slot
+#define MAX_URI 16384                 // longer request targets: 414
+#define MAX_HEAD 65536                // larger request heads: 431
+#define LOG_PATH_MAX 256              // bytes of a path shown in its log line
+#define PROBE_EVERY_S 1.0             // a half-closed client is probed again this often
+#define FD_RESERVE 64                 // descriptors kept for everything but connections
 
 static void root_handler(rp_http_req *r, rp_reply *out);
 
@@ -56,7 +86,7 @@ static const rp_route routes[] = {
     {"POST", "/v1/messages/count_tokens", false, rp_anthropic_count_tokens, "count_tokens", RP_API_ANTHROPIC, true},
     {"GET", "/health", false, rp_health_handler, "health", RP_API_PLAIN, false},
     {"GET", "/metrics", false, rp_metrics_handler, "metrics", RP_API_PLAIN, false},
-    {"GET", "/v1/status", false, rp_status_handler, "status", RP_API_PLAIN, false},
+    {"GET", "/v1/status", false, rp_status_handler, "status", RP_API_PLAIN, true}, // names the cache folder
     {"GET", "/", false, root_handler, "root", RP_API_PLAIN, false},
     {"HEAD", "/", false, root_handler, "root", RP_API_PLAIN, false},
 };
@@ -70,8 +100,19 @@ typedef struct conn_state {
     const rp_route *route;
     rp_api_kind api; // error shape (the route's, or guessed from the path for 404s)
     char *path, *method, *param;
+    rp_conn *slot; // the connection's record in the connection table (NULL: untracked)
     rp_buf body;
     bool too_large, answered;
+    bool http10;           // an HTTP/1.0 request: no interim replies
+    bool has_early;        // `early` is the answer, given once the body is read (or drained)
+    bool close_after;      // the answer closes the connection
+    rp_conn_end closed_by; // the connection table closed the connection before the request was answered
+    bool fin_seen;         // the client closed its sending side; a probe was written
+    double t_probe;        // when the last probe was written
+    bool probe_due;        // a stream owes the client a probe (an SSE comment)
+    rp_api_error early;
+    size_t drained;   // body bytes read and dropped
+    size_t drain_max; // how many at most
     double t_start;
     atomic_int refs;
     // streaming
@@ -186,6 +227,10 @@ const char *rp_http_header(rp_http_req *r, const char *name)
     return MHD_lookup_connection_value(cs->conn, MHD_HEADER_KIND, name);
 }
 
+// The interim reply written to a half-closed client before its whole reply (its
+// library skips it: RFC 9110 makes clients take 1xx replies they did not ask for).
+static const char probe_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
 bool rp_http_client_gone(rp_http_req *r)
 {
     conn_state *cs = r->priv;
@@ -198,17 +243,36 @@ bool rp_http_client_gone(rp_http_req *r)
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(cs->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci)
         return false;
-    struct pollfd pfd = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
-    int rc = poll(&pfd, 1, 0);
+    int fd = ci->connect_fd;
+    struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLRDHUP};
     bool gone = false;
-    if (rc > 0) {
-        if (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-            gone = true;
-        } else if (pfd.revents & POLLIN) {
-            // Data (a pipelined request) or end of stream: only EOF means gone.
+    if (poll(&pfd, 1, 0) > 0) {
+        bool fin = false;
+        if (pfd.revents & (POLLHUP | POLLERR | POLLNVAL)) {
+            gone = true; // reset (or closed both ways)
+        } else if (pfd.revents & (POLLRDHUP | POLLIN)) {
+            // Data (a pipelined request) or the end of the client's stream.
             char c;
-            ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-            gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+            ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n == 0)
+                fin = true;
+            else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                gone = true;
+        }
+        if (fin && cs->http10) {
+            gone = true; // no interim reply to probe with; an HTTP/1.0 client does not half-close
+        } else if (fin && (!cs->fin_seen || rp_time_s() - cs->t_probe >= PROBE_EVERY_S)) {
+            // A half-close or a close: a probe tells them apart (a closed socket resets).
+            // Again now and then: a client that half-closed may close later.
+            cs->fin_seen = true;
+            cs->t_probe = rp_time_s();
+            if (cs->answered) {
+                cs->probe_due = true; // the stream's next read writes it
+            } else {
+                ssize_t w = send(fd, probe_continue, sizeof(probe_continue) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                    gone = true;
+            }
         }
     }
     if (gone)
@@ -260,6 +324,8 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
     char rid[32];
     snprintf(rid, sizeof(rid), "%llu", (unsigned long long)cs->req.id);
     MHD_add_response_header(resp, "x-request-id", rid);
+    if (cs->close_after)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     cs->req.status = rep->status;
     cs->answered = true;
     enum MHD_Result ret = MHD_queue_response(cs->conn, (unsigned)rep->status, resp);
@@ -267,22 +333,31 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
     return ret;
 }
 
-static enum MHD_Result queue_error(conn_state *cs, int status, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static enum MHD_Result queue_error(conn_state *cs, int status, const char *code, const char *fmt, ...)
+static enum MHD_Result queue_api_error(conn_state *cs, const rp_api_error *e)
 {
-    rp_api_error e;
-    rp_api_fail(&e, status, NULL, code, "%s", "");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e.message, sizeof(e.message), fmt, ap);
-    va_end(ap);
     rp_reply rep = {0};
-    reply_error_shape(cs->api, &rep, &e);
+    reply_error_shape(cs->api, &rep, e);
     enum MHD_Result ret = queue_body(cs, &rep);
     rp_buf_deinit(&rep.body);
     return ret;
+}
+
+// An error found before the body: kept in cs->early, answered once the body is read
+// (see the top of the file). Returns MHD_YES (go on reading).
+static enum MHD_Result early_error(conn_state *cs, int status, const char *code, int retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static enum MHD_Result early_error(conn_state *cs, int status, const char *code, int retry_after, const char *fmt, ...)
+{
+    rp_api_fail(&cs->early, status, NULL, code, "%s", "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cs->early.message, sizeof(cs->early.message), fmt, ap);
+    va_end(ap);
+    rp_utf8_repair(cs->early.message, sizeof(cs->early.message)); // it may quote the path
+    cs->early.retry_after = retry_after;
+    cs->has_early = true;
+    return MHD_YES;
 }
 
 // Frees the stream's API context exactly once.
@@ -318,6 +393,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         }
         rp_buf_reset(&cs->sbuf);
         cs->soff = 0;
+        if (cs->probe_due) {
+            // The client closed its sending side: an SSE comment (every SSE reader skips it)
+            // makes a closed socket reset, which the next check sees.
+            cs->probe_due = false;
+            rp_buf_puts(&cs->sbuf, ": \n\n");
+            continue;
+        }
         bool finished = false;
         rp_status st = cs->reply.pump(cs->reply.pump_ctx, &cs->req, &cs->sbuf, &finished);
         if (st || cs->sbuf.failed) {
@@ -371,25 +453,48 @@ static void log_request(conn_state *cs)
         return;
     const rp_req_stats *st = &r->stats;
     double total = rp_time_s() - cs->t_start;
+    // Method and path are the client's bytes (the path percent-decoded): escaped, so a
+    // request is one line that sends no terminal escapes.
+    rp_buf line;
+    rp_buf_init(&line);
+    rp_buf_printf(&line, "rapid: #%llu ", (unsigned long long)r->id);
+    rp_log_escape(&line, cs->method, strlen(cs->method), true);
+    rp_buf_puts(&line, " ");
+    // At most LOG_PATH_MAX bytes of it, cut before a character (rp_log cuts long lines).
+    size_t plen = strlen(cs->path), shown = plen;
+    if (shown > LOG_PATH_MAX) {
+        shown = LOG_PATH_MAX;
+        while (shown > 0 && ((unsigned char)cs->path[shown] & 0xC0) == 0x80)
+            shown--;
+    }
+    rp_log_escape(&line, cs->path, shown, true);
+    if (shown < plen)
+        rp_buf_printf(&line, "...(%zu bytes)", plen);
+    rp_buf_printf(&line, " %d | ", r->status);
     if (st->n_prompt > 0 || st->n_completion > 0) {
         char ttft[32] = "-";
         if (st->ttft_s >= 0)
             snprintf(ttft, sizeof(ttft), "%.3fs", st->ttft_s);
-        rp_log(RP_LOG_INFO,
-               "rapid: #%llu %s %s %d | prompt %d (cached %d), completion %d | ttft %s, %.1f tok/s | %.3fs%s",
-               (unsigned long long)r->id, cs->method, cs->path, r->status, st->n_prompt, st->n_cached,
-               st->n_completion, ttft, st->decode_tps, total, st->client_gone ? " | client gone" : "");
-    } else {
-        rp_log(RP_LOG_INFO, "rapid: #%llu %s %s %d | %.3fs%s", (unsigned long long)r->id, cs->method, cs->path,
-               r->status, total, st->client_gone ? " | client gone" : "");
+        rp_buf_printf(&line, "prompt %d (cached %d), completion %d | ttft %s, %.1f tok/s | ", st->n_prompt,
+                      st->n_cached, st->n_completion, ttft, st->decode_tps);
     }
+    rp_buf_printf(&line, "%.3fs%s", total,
+                  cs->closed_by == RP_CONN_BODY_TIMEOUT ? " | body not received in time"
+                  : cs->closed_by                       ? " | closed to make room for other connections"
+                  : st->client_gone                     ? " | client gone"
+                                                        : "");
+    if (!line.failed)
+        rp_log(RP_LOG_INFO, "%s", line.data);
+    rp_buf_deinit(&line);
 }
 
 static void state_release(conn_state *cs)
 {
     if (atomic_fetch_sub(&cs->refs, 1) != 1)
         return;
-    if (cs->req.stats.client_gone)
+    if (cs->closed_by) // for the log and the metrics only: nothing was answered
+        cs->req.status = cs->closed_by == RP_CONN_BODY_TIMEOUT ? 408 : 503;
+    else if (cs->req.stats.client_gone)
         cs->req.status = 499; // nginx's "client closed request", for the log and the metrics only
     log_request(cs);
     rp_buf_deinit(&cs->body);
@@ -400,7 +505,15 @@ static void state_release(conn_state *cs)
     rp_free(cs);
 }
 
-static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const char *url, const char *method)
+// The connection's record in the connection table (NULL: untracked).
+static rp_conn *conn_slot(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                const char *version)
 {
     conn_state *cs = rp_calloc(1, sizeof(*cs));
     if (!cs)
@@ -417,6 +530,9 @@ static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const ch
     atomic_init(&cs->refs, 1);
     cs->srv = s;
     cs->conn = c;
+    cs->slot = conn_slot(c);
+    cs->drain_max = DRAIN_MAX;
+    cs->http10 = version && strcmp(version, MHD_HTTP_VERSION_1_0) == 0;
     cs->t_start = rp_time_s();
     cs->req.srv = s;
     cs->req.id = atomic_fetch_add(&s->next_id, 1) + 1;
@@ -430,11 +546,83 @@ static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const ch
     return cs;
 }
 
-// First call for a request: route, auth, size. Returns MHD_YES to go on reading
-// the body; an answered request has cs->answered set.
+// What the framing headers say: how many Content-Length headers with how many
+// distinct values, and the Transfer-Encoding headers.
+typedef struct framing {
+    int n_cl, n_te;
+    bool cl_differ;
+    const char *cl, *te;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!key || !value)
+        return MHD_YES;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (f->n_cl++ && strcmp(f->cl, value) != 0)
+            f->cl_differ = true;
+        f->cl = value;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0) {
+        f->n_te++;
+        f->te = value;
+    }
+    return MHD_YES;
+}
+
+static size_t head_size(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    return ci ? ci->header_size : 0;
+}
+
+// First call for a request: admission, framing, size, route, auth. An error is
+// kept as the early answer (cs->has_early), or queued at once when waiting for the
+// body cannot help (cs->answered). Returns MHD_YES to go on reading the body.
 static enum MHD_Result begin_request(conn_state *cs)
 {
     rp_server *s = cs->srv;
+    struct MHD_Connection *c = cs->conn;
+    bool now = false; // answer before the body
+    enum MHD_Result ret = MHD_YES;
+    framing f = {0};
+    if (rp_conn_request(s->conns, cs->slot)) {
+        cs->close_after = true;
+        cs->drain_max = DRAIN_BUSY;
+        ret = early_error(cs, 503, "too_many_connections", 1,
+                          "the server has too many connections open (at most %d, %d per client address) and all "
+                          "are busy; retry shortly",
+                          s->params.max_connections, s->params.max_connections_per_client);
+        goto decided;
+    }
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.cl_differ || (f.n_cl && f.n_te) || f.n_te > 1) {
+        // A proxy in front may frame the body otherwise: refuse, and read nothing more.
+        cs->close_after = now = true;
+        ret = early_error(cs, 400, "invalid_request", 0, "%s",
+                          f.cl_differ  ? "the request has two Content-Length headers that differ"
+                          : f.n_te > 1 ? "the request has more than one Transfer-Encoding header"
+                                       : "the request has both Content-Length and Transfer-Encoding");
+        goto decided;
+    }
+    if (f.n_te && strcasecmp(f.te, "chunked") != 0) {
+        cs->close_after = now = true;
+        ret = early_error(cs, 501, "unsupported_transfer_encoding", 0,
+                          "the transfer coding '%.64s' is not supported (only chunked)", f.te);
+        goto decided;
+    }
+    if (strlen(cs->path) > MAX_URI) {
+        cs->close_after = true;
+        ret = early_error(cs, 414, "uri_too_long", 0, "the request target is longer than %d bytes", MAX_URI);
+        goto decided;
+    }
+    if (head_size(c) > MAX_HEAD) {
+        cs->close_after = true;
+        ret = early_error(cs, 431, "request_header_fields_too_large", 0, "the request head is larger than %d bytes",
+                          MAX_HEAD);
+        goto decided;
+    }
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
         const char *param;
@@ -449,25 +637,39 @@ static enum MHD_Result begin_request(conn_state *cs)
     }
     if (!cs->route) {
         if (path_known)
-            return queue_error(cs, 405, "method_not_allowed", "method %s is not allowed for %s", cs->method,
-                               cs->path);
-        return queue_error(cs, 404, "not_found", "no route for %s %s", cs->method, cs->path);
+            ret =
+                early_error(cs, 405, "method_not_allowed", 0, "method %s is not allowed for %s", cs->method, cs->path);
+        else
+            ret = early_error(cs, 404, "not_found", 0, "no route for %s %s", cs->method, cs->path);
+        goto decided;
     }
     cs->api = cs->route->api;
     cs->req.route_name = cs->route->name;
-    if (cs->route->auth && !authorized(s, cs->conn))
-        return queue_error(cs, 401, "invalid_api_key", "invalid or missing API key (send it as 'Authorization: "
-                                                       "Bearer KEY' or 'x-api-key: KEY')");
-    const char *cl = MHD_lookup_connection_value(cs->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl) {
+    if (cs->route->auth && !authorized(s, c)) {
+        ret = early_error(cs, 401, "invalid_api_key", 0,
+                          "invalid or missing API key (send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY')");
+        goto decided;
+    }
+    if (f.cl) {
         char *end;
         errno = 0;
-        unsigned long long n = strtoull(cl, &end, 10);
-        if (errno || end == cl || n > s->params.max_request_bytes)
-            return queue_error(cs, 413, "request_too_large", "the request body is larger than %zu bytes",
-                               s->params.max_request_bytes);
+        unsigned long long n = strtoull(f.cl, &end, 10);
+        if (errno || end == f.cl || n > s->params.max_request_bytes) {
+            now = errno || end == f.cl || n > cs->drain_max;
+            ret = early_error(cs, 413, "request_too_large", 0, "the request body is larger than %zu bytes",
+                              s->params.max_request_bytes);
+        }
     }
-    return MHD_YES;
+decided:
+    if (!cs->has_early)
+        return ret;
+    if (f.cl && strtoull(f.cl, NULL, 10) > cs->drain_max)
+        now = true;
+    // A client that asked "Expect: 100-continue" sends its body only when told to: answer now.
+    const char *expect = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    if (now || (expect && strcasecmp(expect, "100-continue") == 0))
+        return queue_api_error(cs, &cs->early);
+    return ret;
 }
 
 static enum MHD_Result run_handler(conn_state *cs)
@@ -487,66 +689,98 @@ static enum MHD_Result run_handler(conn_state *cs)
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls)
 {
-    (void)version;
     rp_server *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
-        cs = state_create(s, c, url, method);
+        cs = state_create(s, c, url, method, version);
         if (!cs)
             return MHD_NO;
         *con_cls = cs;
         return begin_request(cs);
     }
-    if (cs->answered) { // answered early (error): drop the body
+    if (cs->answered) { // answered before the body: libmicrohttpd reads no more of it
         *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (!cs->too_large && cs->body.len + n > s->params.max_request_bytes) {
+        if (!cs->has_early && !cs->too_large && cs->body.len + n > s->params.max_request_bytes) {
             cs->too_large = true;
             rp_buf_deinit(&cs->body);
+            early_error(cs, 413, "request_too_large", 0, "the request body is larger than %zu bytes",
+                        s->params.max_request_bytes);
         }
-        if (cs->too_large) {
-            // Drained, not kept; a body that keeps coming is cut off.
-            cs->body.len += n;
-            return cs->body.len > s->params.max_request_bytes + DRAIN_MAX ? MHD_NO : MHD_YES;
+        if (cs->has_early) {
+            // Read and dropped; past the bound the answer goes now (and the connection closes).
+            cs->drained += n;
+            return cs->drained > cs->drain_max ? queue_api_error(cs, &cs->early) : MHD_YES;
         }
         rp_buf_append(&cs->body, upload_data, n);
         return cs->body.failed ? MHD_NO : MHD_YES;
     }
-    if (cs->too_large) {
-        cs->body.len = 0;
-        return queue_error(cs, 413, "request_too_large", "the request body is larger than %zu bytes",
-                           s->params.max_request_bytes);
-    }
+    rp_conn_body_done(s->conns, cs->slot);
+    if (cs->has_early)
+        return queue_api_error(cs, &cs->early);
     return run_handler(cs);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)c;
+    rp_server *s = cls;
     conn_state *cs = *con_cls;
     *con_cls = NULL;
+    rp_conn *slot = conn_slot(c);
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && cs && !cs->answered)
+        cs->closed_by = rp_conn_ended(s->conns, slot);
+    rp_conn_request_done(s->conns, slot);
     if (!cs)
         return;
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !cs->s_finished)
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !cs->s_finished && !cs->closed_by)
         cs->req.stats.client_gone = true;
     cs->conn = NULL; // the connection is no longer ours to look at
     state_release(cs);
 }
 
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    rp_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? rp_conn_open(s->conns, fd->connect_fd, ad ? ad->client_addr : NULL) : NULL;
+    } else {
+        rp_conn_close(s->conns, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+// Called once a request line has arrived (before its headers): the head has started.
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+    (void)uri;
+    rp_server *s = cls;
+    rp_conn_head_started(s->conns, conn_slot(c));
+    return NULL; // keeps *con_cls NULL for on_request's first call
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    (void)cls;
+    rp_server *s = cls;
     char line[512];
     vsnprintf(line, sizeof(line), fmt, ap);
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n')
         line[--n] = 0;
-    RP_LOGD("libmicrohttpd: %s", line);
+    if (s->conns && strstr(line, "reached connection limit"))
+        rp_conn_hard_limit(s->conns);
+    rp_buf b; // its messages may quote the request's URL
+    rp_buf_init(&b);
+    rp_log_escape(&b, line, n, false);
+    if (!b.failed)
+        RP_LOGD("libmicrohttpd: %s", b.data ? b.data : "");
+    rp_buf_deinit(&b);
 }
 
 /* ---- the server object ------------------------------------------------------- */
@@ -557,6 +791,47 @@ void rp_server_params_default(rp_server_params *p)
     p->host = "127.0.0.1";
     p->port = RP_SERVER_DEFAULT_PORT;
     p->max_request_bytes = RP_SERVER_DEFAULT_MAX_REQUEST_BYTES;
+    p->max_connections = RP_SERVER_DEFAULT_MAX_CONNECTIONS;
+    p->max_connections_per_client = 0; // a quarter of max_connections
+    p->timeout_s = RP_SERVER_DEFAULT_TIMEOUT_S;
+}
+
+// The connection limits, filled in and checked; max_connections is lowered (with a
+// warning) to what the open-files limit allows, raised first to its hard limit if needed.
+static rp_status connection_limits(rp_server_params *p)
+{
+    if (!p->max_connections)
+        p->max_connections = RP_SERVER_DEFAULT_MAX_CONNECTIONS;
+    if (!p->max_connections_per_client)
+        p->max_connections_per_client = p->max_connections >= 4 ? p->max_connections / 4 : 1;
+    if (!(p->timeout_s > 0))
+        p->timeout_s = RP_SERVER_DEFAULT_TIMEOUT_S;
+    if (p->max_connections < 1 || p->max_connections_per_client < 1)
+        return RP_ERR(RP_ERR_INVALID, "connection limits must be at least 1 (got %d, %d per client)",
+                      p->max_connections, p->max_connections_per_client);
+    if (p->max_connections_per_client > p->max_connections)
+        p->max_connections_per_client = p->max_connections;
+    int margin = rp_conn_margin(p->max_connections);
+    rlim_t need = (rlim_t)p->max_connections + (rlim_t)margin + FD_RESERVE;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        struct rlimit up = rl;
+        up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl = up;
+        if (rl.rlim_cur < need) {
+            long fit = (long)rl.rlim_cur - FD_RESERVE - margin;
+            if (fit < 8)
+                return RP_ERR(RP_ERR_INVALID, "the open-files limit (%ld) leaves no room for connections",
+                              (long)rl.rlim_cur);
+            rp_log(RP_LOG_WARN, "rapid: warning: the open-files limit (%ld) allows %ld connections, not %d",
+                   (long)rl.rlim_cur, fit, p->max_connections);
+            p->max_connections = (int)fit;
+            if (p->max_connections_per_client > p->max_connections)
+                p->max_connections_per_client = p->max_connections;
+        }
+    }
+    return RP_OK;
 }
 
 // The default served name: the model path's last component, ".gguf" dropped.
@@ -634,6 +909,8 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     s->params = *p;
     if (!s->params.max_request_bytes)
         s->params.max_request_bytes = RP_SERVER_DEFAULT_MAX_REQUEST_BYTES;
+    if ((st = connection_limits(&s->params)))
+        goto fail;
     s->host = rp_strdup(p->host && *p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && *p->api_key ? rp_strdup(p->api_key) : NULL;
     s->model_name = p->served_model_name && *p->served_model_name ? rp_strdup(p->served_model_name)
@@ -666,17 +943,25 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     if ((st = rp_metrics_create(&s->metrics)))
         goto fail;
+    if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client, s->params.timeout_s,
+                                   &s->conns)))
+        goto fail;
     if (pipe2(s->wake_pipe, O_CLOEXEC) != 0) {
         st = RP_ERR(RP_ERR_IO, "pipe: %s", strerror(errno));
         goto fail;
     }
     if ((st = open_listener(s->host, p->port, &s->listen_fd, &s->port)))
         goto fail;
-    s->daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                                     MHD_USE_ITC | MHD_USE_ERROR_LOG,
-                                 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log,
-                                 s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+        // Its own limit sits above ours by the refused connections' margin (conn.c);
+        // no inactivity timeout of its own: conn.c's deadlines replace it.
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->params.max_connections + rp_conn_margin(s->params.max_connections)),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
     if (!s->daemon) {
         st = RP_ERR(RP_ERR_IO, "cannot start the HTTP daemon on %s:%d", s->host, s->port);
         goto fail;
@@ -726,6 +1011,7 @@ void rp_server_destroy(rp_server *s)
             close(lfd);
         MHD_stop_daemon(s->daemon);
     }
+    rp_conn_table_destroy(s->conns); // every connection has closed
     if (s->listen_fd >= 0)
         close(s->listen_fd);
     for (int i = 0; i < 2; i++)

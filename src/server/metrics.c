@@ -9,7 +9,14 @@
  * (queue depth, running requests, KV blocks, steps, tokens, cancelled
  * requests, KV pool, prefix cache in memory and on disk, speculative
  * decoding's draft tokens verified and accepted per method and draft position)
- * are read from rp_engine_get_stats at scrape time.
+ * are read from rp_engine_get_stats at scrape time, the connection figures
+ * (open, limits, closed by reason, refused) from the connection table.
+ *
+ * Who may read what: /health and /metrics need no API key (load balancers and
+ * Prometheus scrapers), so /metrics holds numbers only: no path, model name,
+ * address or client text (its labels are route names, status codes, method
+ * names, reasons, bucket bounds). /v1/status names the disk cache's folder,
+ * so it needs the key when one is set (the route table in http.c).
  */
 #include "server_int.h"
 
@@ -160,7 +167,29 @@ static void spec_metrics(rp_buf *b, const rp_engine_stats *es)
     }
 }
 
-void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
+// The connection table's figures (conn.c).
+static void conn_metrics(rp_buf *b, rp_conn_table *t)
+{
+    rp_conn_stats cs;
+    rp_conn_get_stats(t, &cs);
+    gauge(b, "rapid_connections_open", "HTTP connections open now.", cs.open);
+    gauge(b, "rapid_connections_limit", "Most connections served at once (--max-connections).", cs.limit);
+    gauge(b, "rapid_connections_per_client_limit", "Most connections of one client address.", cs.per_client);
+    rp_buf_puts(b, "# HELP rapid_connections_closed_total Connections the server closed itself, by reason: "
+                   "head_timeout (no whole request head in time), idle_timeout (kept alive, no next request), "
+                   "body_timeout, evicted (waiting for a request head, closed to make room for a new one).\n"
+                   "# TYPE rapid_connections_closed_total counter\n");
+    const char *names[] = {"head_timeout", "idle_timeout", "body_timeout", "evicted"};
+    uint64_t v[] = {cs.head_timeouts, cs.idle_timeouts, cs.body_timeouts, cs.evicted};
+    for (int i = 0; i < 4; i++)
+        rp_buf_printf(b, "rapid_connections_closed_total{reason=\"%s\"} %llu\n", names[i], (unsigned long long)v[i]);
+    counter(b, "rapid_connections_refused_total",
+            "Connections answered 503 because every slot was busy with a request.", cs.refused);
+    counter(b, "rapid_connections_dropped_total",
+            "Connections closed unanswered at libmicrohttpd's own limit (past the 503s' margin).", cs.hard_refused);
+}
+
+void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_conn_table *conns, rp_buf *b)
 {
     pthread_mutex_lock(&m->lock);
     rp_buf_puts(b, "# HELP rapid_requests_total HTTP requests answered, by route and status.\n"
@@ -179,6 +208,8 @@ void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *b)
     render_histogram(b, "rapid_decode_tokens_per_second", "Decode speed per request (tokens after the first).",
                      &m->tps, tps_bounds, N_TPS);
     pthread_mutex_unlock(&m->lock);
+    if (conns)
+        conn_metrics(b, conns);
     if (!e)
         return;
     rp_engine_stats es;
@@ -300,7 +331,7 @@ void rp_metrics_handler(rp_http_req *r, rp_reply *out)
 {
     rp_buf b;
     rp_buf_init(&b);
-    rp_metrics_render(r->srv->metrics, r->srv->engine, &b);
+    rp_metrics_render(r->srv->metrics, r->srv->engine, r->srv->conns, &b);
     rp_reply_text(out, 200, "text/plain; version=0.0.4; charset=utf-8", b.data ? b.data : "", b.len);
     if (b.failed)
         out->body.failed = true;

@@ -24,6 +24,8 @@
 
 #define RP_SERVER_DEFAULT_PORT 8000
 #define RP_SERVER_DEFAULT_MAX_REQUEST_BYTES ((size_t)8 << 20)
+#define RP_SERVER_DEFAULT_MAX_CONNECTIONS 512
+#define RP_SERVER_DEFAULT_TIMEOUT_S 30.0
 
 typedef struct rp_server_params {
     const char *host;              // address to bind (name or literal); default "127.0.0.1"
@@ -37,6 +39,19 @@ typedef struct rp_server_params {
     const char *chat_template;     // Jinja source used instead of the tokenizer's (--chat-template); NULL: the
                                    // tokenizer's. Parsed at create (formats are chosen from it), not kept
     bool quiet;                    // no per-request log lines (tests)
+    // Connections (see server_int.h, "connections"): at most max_connections open at once
+    // (default 512), at most max_connections_per_client of them from one client address (an
+    // IPv4 address or an IPv6 /64; default a quarter of max_connections). Past either limit the
+    // oldest connection of that address (or, at the global limit, of the address holding the
+    // most) that has not sent a whole request head yet, an idle kept-alive one included, is
+    // closed to make room; if there is none, the new connection is answered 503 with
+    // Retry-After. timeout_s (default 30): a request's head must arrive within it of the
+    // connection's start or the previous reply's end (so an idle kept-alive connection is closed
+    // after it), and its body within it of the head's end. Nothing is timed once the body is in:
+    // a generation or a stream runs as long as it takes.
+    int max_connections;
+    int max_connections_per_client;
+    double timeout_s;
 } rp_server_params;
 
 void rp_server_params_default(rp_server_params *p);

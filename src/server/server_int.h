@@ -3,9 +3,13 @@
  *
  * The server is split by concern:
  *
- *   http.c      the libmicrohttpd daemon: routing, auth, body limits, replies,
- *               streaming through pump callbacks, disconnect detection, the
- *               per-request log line; the server object and its lifecycle.
+ *   http.c      the libmicrohttpd daemon: routing, auth, body limits, early
+ *               errors, replies, streaming through pump callbacks, disconnect
+ *               detection, the per-request log line; the server object and
+ *               its lifecycle.
+ *   conn.c      which connections are kept: the connection limits (global and
+ *               per client address, slow and idle connections giving way to
+ *               new ones), deadlines for a request's head and body.
  *   fields.c    the request-reading helpers every API uses (typed field readers
  *               whose errors name the field, and the pieces several APIs read
  *               alike: content parts, tool modes, JSON formats, function tools),
@@ -41,7 +45,7 @@
  *
  * Threads: an rp_http_req, its rp_drv and its reply belong to the request's
  * connection thread. rp_server fields are immutable after create except the
- * metrics (own lock) and the atomics.
+ * metrics and the connection table (each with its own lock) and the atomics.
  */
 #ifndef RP_SERVER_INT_H
 #define RP_SERVER_INT_H
@@ -210,6 +214,73 @@ bool rp_tools_has(const json_t *tools, const char *name);
 // append is out of memory (500, false).
 bool rp_api_append_new(json_t *arr, json_t *v, rp_api_error *e);
 
+/* ---- text that reaches logs and errors (fields.c) --------------------------- */
+
+// Makes s (NUL-terminated, in a buffer of cap bytes) valid UTF-8 in place: each
+// byte that does not start a valid sequence becomes U+FFFD, and a sequence cut
+// by the end (a message truncated by snprintf) is dropped; the result still
+// fits in cap. Error messages and params pass through it (rp_api_fail), so a
+// message quoting client bytes always serializes as JSON.
+void rp_utf8_repair(char *s, size_t cap);
+// Appends n bytes of client text to out for a log line: valid UTF-8 is kept,
+// except control characters (C0, DEL, C1) and the bidirectional overrides and
+// isolates, which are written \n, \r, \t or \xNN / \u{NNNN}; bytes that are
+// not UTF-8 are \xNN; a backslash is doubled; with `spaces`, a space is \x20
+// too (a field of a space-separated line). So a logged field is one line,
+// sends no terminal escapes and can be read back unambiguously.
+void rp_log_escape(rp_buf *out, const char *s, size_t n, bool spaces);
+
+/* ---- connections (conn.c) --------------------------------------------------- */
+
+// The table of open connections: limits and deadlines, as described at the top
+// of conn.c. One per server; its functions may be called from any thread.
+struct sockaddr;
+typedef struct rp_conn_table rp_conn_table;
+typedef struct rp_conn rp_conn; // one connection's record, owned by the table
+
+// Why the table shut a connection down.
+typedef enum rp_conn_end {
+    RP_CONN_OPEN = 0,         // it did not
+    RP_CONN_HEAD_TIMEOUT = 1, // no whole request head within the timeout
+    RP_CONN_IDLE_TIMEOUT = 2, // a kept-alive connection with no next request
+    RP_CONN_BODY_TIMEOUT = 3, // the body did not arrive within the timeout
+    RP_CONN_EVICTED = 4,      // waiting for a request head, closed to make room for a new connection
+} rp_conn_end;
+
+typedef struct rp_conn_stats {
+    int open;              // connections open now (refused ones included)
+    int limit, per_client; // the limits in force
+    uint64_t head_timeouts, idle_timeouts, body_timeouts, evicted, refused, hard_refused; // since start
+} rp_conn_stats;
+
+// Starts the table and its watchdog thread. Errors: RP_ERR_INVALID (a limit
+// below 1, timeout not positive), RP_ERR_NOMEM.
+rp_status rp_conn_table_create(int max_conn, int max_per_client, double timeout_s, rp_conn_table **out);
+// Stops the watchdog and frees the table. Call after the daemon has stopped. NULL is a no-op.
+void rp_conn_table_destroy(rp_conn_table *t);
+// How many connections past max_conn libmicrohttpd should accept (for the refused ones' 503s).
+int rp_conn_margin(int max_conn);
+// A connection was accepted (fd, peer address sa, possibly NULL). Applies the limits: may shut
+// an older connection down to make room, or mark this one refused. NULL when out of memory
+// (the connection is then served untracked).
+rp_conn *rp_conn_open(rp_conn_table *t, int fd, const struct sockaddr *sa);
+// The connection is closing (its socket still open). Frees c. NULL is a no-op.
+void rp_conn_close(rp_conn_table *t, rp_conn *c);
+// The next request's first line has arrived (its head has started).
+void rp_conn_head_started(rp_conn_table *t, rp_conn *c);
+// The request head is complete: the body deadline starts. Returns true when the connection
+// was refused at admission (answer 503 with Retry-After and close it).
+bool rp_conn_request(rp_conn_table *t, rp_conn *c);
+// The body has been read: no deadline until the reply is done.
+void rp_conn_body_done(rp_conn_table *t, rp_conn *c);
+// The reply is done: the connection waits for its next request (the head deadline restarts).
+void rp_conn_request_done(rp_conn_table *t, rp_conn *c);
+// Why the table shut c down (RP_CONN_OPEN when it did not). NULL: RP_CONN_OPEN.
+rp_conn_end rp_conn_ended(rp_conn_table *t, rp_conn *c);
+// libmicrohttpd closed a new connection at its own limit (counted and reported).
+void rp_conn_hard_limit(rp_conn_table *t);
+void rp_conn_get_stats(rp_conn_table *t, rp_conn_stats *out);
+
 /* ---- the server object ----------------------------------------------------- */
 
 typedef struct rp_metrics rp_metrics; // metrics.c
@@ -230,6 +301,7 @@ struct rp_server {
     int listen_fd;
     struct MHD_Daemon *daemon;
     rp_metrics *metrics;
+    rp_conn_table *conns;
     atomic_ullong next_id;   // request ids
     atomic_bool stopping;    // destroy has begun: streams end, generations are cancelled
     int wake_pipe[2];        // rp_server_stop writes, rp_server_wait reads
@@ -268,7 +340,14 @@ typedef struct rp_http_req {
 
 // A request header (case-insensitive name), NULL if absent.
 const char *rp_http_header(rp_http_req *r, const char *name);
-// True when the client has closed its side of the connection (checked now, without waiting).
+// True when the client has gone away (checked now, without waiting): the
+// connection was reset or closed for reading, or the server is stopping. A
+// client that only closed its sending side after its request (a half-close)
+// is not gone: the end of its stream makes the layer write a probe (an
+// interim "100 Continue" before a whole reply, an SSE comment in a stream;
+// again every second while it stands), which a client that closed the
+// connection answers with a reset, seen by a later call. (HTTP/1.0 takes no interim replies: there the end of the
+// client's stream means gone.)
 bool rp_http_client_gone(rp_http_req *r);
 // The body as a JSON object. Checks: valid UTF-8, nesting depth at most
 // RP_JSON_MAX_DEPTH, well-formed JSON, an object at the top. Fills e (400 with
@@ -483,7 +562,8 @@ rp_status rp_metrics_create(rp_metrics **out);
 void rp_metrics_destroy(rp_metrics *m);
 // Records one finished request (route, status, token counts, timings). Any thread.
 void rp_metrics_record(rp_metrics *m, const rp_http_req *r);
-// Appends the Prometheus text exposition (with the engine's gauges) to out.
-void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_buf *out);
+// Appends the Prometheus text exposition (with the engine's gauges and, when
+// conns is not NULL, the connection counters) to out.
+void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_conn_table *conns, rp_buf *out);
 
 #endif

@@ -282,7 +282,7 @@ static void test_prefix_cache_and_status(void **state)
     assert_int_equal(cached[1], prompt / 16 * 16 - 1);
     assert_string_equal(first[0], first[1]);
 
-    wire_request("GET", "/v1/status", NULL, NULL, &r);
+    wire_request("GET", "/v1/status", AUTH, NULL, &r);
     assert_int_equal(r.status, 200);
     assert_string_equal(wire_header(&r, "Content-Type"), "application/json");
     json_t *st = body_json(&r);

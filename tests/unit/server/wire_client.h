@@ -1,7 +1,8 @@
 /*
  * wire_client.h - a raw HTTP/1.1 client over loopback sockets for the
  * in-process server tests: one request per connection (Connection: close),
- * the response read to the end, chunked bodies de-chunked, header lookup.
+ * the response read to the end (interim 1xx replies skipped), chunked bodies
+ * de-chunked, header lookup; connections from another loopback address.
  * The test defines `wire_port` (the server's port) before including it
  * (wire_server.h does).
  */
@@ -25,18 +26,30 @@ typedef struct wire_resp {
     size_t len;
 } wire_resp;
 
-static int wire_dial(void)
+// A connection to the server from the loopback address src ("127.0.0.2"; NULL: the default).
+static int wire_dial_from(const char *src)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
     struct timeval tv = {60, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (src) {
+        struct sockaddr_in b = {0};
+        b.sin_family = AF_INET;
+        assert_int_equal(inet_pton(AF_INET, src, &b.sin_addr), 1);
+        assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0);
+    }
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
     a.sin_port = htons((uint16_t)wire_port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     return fd;
+}
+
+static int wire_dial(void)
+{
+    return wire_dial_from(NULL);
 }
 
 static void wire_send(int fd, const char *p, size_t n)
@@ -83,6 +96,11 @@ static void wire_read(int fd, wire_resp *r)
     }
     buf[n] = 0;
     memset(r, 0, sizeof(*r));
+    char *start = buf;
+    while (strncmp(start, "HTTP/1.1 1", 10) == 0 && strstr(start, "\r\n\r\n")) // interim replies
+        start = strstr(start, "\r\n\r\n") + 4;
+    n -= (size_t)(start - buf);
+    memmove(buf, start, n + 1);
     char *end = strstr(buf, "\r\n\r\n");
     assert_non_null(end);
     size_t hl = (size_t)(end - buf);
@@ -139,7 +157,7 @@ static void wire_request(const char *method, const char *path, const char *heade
 }
 
 // Sends a streaming request and returns the socket once its first SSE frame has arrived.
-static int wire_open_stream(const char *path, const char *headers, const char *body)
+__attribute__((unused)) static int wire_open_stream(const char *path, const char *headers, const char *body)
 {
     int fd = wire_send_request("POST", path, headers, body);
     char buf[8192] = "";

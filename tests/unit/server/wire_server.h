@@ -16,13 +16,15 @@ static int wire_port;
 
 #include "wire_client.h"
 
+static int wire_ctx = 1024; // the engine's context (a test may set it before starting)
 static rp_model *wire_model;
 static rp_tokenizer *wire_tok;
 static rp_engine *engine;
 static rp_server *server;
 
-// Starts the server requiring api_key; max_request_bytes 0 keeps the default. Returns 0 or -1.
-static int wire_server_start(const char *api_key, size_t max_request_bytes)
+// Starts the server requiring api_key; max_request_bytes 0 keeps the default; tune (may be
+// NULL) changes the other server params last. Returns 0 or -1.
+static int wire_server_start_tuned(const char *api_key, size_t max_request_bytes, void (*tune)(rp_server_params *sp))
 {
     rp_log_set_level(RP_LOG_WARN);
     rp_model_params mp;
@@ -33,7 +35,7 @@ static int wire_server_start(const char *api_key, size_t max_request_bytes)
         return -1;
     rp_engine_params ep;
     rp_engine_params_default(&ep);
-    ep.n_ctx = 1024;
+    ep.n_ctx = wire_ctx;
     ep.max_running = 1; // one generates, one waits, the third is refused (the 503 tests)
     ep.max_queue = 1;
     if (rp_engine_create(wire_model, wire_tok, &ep, &engine))
@@ -45,10 +47,17 @@ static int wire_server_start(const char *api_key, size_t max_request_bytes)
     if (max_request_bytes)
         sp.max_request_bytes = max_request_bytes;
     sp.quiet = true;
+    if (tune)
+        tune(&sp);
     if (rp_server_create(engine, wire_model, wire_tok, &sp, &server))
         return -1;
     wire_port = rp_server_port(server);
     return wire_port > 0 ? 0 : -1;
+}
+
+__attribute__((unused)) static int wire_server_start(const char *api_key, size_t max_request_bytes)
+{
+    return wire_server_start_tuned(api_key, max_request_bytes, NULL);
 }
 
 // Destroys the server (even with a stream still open), the engine and the model.
@@ -71,7 +80,7 @@ static json_t *body_json(const wire_resp *r)
 }
 
 // The server still answers (after an error).
-static void still_serving(void)
+__attribute__((unused)) static void still_serving(void)
 {
     wire_resp r;
     wire_request("GET", "/health", NULL, NULL, &r);
