@@ -124,6 +124,11 @@ int rp_backend_threads(rp_backend *be)
     return be->ops->threads ? be->ops->threads(be) : 0;
 }
 
+const char *rp_backend_lost(rp_backend *be)
+{
+    return be->ops->lost ? be->ops->lost(be) : NULL;
+}
+
 /* ---- memory ---- */
 
 rp_status rp_backend_alloc(rp_backend *be, size_t bytes, void **out)

@@ -100,6 +100,9 @@ const char *rp_backend_numerics_note(rp_backend *be, rp_dtype wtype);
 rp_pool *rp_backend_host_pool(rp_backend *be);
 // The host threads a backend computes with (the CPU backend's pool), 0 for a device.
 int rp_backend_threads(rp_backend *be);
+// NULL while the backend can run; after an error that left its device unusable (a GPU
+// context lost to a kernel fault), why (static storage): every later op fails at once.
+const char *rp_backend_lost(rp_backend *be);
 
 /* ---- memory ---- */
 

@@ -22,6 +22,7 @@ typedef struct rp_backend_ops {
     const char *(*numerics_note)(rp_backend *be, rp_dtype wtype); // optional: ""
     rp_pool *(*host_pool)(rp_backend *be);                        // optional: NULL
     int (*threads)(rp_backend *be);                               // optional: 0
+    const char *(*lost)(rp_backend *be);                          // optional: never lost
 
     // Memory.
     rp_status (*alloc)(rp_backend *be, size_t bytes, void **out);

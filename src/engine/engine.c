@@ -636,6 +636,21 @@ static void publish(rp_engine *e)
     }
 }
 
+// The backend's device is lost (under e->mu): every request fails with why, later
+// submits are refused, and the failure hook learns of it once.
+static void engine_fail(rp_engine *e, const char *why)
+{
+    snprintf(e->fail_msg, sizeof(e->fail_msg), "the device failed: %s", why);
+    e->failed = true;
+    RP_LOGE("engine: %s", e->fail_msg);
+    while (e->r_head)
+        finish(e, e->r_head, RP_GEN_ERROR, e->fail_msg);
+    while (e->q_head)
+        finish(e, e->q_head, RP_GEN_ERROR, e->fail_msg);
+    if (e->on_fail)
+        e->on_fail(e->on_fail_ctx);
+}
+
 static void *engine_main(void *arg)
 {
     rp_engine *e = arg;
@@ -660,6 +675,9 @@ static void *engine_main(void *arg)
         pthread_mutex_lock(&e->mu);
         publish(e);
         count_step(e, rp_time_s() - t_turn);
+        const char *lost = rp_backend_lost(rp_model_backend(e->m));
+        if (lost && !e->failed)
+            engine_fail(e, lost);
     }
     while (e->r_head)
         finish(e, e->r_head, RP_GEN_CANCELLED, NULL);
@@ -974,7 +992,9 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     memcpy(g->toks, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
 
     pthread_mutex_lock(&e->mu);
-    if (e->stop)
+    if (e->failed)
+        st = RP_ERR(RP_ERR_DEVICE, "%s", e->fail_msg);
+    else if (e->stop)
         st = RP_ERR(RP_ERR_LIMIT, "the engine is shutting down");
     else if (e->n_queued >= e->max_queue)
         st = RP_ERR(RP_ERR_LIMIT, "the queue is full (%d requests waiting)", e->n_queued);
@@ -1081,4 +1101,23 @@ void rp_gen_get_stats(const rp_gen *g, rp_gen_stats *out)
     pthread_mutex_lock(&g->e->mu);
     *out = g->stats;
     pthread_mutex_unlock(&g->e->mu);
+}
+
+const char *rp_engine_failed(rp_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    const char *m = e->failed ? e->fail_msg : NULL; // set once, never changed after
+    pthread_mutex_unlock(&e->mu);
+    return m;
+}
+
+void rp_engine_on_failure(rp_engine *e, void (*fn)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&e->mu);
+    e->on_fail = fn;
+    e->on_fail_ctx = ctx;
+    bool now = e->failed && fn;
+    pthread_mutex_unlock(&e->mu);
+    if (now)
+        fn(ctx);
 }

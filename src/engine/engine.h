@@ -158,6 +158,15 @@ typedef struct rp_engine rp_engine;
 // draft model's load errors. A cache folder that cannot be used is no error:
 // the prefix cache stays in memory and a warning says why.
 rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine_params *p, rp_engine **out);
+
+// NULL while the engine can run; once its backend's device is lost (rp_backend_lost: a GPU
+// context gone after a kernel fault), why ("the device failed: ..."), for good: every
+// request then failed with it and later submits are refused (RP_ERR_DEVICE). Any thread.
+const char *rp_engine_failed(rp_engine *e);
+// fn(ctx) is called once when the engine fails (on the engine thread, under its lock: it
+// must not call back into the engine), or at once when it already has; NULL: none. The
+// server stops itself through it. Any thread.
+void rp_engine_on_failure(rp_engine *e, void (*fn)(void *ctx), void *ctx);
 // Cancels everything queued or running, joins the thread, writes the cached
 // blocks not yet on disk (with a disk tier, for at most cache_flush_s seconds),
 // frees the pool.

@@ -182,6 +182,12 @@ struct rp_engine {
     float *logits;      // (max_rows, n_vocab)
     float *lp;          // (n_vocab) logprobs of one row
     char step_err[512]; // why the last forward failed
+    // Failure (under e->mu): set once, when the backend's device is lost; then every request
+    // fails and the hook (rp_engine_on_failure) is called once.
+    bool failed;
+    char fail_msg[256];
+    void (*on_fail)(void *ctx);
+    void *on_fail_ctx;
 
     spec_engine spec; // engine_spec.c
 };

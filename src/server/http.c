@@ -892,6 +892,12 @@ static rp_status open_listener(const char *host, int port, int *fd_out, int *por
     return RP_OK;
 }
 
+// The engine's failure hook: its device is gone, so nothing more can be served.
+static void engine_failed(void *ctx)
+{
+    rp_server_stop(ctx);
+}
+
 rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *tok, const rp_server_params *p,
                            rp_server **out)
 {
@@ -967,6 +973,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     }
     s->listen_fd = -1; // the daemon's now
+    rp_engine_on_failure(e, engine_failed, s); // a lost device stops the server (rp_server_run says why)
     *out = s;
     return RP_OK;
 fail:
@@ -1002,6 +1009,8 @@ void rp_server_destroy(rp_server *s)
 {
     if (!s)
         return;
+    if (s->daemon)
+        rp_engine_on_failure(s->engine, NULL, NULL);
     atomic_store(&s->stopping, true);
     if (s->daemon) {
         // Stop accepting first, then let the connection threads see `stopping`
@@ -1064,11 +1073,12 @@ rp_status rp_server_run(rp_engine *e, const rp_model *m, const rp_tokenizer *tok
     fprintf(stderr, "rapid: listening on http://%s%s%s:%d\n", v6 ? "[" : "", s->host, v6 ? "]" : "", s->port);
     fflush(stderr);
     rp_server_wait(s);
-    rp_log(RP_LOG_INFO, "rapid: shutting down");
+    const char *failed = rp_engine_failed(e);
+    rp_log(RP_LOG_INFO, "rapid: shutting down%s", failed ? " (the engine cannot run any more)" : "");
     rp_server_destroy(s);
     signal_server = NULL;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGPIPE, &old_pipe, NULL);
-    return RP_OK;
+    return failed ? RP_ERR(RP_ERR_DEVICE, "%s; the server stopped", failed) : RP_OK;
 }

@@ -77,7 +77,9 @@ void rp_server_destroy(rp_server *s);
 // Creates the server, prints exactly one line to stderr once it listens
 // ("rapid: listening on http://HOST:PORT"), serves until SIGINT or SIGTERM,
 // then shuts down cleanly (rp_server_destroy) and returns RP_OK. Errors as for
-// rp_server_create. Installs SIGINT/SIGTERM handlers for its duration and
+// rp_server_create, and RP_ERR_DEVICE when it stopped because the engine failed (its
+// device was lost: rp_engine_failed; a server made by rp_server_create is stopped then
+// too, rp_server_wait returning). Installs SIGINT/SIGTERM handlers for its duration and
 // ignores SIGPIPE.
 rp_status rp_server_run(rp_engine *e, const rp_model *m, const rp_tokenizer *tok, const rp_server_params *p);
 

@@ -35,5 +35,9 @@ bool rp_cpu_force_simd(const char *name);
 // Test hook: keeps the AMX kernel out (true), so bf16 activations take the AVX512_BF16
 // dot product where there is one, or lets it back in (false).
 void rp_cpu_force_no_amx(bool off);
+// Test hook: makes a CPU backend behave as a GPU whose context was lost: from now on every
+// forward fails (RP_ERR_DEVICE) and rp_backend_lost says `why`. For the tests of what the
+// engine and the server do then (a CPU never loses its device).
+void rp_cpu_test_lose(rp_backend *be, const char *why);
 
 #endif

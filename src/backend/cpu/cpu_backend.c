@@ -423,6 +423,8 @@ static rp_status cpu_synchronize(rp_backend *be)
 static rp_status cpu_begin_batch(rp_backend *be, const rp_batch_desc *d)
 {
     cpu_backend *c = cpu(be);
+    if (c->lost[0])
+        return RP_ERR(RP_ERR_DEVICE, "cpu backend: %s", c->lost);
     if (d->n_tokens > c->bt_ptr_cap) {
         int cap = d->n_tokens > 2 * c->bt_ptr_cap ? d->n_tokens : 2 * c->bt_ptr_cap;
         const int32_t **p = rp_realloc(c->bt_ptr, (size_t)cap * sizeof(*p));
@@ -562,6 +564,11 @@ static int cpu_threads(rp_backend *be)
     return rp_pool_size(cpu(be)->pool);
 }
 
+static const char *cpu_lost(rp_backend *be)
+{
+    return cpu(be)->lost[0] ? cpu(be)->lost : NULL;
+}
+
 static const rp_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -570,6 +577,7 @@ static const rp_backend_ops cpu_ops = {
     .numerics_note = cpu_numerics_note,
     .host_pool = cpu_host_pool,
     .threads = cpu_threads,
+    .lost = cpu_lost,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,
@@ -614,6 +622,12 @@ rp_status rp_backend_cpu_create(const rp_backend_params *p, rp_backend **out)
     }
     *out = &c->base;
     return RP_OK;
+}
+
+void rp_cpu_test_lose(rp_backend *be, const char *why)
+{
+    RP_ASSERT(be->ops == &cpu_ops);
+    snprintf(cpu(be)->lost, sizeof(cpu(be)->lost), "%s", why && *why ? why : "lost (test hook)");
 }
 
 bool rp_backend_cpu_bf16_act(rp_backend *be)

@@ -61,6 +61,7 @@ typedef struct cpu_backend {
     huge_map *huge; // (n_huge) cpu_alloc's buffers on 2 MiB pages, for cpu_free
     int n_huge, cap_huge;
     char numerics[64]; // rp_backend_numerics' text
+    char lost[128];    // rp_cpu_test_lose's reason ("": not lost)
 } cpu_backend;
 
 // Grows a 64-byte aligned scratch buffer to at least `need` bytes (cpu_backend.c).

@@ -1009,6 +1009,11 @@ static rp_pool *cuda_host_pool(rp_backend *be)
     return cuda(be)->pool;
 }
 
+static const char *cuda_lost(rp_backend *be)
+{
+    return cuda(be)->lost ? cuda(be)->lost_msg : NULL;
+}
+
 static void cuda_destroy(rp_backend *be)
 {
     cuda_backend *c = cuda(be);
@@ -1034,6 +1039,7 @@ static const rp_backend_ops cuda_ops = {
     .get_info = cuda_get_info,
     .numerics = cuda_numerics,
     .host_pool = cuda_host_pool,
+    .lost = cuda_lost,
     .alloc = cuda_alloc,
     .free = cuda_free,
     .host_alloc = cuda_host_alloc,

@@ -12,6 +12,7 @@
  * instance of the model with the default max_batch (one forward per prompt).
  */
 #include "test_model.h"
+#include "backend/cpu/cpu.h"
 #include "../model/model_harness.h"
 
 #include "engine/engine.h"
@@ -533,6 +534,61 @@ static void test_cancel(void **state)
     rp_gen_release(g);
     rp_gen_release(q);
     rp_engine_destroy(e);
+}
+
+static int fail_calls;
+static void count_failure(void *ctx)
+{
+    (void)ctx;
+    fail_calls++;
+}
+
+// A lost device (a GPU context gone after a kernel fault; here the CPU backend's test hook):
+// the running and the queued request fail with the reason, later submits are refused, the
+// failure hook runs once (also when set afterwards), and the engine still shuts down cleanly.
+static void test_device_lost(void **state)
+{
+    rp_backend *be = NULL; // the CPU's own: the hook is the CPU backend's, whatever RP_TEST_DEVICE says
+    assert_int_equal(rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &be), RP_OK);
+    rp_model_params mp;
+    rp_model_params_default(&mp);
+    mp.quiet = true;
+    rp_model *m = NULL;
+    assert_int_equal(rp_model_load(rp_test_source("models/rapid-tiny-draft"), be, &mp, &m), RP_OK);
+    rp_model_own_backend(m);
+    rp_engine_params ep;
+    rp_engine_params_default(&ep);
+    ep.max_running = 1;
+    rp_engine *e = NULL;
+    assert_int_equal(rp_engine_create(m, TOK, &ep, &e), RP_OK);
+    fail_calls = 0;
+    rp_engine_on_failure(e, count_failure, NULL);
+    assert_null(rp_engine_failed(e));
+    rp_gen_params gp = greedy_params(&P[1], 3000, true);
+    rp_gen *g = submit(e, &gp), *q = submit(e, &gp); // q waits behind g
+    rp_gen_token buf[4];
+    int k = 0;
+    assert_int_equal(rp_gen_read(g, READ_GUARD_S, buf, 4, &k), RP_GEN_RUNNING); // g runs
+    rp_cpu_test_lose(be, "the test lost it");
+    static int32_t ids[4000];
+    int n;
+    assert_int_equal(read_all_ok(g, ids, NULL, 4000, &n), RP_GEN_ERROR);
+    assert_int_equal(read_all_ok(q, ids, NULL, 4000, &n), RP_GEN_ERROR);
+    assert_non_null(strstr(rp_gen_error(q), "the device failed: the test lost it"));
+    const char *why = rp_engine_failed(e);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "the test lost it"));
+    assert_int_equal(fail_calls, 1);
+    rp_gen *r = NULL;
+    assert_int_equal(rp_engine_submit(e, &gp, &r), RP_ERR_DEVICE);
+    assert_null(r);
+    assert_non_null(strstr(rp_error_message(), "the device failed"));
+    rp_engine_on_failure(e, count_failure, NULL); // set after the failure: called at once
+    assert_int_equal(fail_calls, 2);
+    rp_gen_release(g);
+    rp_gen_release(q);
+    rp_engine_destroy(e);
+    rp_model_destroy(m);
 }
 
 static void test_release_running(void **state)
@@ -1199,6 +1255,7 @@ int main(void)
         cmocka_unit_test(test_prefill_chunks_bounded_while_decoding),
         cmocka_unit_test(test_preemption_keeps_outputs),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_device_lost),
         cmocka_unit_test(test_read_timeouts),
         cmocka_unit_test(test_release_running),
         cmocka_unit_test(test_destroy_with_live_handles),

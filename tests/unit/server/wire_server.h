@@ -102,13 +102,13 @@ static void wait_engine(int running, const char *what)
     fail_msg("the engine did not %s", what);
 }
 
-static void wait_idle(void)
+__attribute__((unused)) static void wait_idle(void)
 {
     wait_engine(0, "become idle");
 }
 
 // The engine has admitted the one request (queued -> running): the queue's one place is free.
-static void wait_running(void)
+__attribute__((unused)) static void wait_running(void)
 {
     wait_engine(1, "start the request");
 }
