@@ -47,6 +47,14 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
 void rp_cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 void rp_cpu_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
 
+// F32 / F16 weights against many tokens on AVX-512 (matmul_avx512.c): y[t * ldy + r] =
+// dot(weight row r, activation row t) for rows [0, nr) and tokens [0, n), w rows ws bytes
+// apart, x float32 rows xs bytes apart. A GEMM that converts (F16) each block of weights
+// to float32 once for a group of tokens; each output is bitwise what the type's AVX-512
+// tile kernel (rp_mm_kernel_avx512) gives for it alone (mm_tiles.h, RP_MM_FLT_BLOCK).
+void rp_mm_gemm_flt_avx512(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n,
+                           int64_t ne0, float *y, size_t ldy);
+
 // The instruction-set level the kernels use now (cpuid capped by the test hooks of
 // backend.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).
 int rp_cpu_simd_level(void);

@@ -380,7 +380,18 @@ typedef struct mm_isa {
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out);
     int tokens; // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
     bool amx;   // matmul_amx.c instead of a tile kernel
+    // F32 / F16 from MM_GEMM_MIN tokens on: a GEMM over a chunk's rows and every token
+    void (*gemm)(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n,
+                 int64_t ne0, float *y, size_t ldy);
 } mm_isa;
+
+// Tokens from which F32 / F16 weights take the GEMM (the same bits as the tile kernel).
+#ifndef MM_GEMM_MIN
+#define MM_GEMM_MIN 16
+#endif
+#ifndef MM_GEMM_TAKE
+#define MM_GEMM_TAKE (256u << 10)
+#endif
 
 // Weights AMX's kernel can take: BF16 rows of whole 32-element chunks.
 static bool amx_shape(rp_dtype wtype, int64_t ne0)
@@ -402,6 +413,8 @@ static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0, bool bf16_act)
         m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
         m.quantize_act = rp_mm_act_fn_avx512(wtype);
         m.tokens = rp_mm_tokens_avx512(wtype, ne0);
+        if (wtype == RP_DTYPE_F32 || wtype == RP_DTYPE_F16)
+            m.gemm = rp_mm_gemm_flt_avx512;
     } else if (level >= LVL_AVX2 && (m.kern = rp_mm_kernel_avx2(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx2(wtype, ne0);
         m.quantize_act = rp_mm_quantize_act_avx2;
@@ -490,6 +503,8 @@ typedef struct mm_job {
     rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
     int tokens;        // tokens per kernel call in prefill (<= RP_MM_MAX_NT)
     bool amx;          // matmul_amx.c: xq holds the tokens packed in blocks of 16
+    void (*gemm)(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n,
+                 int64_t ne0, float *y, size_t ldy); // see mm_isa
     dot_fn dot;        // scalar reference dot
     int64_t n_chunks;
     int64_t batch;    // chunks taken at a time
@@ -534,6 +549,10 @@ static void compute_rows(const mm_job *j, const rp_tensor *wt, float *y, int64_t
 
     if (j->amx) {
         rp_mm_amx(w + (size_t)lo * j->wstride, j->wstride, hi - lo, x, j->n, ne0, y + lo, ldy);
+        return;
+    }
+    if (j->gemm && j->n >= MM_GEMM_MIN) {
+        j->gemm(wt->type, w + (size_t)lo * j->wstride, j->wstride, hi - lo, x, j->xstride, j->n, ne0, y + lo, ldy);
         return;
     }
     if (!j->kern) { // scalar reference: one dot per output
@@ -702,6 +721,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0], bf16_act);
     j.kern = isa.kern;
     j.amx = isa.amx;
+    j.gemm = isa.gemm;
     j.tokens = isa.tokens ? isa.tokens : RP_MM_MAX_NT;
     j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
     bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) &&
@@ -717,7 +737,8 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
         j.part[1] = (mm_part){.d = &mm[1], .rows = mm[1].w->ne[1], .chunk0 = j.n_chunks, .chunk_rows = cr};
     // about 32 KiB of weights per take (n == 1), or an L2-sized row block (prefill)
     size_t take_bytes = (size_t)cr * j.wstride * (glu ? 2 : 1);
-    j.batch = (int64_t)((n == 1 ? 32u << 10 : 256u << 10) / (take_bytes ? take_bytes : 1));
+    j.batch = (int64_t)((n == 1 ? 32u << 10 : j.gemm && n >= MM_GEMM_MIN ? MM_GEMM_TAKE : 256u << 10) /
+                        (take_bytes ? take_bytes : 1));
     j.batch = j.batch < 1 ? 1 : j.batch;
     mm_range ranges[MM_MAX_STEAL_THREADS];
     int nth = rp_pool_size(pool);
