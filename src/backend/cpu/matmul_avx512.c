@@ -6,9 +6,11 @@
  * rule as matmul_avx2.c: every (row, token) accumulator sees one fixed instruction
  * sequence in every (NR, NT) specialisation, float arithmetic only through intrinsics.
  *
- * F32/F16 weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
- * token); F16 widens with vcvtph2ps; a masked tail (masked loads never fault past the
- * row). BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
+ * F32/F16 weights: mm_tiles.h's reduction order (RP_MM_FLT_BLOCK; AVX2 gives the same
+ * bits), one 16-lane accumulator per (row, token), F16 widened with vcvtph2ps, masked loads
+ * for a row's last slot (they never fault past the row). Decode takes the rows in pairs;
+ * several tokens a GEMM of 4-row x 6-token tiles (rp_mm_gemm_flt_avx512, see flt_gemm).
+ * BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
  * shift makes the even ones floats and a mask the odd ones, against activations split
  * once per matmul into even and odd halves of each 32 elements (in the scratch); two
  * accumulators per (row, token), in tiles of 2 rows x 4 tokens (see tile_bf16).
@@ -36,6 +38,9 @@
 
 enum { W_F32, W_F16 };
 
+#define FLT_GR 4 // the GEMM's tiles (the largest): rows, tokens (see flt_gemm)
+#define FLT_GT 6
+
 // 16 weights of a row of type wt from element i as floats; m: the ones to load (zeros after).
 RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt, __mmask16 m)
 {
@@ -50,9 +55,9 @@ RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt, __mmask16 m)
 // each weight load serves every token, each activation load every row. pf: lines of
 // weights to prefetch ahead per row (the kernels that stream them from memory).
 RP_INLINE void flt_slot(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t i, __mmask16 m,
-                        __m512 acc[RP_MM_FLT_TR][RP_MM_FLT_TT], const int NR, const int NT, const int wt, const int pf)
+                        __m512 acc[FLT_GR][FLT_GT], const int NR, const int NT, const int wt, const int pf)
 {
-    __m512 wv[RP_MM_FLT_TR];
+    __m512 wv[FLT_GR];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         if (pf)
@@ -78,7 +83,7 @@ RP_INLINE void flt_slot(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 RP_INLINE void flt_block(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t len, float *y, size_t ldy,
                          const bool first, const int NR, const int NT, const int wt, const bool pf)
 {
-    __m512 acc[RP_MM_FLT_TR][RP_MM_FLT_TT];
+    __m512 acc[FLT_GR][FLT_GT];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
@@ -126,7 +131,7 @@ RP_INLINE void tile_flt(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
                         const int NR, const int NT, const int wt)
 {
     const int esz = wt == W_F32 ? 4 : 2;
-    for (int64_t k0 = 0; k0 < ne0; k0 += RP_MM_FLT_BLOCK) {
+    for (int64_t k0 = 0; k0 == 0 || k0 < ne0; k0 += RP_MM_FLT_BLOCK) { // (ne0 0: one empty block, zeros)
         int64_t len = ne0 - k0 < RP_MM_FLT_BLOCK ? ne0 - k0 : RP_MM_FLT_BLOCK;
         flt_block(w + k0 * esz, ws, x + k0 * 4, xs, len, y, ldy, k0 == 0, NR, NT, wt, true);
     }
@@ -418,83 +423,15 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 /* ---- kernels: split an nr × nt request into register-sized tiles ---- */
 
-/* F32 / F16, a few tokens (decode, a verification, a batch of sequences): one row at a time
- * (one weight stream per core) against up to 8 tokens a pass, the weights converted in
- * registers. More tokens take rp_mm_gemm_flt_avx512. */
-#ifndef FLT_DEC_ROWS
-#define FLT_DEC_ROWS 1
-#endif
-#define FLT_KTILE(NT) tile_flt(wr, ws, xt, xs, ne0, yt, ldy, 1, NT, wt)
-RP_INLINE void k_flt(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
-                     size_t ldy, const int wt)
-{
-    if (nt == 1) {
-        int r = 0;
-        for (; FLT_DEC_ROWS == 2 && r + 2 <= nr; r += 2)
-            tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 2, 1, wt);
-        for (; r < nr; r++)
-            tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1, wt);
-        return;
-    }
-    int passes = (nt + 7) / 8;
-    for (int p = 0, t = 0, m; p < passes; p++, t += m) {
-        m = nt / passes + (p < nt % passes);
-        const uint8_t *xt = x + (size_t)t * xs;
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            float *yt = y + (size_t)t * ldy + r;
-            switch (m) {
-            case 1:
-                FLT_KTILE(1);
-                break;
-            case 2:
-                FLT_KTILE(2);
-                break;
-            case 3:
-                FLT_KTILE(3);
-                break;
-            case 4:
-                FLT_KTILE(4);
-                break;
-            case 5:
-                FLT_KTILE(5);
-                break;
-            case 6:
-                FLT_KTILE(6);
-                break;
-            case 7:
-                FLT_KTILE(7);
-                break;
-            default:
-                FLT_KTILE(8);
-                break;
-            }
-        }
-    }
-}
-
-static void k_f32(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
-                  size_t ldy)
-{
-    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F32);
-}
-
-static void k_f16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
-                  size_t ldy)
-{
-    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F16);
-}
-
 /* F32 / F16, many tokens: a GEMM of tiles of FLT_GR rows x up to FLT_GT tokens (24
- * accumulators: each slot loads 4 weight vectors, F16 widened in registers, and 6
- * activation vectors for 24 FMAs). The tokens go in passes of nearly equal size; in a
- * pass, each reduction block of columns (RP_MM_FLT_BLOCK) meets every row of the chunk
- * (the caller's chunk of rows stays in L2) while the pass's activations of that block
- * stay in L1. The blocks of a row are visited in order, so each output is what tile_flt
- * gives. */
-#define FLT_GR 4
-#define FLT_GT 6
-_Static_assert(FLT_GR <= RP_MM_FLT_TR && FLT_GT <= RP_MM_FLT_TT, "tile arrays");
+ * accumulators; a slot loads 4 weight vectors, F16 widened in registers, and 6 activation
+ * vectors for 24 FMAs). The rows go in blocks whose reduction block of columns
+ * (RP_MM_FLT_BLOCK) holds FLT_MC_BYTES of weights, in L2 while every token meets it; the
+ * tokens in passes of nearly equal size, each pass's activations of the block in L1 while
+ * they meet every row of it. The blocks of a row are visited in order, so each output is
+ * what tile_flt gives it alone. The first pass over a block of rows reads the weights from
+ * memory and prefetches them ahead; the others find them in L2. */
+#define FLT_MC_BYTES (256 << 10)
 
 #define FLT_GTILE(NR, NT) flt_block(wr, ws, xt, xs, len, yt, ldy, first, NR, NT, wt, pf)
 #define FLT_GROWS(NT)                                                                                                  \
@@ -509,8 +446,8 @@ _Static_assert(FLT_GR <= RP_MM_FLT_TR && FLT_GT <= RP_MM_FLT_TT, "tile arrays");
             FLT_GTILE(1, NT);                                                                                          \
     } while (0)
 
-// One pass of m (<= FLT_GT) tokens over block [k0, k0 + len) of nr rows; pf: prefetch the
-// weights ahead (the first pass reads them from memory, the others from L2).
+// One pass of m (<= FLT_GT) tokens over a block of columns (len of them) of nr rows; pf:
+// prefetch the weights ahead.
 RP_INLINE void flt_gemm_pass(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xt, size_t xs, int m, int64_t len,
                              float *y, size_t ldy, bool first, const int wt, const int pf)
 {
@@ -542,31 +479,26 @@ RP_INLINE void flt_gemm_pass(const uint8_t *w, size_t ws, int64_t nr, const uint
     }
 }
 
-#ifndef FLT_GEMM_PF
-#define FLT_GEMM_PF 1
-#endif
-#ifndef FLT_MC_BYTES
-#define FLT_MC_BYTES (256 << 10)
-#endif
-
-RP_INLINE void flt_gemm(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n, int64_t ne0, float *y,
-                      size_t ldy, const int wt)
+RP_INLINE void flt_gemm(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n, int64_t ne0,
+                        float *y, size_t ldy, const int wt)
 {
     const int esz = wt == W_F32 ? 4 : 2;
-    int64_t mc = FLT_MC_BYTES / ((ne0 < RP_MM_FLT_BLOCK ? ne0 : RP_MM_FLT_BLOCK) * esz) / FLT_GR * FLT_GR;
+    int64_t kb = ne0 < RP_MM_FLT_BLOCK ? ne0 : RP_MM_FLT_BLOCK;
+    int64_t mc = FLT_MC_BYTES / ((kb > 0 ? kb : 1) * esz) / FLT_GR * FLT_GR;
     mc = mc < FLT_GR ? FLT_GR : mc;
     int passes = (n + FLT_GT - 1) / FLT_GT;
     for (int64_t r0 = 0; r0 < nr; r0 += mc) {
         int64_t rows = nr - r0 < mc ? nr - r0 : mc;
-        for (int64_t k0 = 0; k0 < ne0; k0 += RP_MM_FLT_BLOCK) {
+        for (int64_t k0 = 0; k0 == 0 || k0 < ne0; k0 += RP_MM_FLT_BLOCK) { // (ne0 0: one empty block, zeros)
             int64_t len = ne0 - k0 < RP_MM_FLT_BLOCK ? ne0 - k0 : RP_MM_FLT_BLOCK;
             for (int p = 0, t = 0, m; p < passes; p++, t += m) {
                 m = n / passes + (p < n % passes);
                 const uint8_t *wb = w + (size_t)r0 * ws + k0 * esz, *xt = x + (size_t)t * xs + k0 * 4;
-                if (p == 0 && FLT_GEMM_PF)
-                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, y + (size_t)t * ldy + r0, ldy, k0 == 0, wt, 1);
+                float *yt = y + (size_t)t * ldy + r0;
+                if (p == 0)
+                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, yt, ldy, k0 == 0, wt, 1);
                 else
-                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, y + (size_t)t * ldy + r0, ldy, k0 == 0, wt, 0);
+                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, yt, ldy, k0 == 0, wt, 0);
             }
         }
     }
@@ -579,6 +511,36 @@ void rp_mm_gemm_flt_avx512(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t 
         flt_gemm(w, ws, nr, x, xs, n, ne0, y, ldy, W_F16);
     else
         flt_gemm(w, ws, nr, x, xs, n, ne0, y, ldy, W_F32);
+}
+
+/* F32 / F16 tile kernels: one token (decode) takes the rows in pairs (two FMA chains: one
+ * would bound a step whose weights are in cache by the FMA latency; from memory a pair
+ * streams as fast as one row, measured), prefetching ahead; more tokens the GEMM (the
+ * matmul hands it whole chunks of rows instead). */
+RP_INLINE void k_flt(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                     size_t ldy, const int wt)
+{
+    if (nt > 1) {
+        flt_gemm(w, ws, nr, x, xs, nt, ne0, y, ldy, wt);
+        return;
+    }
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 2, 1, wt);
+    if (r < nr)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1, wt);
+}
+
+static void k_f32(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F32);
+}
+
+static void k_f16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F16);
 }
 
 /* BF16: tiles of BF16_TR rows (one for fewer than 3 tokens) x up to BF16_TT tokens, the

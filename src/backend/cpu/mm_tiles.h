@@ -25,9 +25,7 @@
  * hsum16(acc0 + acc1) (avx512_util.h's order); the output is the blocks' sums added in
  * order, (b0 + b1) + b2 ... So a prefill GEMM can visit a row a block at a time and keep
  * the partial sums in y, and each output is the same for any tile or token count. */
-#ifndef RP_MM_FLT_BLOCK
 #define RP_MM_FLT_BLOCK 1024
-#endif
 #define RP_MM_FLT_TR 4 // the largest float tile's rows and tokens (its register arrays)
 #define RP_MM_FLT_TT 8
 
@@ -106,6 +104,7 @@
 
 /* One row against up to MAXNT tokens per pass, whatever the row length. */
 #define MM_ROW_UNBOUNDED(ne0) ((int64_t)1)
-#define DEFINE_KERNEL(name, tile, wt, MAXNT) DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, MM_ROW_UNBOUNDED, (int64_t)(MAXNT))
+#define DEFINE_KERNEL(name, tile, wt, MAXNT)                                                                           \
+    DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, MM_ROW_UNBOUNDED, (int64_t)(MAXNT))
 
 #endif
