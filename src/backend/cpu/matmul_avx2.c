@@ -141,8 +141,10 @@ RP_INLINE void flt_slot8(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
 #pragma GCC unroll 2
     for (int r = 0; r < NR; r++) {
         const uint8_t *wr = w + r * ws;
-        if (pf)
+        if (pf) { // into L1 and, further ahead, into L2 (as matmul_avx512.c's F32 / F16 kernels)
             _mm_prefetch((const char *)wr + i * (wt == W_F32 ? 4 : 2) + RP_PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr + i * (wt == W_F32 ? 4 : 2) + 16384, _MM_HINT_T1);
+        }
         __m256 w0 = load_w8(wr, i, wt), w1 = load_w8(wr, i + 8, wt);
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
