@@ -101,7 +101,8 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
             __m256 wv = load_w8(w + r * ws, i, wt);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++)
-                acc[r][t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(x + t * xs) + i), acc[r][t][0]);
+                acc[r][t][0] =
+                    _mm256_fmadd_ps(wv, _mm256_loadu_ps((const float *)(x + t * xs) + i), acc[r][t][0]);
         }
     }
     if (i < ne0) { // tail: zero-padded copies
@@ -122,8 +123,8 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
-            __m256 s =
-                _mm256_add_ps(_mm256_add_ps(acc[r][t][0], acc[r][t][1]), _mm256_add_ps(acc[r][t][2], acc[r][t][3]));
+            __m256 s = _mm256_add_ps(_mm256_add_ps(acc[r][t][0], acc[r][t][1]),
+                                     _mm256_add_ps(acc[r][t][2], acc[r][t][3]));
             y[t * ldy + r] = hsum8(s);
         }
 }
@@ -330,9 +331,8 @@ RP_INLINE void q32_group(const uint8_t *const *wg, const uint8_t *x, size_t xs, 
 #pragma GCC unroll 4
             for (int k = 0; k < 4; k++) {
                 __m256i yv = _mm256_loadu_si256((const __m256i *)(yq + 32 * k));
-                __m256i s16 = wt == W_Q8_0
-                                  ? _mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(yv, q[k]))
-                                  : _mm256_maddubs_epi16(q[k], yv);
+                __m256i s16 = wt == W_Q8_0 ? _mm256_maddubs_epi16(_mm256_sign_epi8(q[k], q[k]), _mm256_sign_epi8(yv, q[k]))
+                                           : _mm256_maddubs_epi16(q[k], yv);
                 p[k] = _mm256_madd_epi16(s16, ones);
             }
             __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
@@ -429,12 +429,12 @@ RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, 
                     __m256i l0 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * c));
                     __m256i l1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * c + 32));
                     __m256i h = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * c));
-                    q[4 * c + 0] =
-                        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
-                    q[4 * c + 1] =
-                        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
-                    q[4 * c + 2] =
-                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(h, m30));
+                    q[4 * c + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                                   _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
+                    q[4 * c + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                                   _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
+                    q[4 * c + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                                   _mm256_and_si256(h, m30));
                     q[4 * c + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                                    _mm256_and_si256(_mm256_srli_epi16(h, 2), m30));
                 }
@@ -512,7 +512,8 @@ RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, 
 /* ---- kernels: split an nr × nt request into register-sized tiles ---- */
 
 /* F32 / F16: one token (decode) takes the rows in pairs, four 8-lane FMA chains at a time
- * (one row's two would bound a step whose weights are in cache by the FMA latency). */
+ * (as matmul_avx512.c: one row's two would leave a step whose weights are in cache bound by
+ * the FMA latency). */
 DEFINE_KERNEL(k_f32_n, tile_flt, W_F32, 6)
 DEFINE_KERNEL(k_f16_n, tile_flt, W_F16, 6)
 

@@ -41,9 +41,9 @@ enum { W_F32, W_F16 };
 #define FLT_GR 4 // the GEMM's tiles (the largest): rows, tokens (see flt_gemm)
 #define FLT_GT 6
 // Streaming F32 / F16 weights from memory (decode, a GEMM's first pass) prefetches each line
-// twice: into L1 RP_PF_DIST bytes ahead and into L2 FLT_PF_L2 bytes ahead. The second
-// measured 10% on the 0.5B model's F16 decode (one core's two rows' FMA chains keep fewer
-// loads in flight than the former four accumulators of one row did; 16 KiB > 8 KiB > none).
+// twice: into L1 RP_PF_DIST bytes ahead and into L2 FLT_PF_L2 bytes ahead. The second gave
+// the 0.5B model's F16 decode 10% (16 KiB > 8 KiB > none): with one FMA chain per row, a
+// core keeps fewer loads in flight than the former kernel's four accumulators did.
 #define FLT_PF_L2 16384
 
 // 16 weights of a row of type wt from element i as floats; m: the ones to load (zeros after).
@@ -57,8 +57,8 @@ RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt, __mmask16 m)
 }
 
 // Slot i (16 elements, m the ones inside the row) of NR rows against NT tokens into acc:
-// each weight load serves every token, each activation load every row. pf: lines of
-// weights to prefetch ahead per row (the kernels that stream them from memory).
+// each weight load serves every token, each activation load every row. pf: prefetch each
+// row's weights ahead (where they stream from memory).
 RP_INLINE void flt_slot(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t i, __mmask16 m,
                         __m512 acc[FLT_GR][FLT_GT], const int NR, const int NT, const int wt, const int pf)
 {
@@ -521,10 +521,9 @@ void rp_mm_gemm_flt_avx512(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t 
         flt_gemm(w, ws, nr, x, xs, n, ne0, y, ldy, W_F32);
 }
 
-/* F32 / F16 tile kernels: one token (decode) takes the rows in pairs (two FMA chains: one
- * would bound a step whose weights are in cache by the FMA latency; from memory a pair
- * streams as fast as one row, measured), prefetching ahead; more tokens the GEMM (the
- * matmul hands it whole chunks of rows instead). */
+/* F32 / F16 tile kernels: one token (decode) takes the rows in pairs, two FMA chains
+ * (measured faster than one row at a time, and than four, weights in cache or streamed
+ * from memory); more tokens the GEMM (the matmul hands it whole chunks of rows instead). */
 RP_INLINE void k_flt(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
                      size_t ldy, const int wt)
 {

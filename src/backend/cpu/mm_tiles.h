@@ -20,14 +20,12 @@
 /* F32 / F16 weights, every kernel at every level (matmul_avx2.c, matmul_avx512.c): the
  * reduction order. A row is cut into blocks of RP_MM_FLT_BLOCK elements from its start
  * (the last one may be shorter); in a block, slot s (the 16 elements from 16 s; past the
- * row's end zeros) is multiplied-added into accumulator s & 1 (16 lanes each, from
- * zero: AVX2 keeps a 16-lane accumulator as two 8-lane halves), and the block's sum is
- * hsum16(acc0 + acc1) (avx512_util.h's order); the output is the blocks' sums added in
- * order, (b0 + b1) + b2 ... So a prefill GEMM can visit a row a block at a time and keep
- * the partial sums in y, and each output is the same for any tile or token count. */
+ * row's end zeros) is multiplied-added, s = 0, 1, ... in order, into one 16-lane
+ * accumulator from zero (AVX2 keeps it as two 8-lane halves), and the block's sum is
+ * hsum16 of it (avx512_util.h's order); the output is the blocks' sums added in order,
+ * (b0 + b1) + b2 ... So a prefill GEMM can visit a row a block at a time and keep the
+ * partial sums in y, and each output is the same for any tile or token count. */
 #define RP_MM_FLT_BLOCK 1024
-#define RP_MM_FLT_TR 4 // the largest float tile's rows and tokens (its register arrays)
-#define RP_MM_FLT_TT 8
 
 /* For tiles that keep every (row, token) sum in registers without reloading the weights:
  * a pass over one row takes as many tokens as keep their activation rows within BUDGET
@@ -104,7 +102,6 @@
 
 /* One row against up to MAXNT tokens per pass, whatever the row length. */
 #define MM_ROW_UNBOUNDED(ne0) ((int64_t)1)
-#define DEFINE_KERNEL(name, tile, wt, MAXNT)                                                                           \
-    DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, MM_ROW_UNBOUNDED, (int64_t)(MAXNT))
+#define DEFINE_KERNEL(name, tile, wt, MAXNT) DEFINE_KERNEL_FIT(name, tile, wt, MAXNT, MM_ROW_UNBOUNDED, (int64_t)(MAXNT))
 
 #endif
