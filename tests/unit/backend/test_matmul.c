@@ -309,19 +309,21 @@ static void test_determinism(void **state)
     rp_cpu_force_scalar(false);
 }
 
-// F32 / F16 weights against many tokens (AVX-512: the GEMM from a few tokens on, the tile
-// kernel below that and for one token; AVX2: its tile kernel), for row lengths inside one
+// F32 / F16 weights against many tokens (AVX-512: the GEMM from 2 tokens on, the tile kernel
+// for one; AVX2: its tile kernel), for row lengths inside one
 // reduction block of mm_tiles.h (RP_MM_FLT_BLOCK), at its edge and over several, with and
-// without a partial last slot, and row counts that are not a multiple of the GEMM's tile:
+// without a partial last slot, and row counts that are not a multiple of the GEMM's tile
+// (or that fill several of its row blocks):
 // for 1..33, 64 and 512 tokens, against the scalar reference by normalized error, and each
 // token's outputs bitwise its outputs alone (a decode step); and AVX2's outputs bitwise
-// AVX-512's (the same reduction order). A 3-thread pool computes the batches, one thread
-// the tokens alone.
+// AVX-512's (the same reduction order). Pools of 3 threads and of one compute the batches
+// in turn, one thread the tokens alone.
 static void test_float_many_tokens(void **state)
 {
     (void)state;
+    // (ne0, rows); 2056 x 150: more rows than the GEMM's row block (64 F32, 128 F16 rows there)
     static const int64_t shapes[][2] = {{7, 3},     {100, 37},  {896, 70}, {1024, 5},
-                                        {1031, 37}, {2056, 13}, {3000, 6}}; // (ne0, rows)
+                                        {1031, 37}, {2056, 13}, {3000, 6}, {2056, 150}};
     enum { N_MAX = 512 };
     int ns[40], n_ns = 0;
     for (int n = 1; n <= 33; n++)
@@ -351,7 +353,7 @@ static void test_float_many_tokens(void **state)
                     run_matmul(p1, &m, x + t * ne0, 1, one + t * rows);
                 for (int k = 0; k < n_ns; k++) {
                     const int n = ns[k];
-                    run_matmul(p3, &m, x, n, y);
+                    run_matmul(k & 1 ? p1 : p3, &m, x, n, y); // one thread: a chunk of every row
                     double e = nerr(y, ref, (size_t)(n * rows));
                     if (e > 1e-5)
                         fail_msg("%s (%s) ne0 %lld rows %lld n %d: error %g against the scalar reference",
