@@ -25,8 +25,8 @@ RP_INLINE float hsum16(__m512 v)
 
 /* hsum16 of four vectors at once: the same additions on each (lane i + lane i+8, then
  * i + i+4, i + i+2, i + i+1; float addition is commutative, so operand order does not
- * matter), so the sums are bit for bit hsum16's; written to out[0..3]. */
-RP_INLINE void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
+ * matter), so the sums are bit for bit hsum16's; returned in lanes 0..3. */
+RP_INLINE __m128 hsum16x4_ps(__m512 a, __m512 b, __m512 c, __m512 d)
 {
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
@@ -34,7 +34,13 @@ RP_INLINE void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
     v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(3, 2, 3, 2)));
     v = _mm512_add_ps(v, _mm512_movehdup_ps(v));
     const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-    _mm_storeu_ps(out, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, v)));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(first, v));
+}
+
+// hsum16x4_ps written to out[0..3].
+RP_INLINE void hsum16x4(__m512 a, __m512 b, __m512 c, __m512 d, float out[4])
+{
+    _mm_storeu_ps(out, hsum16x4_ps(a, b, c, d));
 }
 
 // A tile's outputs: s[r * NT + t] summed into y[t * ldy + r], four at a time where it can.

@@ -4,9 +4,9 @@
  * cpu_backend.c fills the backend vtable (buffers, the KV layout, the batch, norms,
  * rope, ...) and calls the matmul kernels declared here (matmul.c: scalar reference
  * and dispatch; matmul_avx2.c: AVX2/FMA kernels; matmul_avx512.c: AVX-512/VNNI
- * kernels for some types; matmul_avx512bf16.c: BF16 weights against bf16
- * activations; the highest level the CPU has is chosen at run time) and the
- * attention driver (cpu_attention.c) with its chunk kernels (attn_avx2.c,
+ * kernels for some types and the F32 / F16 GEMM; matmul_avx512bf16.c: BF16 weights
+ * against bf16 activations; the highest level the CPU has is chosen at run time) and
+ * the attention driver (cpu_attention.c) with its chunk kernels (attn_avx2.c,
  * attn_avx512.c).
  */
 #ifndef RP_CPU_INT_H
@@ -125,6 +125,16 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
 // gate / (1 + expf(-gate)) · up. Each element's result depends only on its inputs.
 void rp_cpu_silu_mul(float *out, const float *gate, const float *up, int64_t n);
 void rp_cpu_silu_mul_avx2(float *out, const float *gate, const float *up, int64_t n);
+
+// F32 / F16 weights against several tokens on AVX-512 (matmul_avx512.c): y[t * ldy + r] =
+// dot(weight row r, activation row t) for rows [0, nr) and tokens [0, n), w rows ws bytes
+// apart, x float32 rows xs bytes apart. A GEMM in register tiles of 4 rows x 6 tokens,
+// blocked for the caches; each output is bitwise what the type's tile kernel
+// (rp_mm_kernel_avx512, and AVX2's) gives it alone (mm_tiles.h, RP_MM_FLT_BLOCK).
+typedef void (*rp_mm_gemm_fn)(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs,
+                              int n, int64_t ne0, float *y, size_t ldy);
+void rp_mm_gemm_flt_avx512(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n,
+                           int64_t ne0, float *y, size_t ldy);
 
 // The instruction-set level the kernels use now (cpuid capped by the test hooks of
 // cpu.h): 0 scalar, 1 AVX2+FMA+F16C, 2 AVX-512 (F/BW/VL/DQ/VNNI/VBMI).

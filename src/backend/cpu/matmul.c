@@ -15,8 +15,13 @@
  * every token through a tile kernel (rp_mm_kernel, quant.h) that handles up to RP_MM_MAX_NR rows × RP_MM_MAX_NT tokens
  * per call, so a weight row is read once per token tile, and finishes them with the element-wise tail (bias, residual
  * add, silu(gate) * up). Decode (n = 1) hands the kernels a chunk's rows, which they walk one at a time (a single
- * sequential stream per core reads DRAM faster than interleaved ones); prefill walks a block of rows that fits in L2
+ * sequential stream per core reads DRAM faster than interleaved ones; F32 / F16 walk them in pairs, which from memory
+ * measured as fast and keeps a step in cache off the FMA latency); prefill walks a block of rows that fits in L2
  * once per group of tokens (as many as the kernel asks for, rp_mm_tokens_avx512).
+ * F32 / F16 weights on AVX-512, from two tokens on, go instead to a GEMM that takes a
+ * chunk's rows (about 1 MiB of weights) against every token (rp_mm_gemm_flt_avx512):
+ * 4-row x 6-token register tiles, cache-blocked, in the reduction order every float
+ * kernel shares (mm_tiles.h), so a token's outputs are its decode outputs bit for bit.
  *
  * BF16 weights meet their activations either as float32 (the kernels above) or, when
  * the caller asks (bf16_act), rounded to bf16: on Intel's AMX tiles where the CPU has
@@ -378,9 +383,17 @@ typedef struct mm_isa {
     rp_mm_kernel kern;
     size_t act_bytes;
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out);
-    int tokens; // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
-    bool amx;   // matmul_amx.c instead of a tile kernel
+    int tokens;         // tokens per kernel call in prefill (0: RP_MM_MAX_NT)
+    bool amx;           // matmul_amx.c instead of a tile kernel
+    rp_mm_gemm_fn gemm; // F32 / F16 from MM_GEMM_MIN tokens on: a chunk's rows against every token
 } mm_isa;
+
+// F32 / F16 weights take the GEMM from 2 tokens on (the same bits as the tile kernel, which
+// keeps decode): measured faster from 2 tokens on, weights in cache or streamed from memory
+// (bench/RESULTS.md, issue 21). Its chunks of rows are larger than a tile kernel's: x is
+// streamed once per chunk, which a down projection's long rows make costly.
+#define MM_GEMM_MIN 2
+#define MM_GEMM_TAKE (1u << 20)
 
 // Weights AMX's kernel can take: BF16 rows of whole 32-element chunks.
 static bool amx_shape(rp_dtype wtype, int64_t ne0)
@@ -402,6 +415,8 @@ static mm_isa pick_isa(int level, rp_dtype wtype, int64_t ne0, bool bf16_act)
         m.act_bytes = rp_mm_act_bytes_avx512(wtype, ne0);
         m.quantize_act = rp_mm_act_fn_avx512(wtype);
         m.tokens = rp_mm_tokens_avx512(wtype, ne0);
+        if (wtype == RP_DTYPE_F32 || wtype == RP_DTYPE_F16)
+            m.gemm = rp_mm_gemm_flt_avx512;
     } else if (level >= LVL_AVX2 && (m.kern = rp_mm_kernel_avx2(wtype))) {
         m.act_bytes = rp_mm_act_bytes_avx2(wtype, ne0);
         m.quantize_act = rp_mm_quantize_act_avx2;
@@ -486,11 +501,12 @@ typedef struct mm_job {
     rp_dtype xtype; // partner type
     void (*quantize_act)(const float *x, int64_t ne0, uint8_t *out); // SIMD layout, or NULL: partner type
     size_t xstride;                                                  // bytes per activation row as the kernel reads it
-    size_t wstride;    // bytes per weight row (all parts share the type and ne0)
-    rp_mm_kernel kern; // SIMD tile kernel, or NULL for the scalar path
-    int tokens;        // tokens per kernel call in prefill (<= RP_MM_MAX_NT)
-    bool amx;          // matmul_amx.c: xq holds the tokens packed in blocks of 16
-    dot_fn dot;        // scalar reference dot
+    size_t wstride;     // bytes per weight row (all parts share the type and ne0)
+    rp_mm_kernel kern;  // SIMD tile kernel, or NULL for the scalar path
+    int tokens;         // tokens per kernel call in prefill (<= RP_MM_MAX_NT)
+    bool amx;           // matmul_amx.c: xq holds the tokens packed in blocks of 16
+    rp_mm_gemm_fn gemm; // see mm_isa
+    dot_fn dot;         // scalar reference dot
     int64_t n_chunks;
     int64_t batch;    // chunks taken at a time
     mm_range *ranges; // (threads) shares of the chunks, or NULL: a static split
@@ -534,6 +550,10 @@ static void compute_rows(const mm_job *j, const rp_tensor *wt, float *y, int64_t
 
     if (j->amx) {
         rp_mm_amx(w + (size_t)lo * j->wstride, j->wstride, hi - lo, x, j->n, ne0, y + lo, ldy);
+        return;
+    }
+    if (j->gemm && j->n >= MM_GEMM_MIN) {
+        j->gemm(wt->type, w + (size_t)lo * j->wstride, j->wstride, hi - lo, x, j->xstride, j->n, ne0, y + lo, ldy);
         return;
     }
     if (!j->kern) { // scalar reference: one dot per output
@@ -702,6 +722,7 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     mm_isa isa = pick_isa(simd_level(), w->type, w->ne[0], bf16_act);
     j.kern = isa.kern;
     j.amx = isa.amx;
+    j.gemm = isa.gemm;
     j.tokens = isa.tokens ? isa.tokens : RP_MM_MAX_NT;
     j.quantize_act = isa.act_bytes ? isa.quantize_act : NULL;
     bool ok = rp_dtype_row_bytes(w->type, w->ne[0], &j.wstride) &&
@@ -715,9 +736,12 @@ void rp_cpu_matmul_group(rp_pool *pool, const rp_matmul_desc *mm, int count, boo
     }
     if (glu)
         j.part[1] = (mm_part){.d = &mm[1], .rows = mm[1].w->ne[1], .chunk0 = j.n_chunks, .chunk_rows = cr};
-    // about 32 KiB of weights per take (n == 1), or an L2-sized row block (prefill)
+    // about 32 KiB of weights per take (n == 1), an L2-sized row block (prefill), or the GEMM's larger chunk
     size_t take_bytes = (size_t)cr * j.wstride * (glu ? 2 : 1);
-    j.batch = (int64_t)((n == 1 ? 32u << 10 : 256u << 10) / (take_bytes ? take_bytes : 1));
+    j.batch = (int64_t)((n == 1                       ? 32u << 10
+                         : j.gemm && n >= MM_GEMM_MIN ? MM_GEMM_TAKE
+                                                      : 256u << 10) /
+                        (take_bytes ? take_bytes : 1));
     j.batch = j.batch < 1 ? 1 : j.batch;
     mm_range ranges[MM_MAX_STEAL_THREADS];
     int nth = rp_pool_size(pool);

@@ -10,8 +10,10 @@
  * tile it was computed in. All float arithmetic is written with intrinsics (no
  * plain a*b+c that a compiler could contract differently in different copies).
  *
- * Float weights: 32 elements per step into 4 accumulators per (row, token);
- * BF16 widens with a 16-bit shift, F16 with vcvtph2ps.
+ * F32 / F16 weights: mm_tiles.h's reduction order (the same bits as the AVX-512
+ * kernels), a 16-lane accumulator as two 8-lane halves, F16 widened with vcvtph2ps; one
+ * row against up to 6 tokens a pass. BF16: 32 elements per step into 4 accumulators per
+ * (row, token), widened with a 16-bit shift.
  * Q8_0 / Q4_0 / Q5_0 (× Q8_0 activations, in this file's own row layout): per
  * block, maddubs (u8 × s8 → s16 pairs) and madd (→ s32); Q8_0 uses |w| ⊙ sign(x, w),
  * Q4_0/Q5_0 keep their quants unsigned and subtract 8 (16) × the activation's sums.
@@ -125,6 +127,73 @@ RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
                                      _mm256_add_ps(acc[r][t][2], acc[r][t][3]));
             y[t * ldy + r] = hsum8(s);
         }
+}
+
+/* F32 / F16: mm_tiles.h's reduction order (RP_MM_FLT_BLOCK), bit for bit that of
+ * matmul_avx512.c. A 16-lane accumulator is two 8-lane halves (elements 0..7 and 8..15 of
+ * each slot), and hsum16(v) is hsum8(lo + hi): the same additions in the same order. */
+
+// One slot (16 elements from i) of NR rows against NT tokens into the halves lo, hi;
+// pf: prefetch the weights ahead.
+RP_INLINE void flt_slot8(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t i,
+                         __m256 lo[MM_TILE_NR][MM_TILE_NT], __m256 hi[MM_TILE_NR][MM_TILE_NT], const int NR,
+                         const int NT, const int wt, const bool pf)
+{
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        const uint8_t *wr = w + r * ws;
+        if (pf) { // into L1 and, further ahead, into L2 (as matmul_avx512.c's F32 / F16 kernels)
+            _mm_prefetch((const char *)wr + i * (wt == W_F32 ? 4 : 2) + RP_PF_DIST, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr + i * (wt == W_F32 ? 4 : 2) + 16384, _MM_HINT_T1);
+        }
+        __m256 w0 = load_w8(wr, i, wt), w1 = load_w8(wr, i + 8, wt);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const float *xt = (const float *)(x + t * xs) + i;
+            lo[r][t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), lo[r][t]);
+            hi[r][t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), hi[r][t]);
+        }
+    }
+}
+
+RP_INLINE void tile_flt(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                        const int NR, const int NT, const int wt)
+{
+    const int esz = wt == W_F32 ? 4 : 2;
+    for (int64_t k0 = 0; k0 == 0 || k0 < ne0; k0 += RP_MM_FLT_BLOCK) { // (ne0 0: one empty block, zeros)
+        int64_t len = ne0 - k0 < RP_MM_FLT_BLOCK ? ne0 - k0 : RP_MM_FLT_BLOCK;
+        const uint8_t *wb = w + k0 * esz, *xb = x + k0 * 4;
+        __m256 lo[MM_TILE_NR][MM_TILE_NT], hi[MM_TILE_NR][MM_TILE_NT];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++)
+                lo[r][t] = hi[r][t] = _mm256_setzero_ps();
+        int64_t i = 0;
+        for (; i + 32 <= len; i += 32) { // a line of F16 weights per 32 elements, of F32 per 16
+            flt_slot8(wb, ws, xb, xs, i, lo, hi, NR, NT, wt, true);
+            flt_slot8(wb, ws, xb, xs, i + 16, lo, hi, NR, NT, wt, wt == W_F32);
+        }
+        for (; i + 16 <= len; i += 16)
+            flt_slot8(wb, ws, xb, xs, i, lo, hi, NR, NT, wt, false);
+        if (i < len) { // the row's last slot: zero-padded copies
+            int rem = (int)(len - i);
+            uint8_t wbuf[MM_TILE_NR][64] = {{0}};
+            _Alignas(32) float xbuf[MM_TILE_NT][16] = {{0}};
+            for (int r = 0; r < NR; r++)
+                memcpy(wbuf[r], wb + r * ws + i * esz, (size_t)(rem * esz));
+            for (int t = 0; t < NT; t++)
+                memcpy(xbuf[t], (const float *)(xb + t * xs) + i, (size_t)rem * sizeof(float));
+            flt_slot8(wbuf[0], sizeof(wbuf[0]), (const uint8_t *)xbuf, sizeof(xbuf[0]), 0, lo, hi, NR, NT, wt, false);
+        }
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                float v = hsum8(_mm256_add_ps(lo[r][t], hi[r][t]));
+                y[t * ldy + r] = k0 == 0 ? v : y[t * ldy + r] + v;
+            }
+    }
 }
 
 /* ---- Q8_0 / Q4_0 / Q5_0 weights × Q8_0 activations ---- */
@@ -442,8 +511,39 @@ RP_INLINE void tile_k(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, 
 
 /* ---- kernels: split an nr × nt request into register-sized tiles ---- */
 
-DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
-DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
+/* F32 / F16: one token (decode) takes the rows in pairs, four 8-lane FMA chains at a time
+ * (as matmul_avx512.c: one row's two would leave a step whose weights are in cache bound by
+ * the FMA latency). */
+DEFINE_KERNEL(k_f32_n, tile_flt, W_F32, 6)
+DEFINE_KERNEL(k_f16_n, tile_flt, W_F16, 6)
+
+RP_INLINE void k_flt1(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int64_t ne0, float *y,
+                      size_t ldy, const int wt)
+{
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 2, 1, wt);
+    if (r < nr)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1, wt);
+}
+
+static void k_f32(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    if (nt > 1)
+        k_f32_n(w, ws, nr, x, xs, nt, ne0, y, ldy);
+    else
+        k_flt1(w, ws, nr, x, xs, ne0, y, ldy, W_F32);
+}
+
+static void k_f16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    if (nt > 1)
+        k_f16_n(w, ws, nr, x, xs, nt, ne0, y, ldy);
+    else
+        k_flt1(w, ws, nr, x, xs, ne0, y, ldy, W_F16);
+}
 DEFINE_KERNEL(k_bf16, tile_float, W_BF16, 3)
 DEFINE_KERNEL(k_q8_0, tile_q32, W_Q8_0, 4)
 DEFINE_KERNEL(k_q4_0, tile_q32, W_Q4_0, 4)

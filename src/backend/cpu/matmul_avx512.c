@@ -6,9 +6,11 @@
  * rule as matmul_avx2.c: every (row, token) accumulator sees one fixed instruction
  * sequence in every (NR, NT) specialisation, float arithmetic only through intrinsics.
  *
- * F32/F16 weights: 64 elements per step into 4 accumulators of 16 lanes per (row,
- * token); F16 widens with vcvtph2ps; a masked tail (masked loads never fault past the
- * row). BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
+ * F32/F16 weights: mm_tiles.h's reduction order (RP_MM_FLT_BLOCK; AVX2 gives the same
+ * bits), one 16-lane accumulator per (row, token), F16 widened with vcvtph2ps, masked loads
+ * for a row's last slot (they never fault past the row). Decode takes the rows in pairs;
+ * several tokens a GEMM of 4-row x 6-token tiles (rp_mm_gemm_flt_avx512, see flt_gemm).
+ * BF16 needs no widening: one 512-bit load holds 32 weights as 16 pairs, a 16-bit
  * shift makes the even ones floats and a mask the odd ones, against activations split
  * once per matmul into even and odd halves of each 32 elements (in the scratch); two
  * accumulators per (row, token), in tiles of 2 rows x 4 tokens (see tile_bf16).
@@ -31,93 +33,115 @@
 #define RP_PF_DIST 4096 // bytes ahead of the weight stream to prefetch (measured in decode: 4096 > 8192 > 2048)
 #endif
 
-/* ---- float weights ---- */
+/* ---- F32 / F16 weights ---- */
 
-enum { W_F32, W_F16, W_BF16 };
+enum { W_F32, W_F16 };
 
-// 16 weights starting at element i of a row of type wt, as floats.
-RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt)
+#define FLT_GR 4 // the GEMM's tiles (the largest): rows, tokens (see flt_gemm)
+#define FLT_GT 6
+// Streaming F32 / F16 weights from memory (decode, a GEMM's first pass) prefetches each line
+// twice: into L1 RP_PF_DIST bytes ahead and into L2 FLT_PF_L2 bytes ahead. The second gave
+// the 0.5B model's F16 decode 10% (16 KiB > 8 KiB > none): with one FMA chain per row, a
+// core keeps fewer loads in flight than the former kernel's four accumulators did.
+#define FLT_PF_L2 16384
+
+// 16 weights of a row of type wt from element i as floats; m: the ones to load (zeros after).
+RP_INLINE __m512 load_w16(const uint8_t *row, int64_t i, int wt, __mmask16 m)
 {
     if (wt == W_F32)
-        return _mm512_loadu_ps((const float *)row + i);
-    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i));
-    if (wt == W_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        return m == 0xFFFF ? _mm512_loadu_ps((const float *)row + i) : _mm512_maskz_loadu_ps(m, (const float *)row + i);
+    __m256i h = m == 0xFFFF ? _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i))
+                            : _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
+    return _mm512_cvtph_ps(h);
 }
 
-// The first m (< 16) weights at element i, zeros after them.
-RP_INLINE __m512 load_w16_tail(const uint8_t *row, int64_t i, int wt, __mmask16 m)
+// Slot i (16 elements, m the ones inside the row) of NR rows against NT tokens into acc:
+// each weight load serves every token, each activation load every row. pf: prefetch each
+// row's weights ahead (where they stream from memory).
+RP_INLINE void flt_slot(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t i, __mmask16 m,
+                        __m512 acc[FLT_GR][FLT_GT], const int NR, const int NT, const int wt, const int pf)
 {
-    if (wt == W_F32)
-        return _mm512_maskz_loadu_ps(m, (const float *)row + i);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + i);
-    if (wt == W_F16)
-        return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-RP_INLINE void tile_float(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
-                          const int NR, const int NT, const int wt)
-{
-    const int esz = wt == W_F32 ? 4 : 2;
-    __m512 acc[MM_TILE_NR][MM_TILE_NT][4];
+    __m512 wv[FLT_GR];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        if (pf) {
+            const char *p = (const char *)w + r * ws + i * (wt == W_F32 ? 4 : 2);
+            _mm_prefetch(p + RP_PF_DIST, _MM_HINT_T0);
+            _mm_prefetch(p + FLT_PF_L2, _MM_HINT_T1);
+        }
+        wv[r] = load_w16(w + r * ws, i, wt, m);
+    }
 #pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) {
+        const float *xt = (const float *)(x + t * xs) + i;
+        __m512 xv = m == 0xFFFF ? _mm512_loadu_ps(xt) : _mm512_maskz_loadu_ps(m, xt);
+        if (NR > 1) // in a register: gcc would otherwise fold the load into every row's FMA
+            __asm__("" : "+v"(xv));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+}
+
+/* One reduction block (mm_tiles.h, RP_MM_FLT_BLOCK): elements [0, len) from w and x (the
+ * block's start) of NR rows against NT tokens, one accumulator per (row, token), the slots
+ * in order; the block's sum hsum16(acc) is stored in y (first) or added to it. Every
+ * kernel and tile shape below runs this sequence per (row, token). */
+RP_INLINE void flt_block(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t len, float *y, size_t ldy,
+                         const bool first, const int NR, const int NT, const int wt, const bool pf)
+{
+    __m512 acc[FLT_GR][FLT_GT];
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++)
-#pragma GCC unroll 8
-            for (int k = 0; k < 4; k++)
-                acc[r][t][k] = _mm512_setzero_ps();
+            acc[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= ne0; i += 64) {
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *wr = w + r * ws;
-#pragma GCC unroll 4
-            for (int k = 0; k < esz * 64 / 64; k++)
-                _mm_prefetch((const char *)wr + i * esz + 64 * k + RP_PF_DIST, _MM_HINT_T0);
-            __m512 wv[4];
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; k++)
-                wv[k] = load_w16(wr, i + 16 * k, wt);
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) {
-                const float *xt = (const float *)(x + t * xs) + i;
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++)
-                    acc[r][t][k] = _mm512_fmadd_ps(wv[k], _mm512_loadu_ps(xt + 16 * k), acc[r][t][k]);
-            }
+    if (pf && wt == W_F16) { // a line of F16 weights per 32 elements
+        for (; i + 32 <= len; i += 32) {
+            flt_slot(w, ws, x, xs, i, 0xFFFF, acc, NR, NT, wt, 1);
+            flt_slot(w, ws, x, xs, i + 16, 0xFFFF, acc, NR, NT, wt, 0);
         }
     }
-    for (; i + 16 <= ne0; i += 16) {
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            __m512 wv = load_w16(w + r * ws, i, wt);
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; t++)
-                acc[r][t][0] = _mm512_fmadd_ps(wv, _mm512_loadu_ps((const float *)(x + t * xs) + i), acc[r][t][0]);
-        }
-    }
-    if (i < ne0) {
-        __mmask16 m = (__mmask16)((1u << (ne0 - i)) - 1);
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            __m512 wv = load_w16_tail(w + r * ws, i, wt, m);
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; t++)
-                acc[r][t][0] =
-                    _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, (const float *)(x + t * xs) + i), acc[r][t][0]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
+    for (; i + 16 <= len; i += 16)
+        flt_slot(w, ws, x, xs, i, 0xFFFF, acc, NR, NT, wt, pf);
+    if (i < len)
+        flt_slot(w, ws, x, xs, i, (__mmask16)((1u << (len - i)) - 1), acc, NR, NT, wt, 0);
+    if (NR == 4) { // a token's four sums are consecutive in y
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
-            __m512 s =
-                _mm512_add_ps(_mm512_add_ps(acc[r][t][0], acc[r][t][1]), _mm512_add_ps(acc[r][t][2], acc[r][t][3]));
-            y[t * ldy + r] = hsum16(s);
+            float *yo = y + (size_t)t * ldy;
+            __m128 v = hsum16x4_ps(acc[0][t], acc[1][t], acc[2][t], acc[3][t]);
+            _mm_storeu_ps(yo, first ? v : _mm_add_ps(_mm_loadu_ps(yo), v));
         }
+        return;
+    }
+    int k = 0;
+    float o[4];
+    for (; k + 4 <= NR * NT; k += 4) {
+        hsum16x4(acc[k / NT][k % NT], acc[(k + 1) / NT][(k + 1) % NT], acc[(k + 2) / NT][(k + 2) % NT],
+                 acc[(k + 3) / NT][(k + 3) % NT], o);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            float *yo = y + (size_t)((k + j) % NT) * ldy + (size_t)((k + j) / NT);
+            *yo = first ? o[j] : *yo + o[j];
+        }
+    }
+    for (; k < NR * NT; k++) {
+        float *yo = y + (size_t)(k % NT) * ldy + (size_t)(k / NT), v = hsum16(acc[k / NT][k % NT]);
+        *yo = first ? v : *yo + v;
+    }
+}
+
+// A whole row (ne0 elements) of NR rows against NT tokens: its blocks in order.
+RP_INLINE void tile_flt(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t ne0, float *y, size_t ldy,
+                        const int NR, const int NT, const int wt)
+{
+    const int esz = wt == W_F32 ? 4 : 2;
+    for (int64_t k0 = 0; k0 == 0 || k0 < ne0; k0 += RP_MM_FLT_BLOCK) { // (ne0 0: one empty block, zeros)
+        int64_t len = ne0 - k0 < RP_MM_FLT_BLOCK ? ne0 - k0 : RP_MM_FLT_BLOCK;
+        flt_block(w + k0 * esz, ws, x + k0 * 4, xs, len, y, ldy, k0 == 0, NR, NT, wt, true);
+    }
 }
 
 // BF16 activation row (see rp_mm_act_bytes_avx512): per 32 elements, the 16 even ones
@@ -406,8 +430,125 @@ RP_INLINE void tile_q32(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs
 
 /* ---- kernels: split an nr × nt request into register-sized tiles ---- */
 
-DEFINE_KERNEL(k_f32, tile_float, W_F32, 3)
-DEFINE_KERNEL(k_f16, tile_float, W_F16, 3)
+/* F32 / F16, many tokens: a GEMM of tiles of FLT_GR rows x up to FLT_GT tokens (24
+ * accumulators; a slot loads 4 weight vectors, F16 widened in registers, and 6 activation
+ * vectors for 24 FMAs). The rows go in blocks whose reduction block of columns
+ * (RP_MM_FLT_BLOCK) holds FLT_MC_BYTES of weights, in L2 while every token meets it; the
+ * tokens in passes of nearly equal size, each pass's activations of the block in L1 while
+ * they meet every row of it. The blocks of a row are visited in order, so each output is
+ * what tile_flt gives it alone. The first pass over a block of rows reads the weights from
+ * memory and prefetches them ahead; the others find them in L2. */
+#define FLT_MC_BYTES (256 << 10)
+
+#define FLT_GTILE(NR, NT) flt_block(wr, ws, xt, xs, len, yt, ldy, first, NR, NT, wt, pf)
+#define FLT_GROWS(NT)                                                                                                  \
+    do {                                                                                                               \
+        if (k == 4)                                                                                                    \
+            FLT_GTILE(4, NT);                                                                                          \
+        else if (k == 3)                                                                                               \
+            FLT_GTILE(3, NT);                                                                                          \
+        else if (k == 2)                                                                                               \
+            FLT_GTILE(2, NT);                                                                                          \
+        else                                                                                                           \
+            FLT_GTILE(1, NT);                                                                                          \
+    } while (0)
+
+// One pass of m (<= FLT_GT) tokens over a block of columns (len of them) of nr rows; pf:
+// prefetch the weights ahead.
+RP_INLINE void flt_gemm_pass(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *xt, size_t xs, int m, int64_t len,
+                             float *y, size_t ldy, bool first, const int wt, const int pf)
+{
+    _Static_assert(FLT_GR == 4 && FLT_GT == 6, "the switch below instantiates these tile shapes");
+    for (int64_t r = 0; r < nr; r += FLT_GR) {
+        int k = (int)(nr - r < FLT_GR ? nr - r : FLT_GR);
+        const uint8_t *wr = w + (size_t)r * ws;
+        float *yt = y + r;
+        switch (m) {
+        case 1:
+            FLT_GROWS(1);
+            break;
+        case 2:
+            FLT_GROWS(2);
+            break;
+        case 3:
+            FLT_GROWS(3);
+            break;
+        case 4:
+            FLT_GROWS(4);
+            break;
+        case 5:
+            FLT_GROWS(5);
+            break;
+        default:
+            FLT_GROWS(6);
+            break;
+        }
+    }
+}
+
+RP_INLINE void flt_gemm(const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n, int64_t ne0,
+                        float *y, size_t ldy, const int wt)
+{
+    const int esz = wt == W_F32 ? 4 : 2;
+    int64_t kb = ne0 < RP_MM_FLT_BLOCK ? ne0 : RP_MM_FLT_BLOCK;
+    int64_t mc = FLT_MC_BYTES / ((kb > 0 ? kb : 1) * esz) / FLT_GR * FLT_GR;
+    mc = mc < FLT_GR ? FLT_GR : mc;
+    int passes = (n + FLT_GT - 1) / FLT_GT;
+    for (int64_t r0 = 0; r0 < nr; r0 += mc) {
+        int64_t rows = nr - r0 < mc ? nr - r0 : mc;
+        for (int64_t k0 = 0; k0 == 0 || k0 < ne0; k0 += RP_MM_FLT_BLOCK) { // (ne0 0: one empty block, zeros)
+            int64_t len = ne0 - k0 < RP_MM_FLT_BLOCK ? ne0 - k0 : RP_MM_FLT_BLOCK;
+            for (int p = 0, t = 0, m; p < passes; p++, t += m) {
+                m = n / passes + (p < n % passes);
+                const uint8_t *wb = w + (size_t)r0 * ws + k0 * esz, *xt = x + (size_t)t * xs + k0 * 4;
+                float *yt = y + (size_t)t * ldy + r0;
+                if (p == 0)
+                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, yt, ldy, k0 == 0, wt, 1);
+                else
+                    flt_gemm_pass(wb, ws, rows, xt, xs, m, len, yt, ldy, k0 == 0, wt, 0);
+            }
+        }
+    }
+}
+
+void rp_mm_gemm_flt_avx512(rp_dtype wtype, const uint8_t *w, size_t ws, int64_t nr, const uint8_t *x, size_t xs, int n,
+                           int64_t ne0, float *y, size_t ldy)
+{
+    if (wtype == RP_DTYPE_F16)
+        flt_gemm(w, ws, nr, x, xs, n, ne0, y, ldy, W_F16);
+    else
+        flt_gemm(w, ws, nr, x, xs, n, ne0, y, ldy, W_F32);
+}
+
+/* F32 / F16 tile kernels: one token (decode) takes the rows in pairs, two FMA chains
+ * (measured faster than one row at a time, and than four, weights in cache or streamed
+ * from memory); more tokens the GEMM (the matmul hands it whole chunks of rows instead). */
+RP_INLINE void k_flt(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                     size_t ldy, const int wt)
+{
+    if (nt > 1) {
+        flt_gemm(w, ws, nr, x, xs, nt, ne0, y, ldy, wt);
+        return;
+    }
+    int r = 0;
+    for (; r + 2 <= nr; r += 2)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 2, 1, wt);
+    if (r < nr)
+        tile_flt(w + (size_t)r * ws, ws, x, xs, ne0, y + r, ldy, 1, 1, wt);
+}
+
+static void k_f32(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F32);
+}
+
+static void k_f16(const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, int64_t ne0, float *y,
+                  size_t ldy)
+{
+    k_flt(w, ws, nr, x, xs, nt, ne0, y, ldy, W_F16);
+}
+
 /* BF16: tiles of BF16_TR rows (one for fewer than 3 tokens) x up to BF16_TT tokens, the
  * tokens cut into passes of nearly equal size (6 tokens: 3 + 3, not 4 + 2). */
 #define BF16_TILE(NR, NT) tile_bf16(wr, ws, xt, xs, ne0, yt, ldy, NR, NT)

@@ -17,6 +17,16 @@
 #define MM_TILE_NR 2
 #define MM_TILE_NT 8
 
+/* F32 / F16 weights, every kernel at every level (matmul_avx2.c, matmul_avx512.c): the
+ * reduction order. A row is cut into blocks of RP_MM_FLT_BLOCK elements from its start
+ * (the last one may be shorter); in a block, slot s (the 16 elements from 16 s; past the
+ * row's end zeros) is multiplied-added, s = 0, 1, ... in order, into one 16-lane
+ * accumulator from zero (AVX2 keeps it as two 8-lane halves), and the block's sum is
+ * hsum16 of it (avx512_util.h's order); the output is the blocks' sums added in order,
+ * (b0 + b1) + b2 ... So a prefill GEMM can visit a row a block at a time and keep the
+ * partial sums in y, and each output is the same for any tile or token count. */
+#define RP_MM_FLT_BLOCK 1024
+
 /* For tiles that keep every (row, token) sum in registers without reloading the weights:
  * a pass over one row takes as many tokens as keep their activation rows within BUDGET
  * bytes (XBYTES(ne0): one activation row's bytes; from 2 up to MAXNT, at most 8), so

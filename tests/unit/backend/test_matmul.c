@@ -309,6 +309,79 @@ static void test_determinism(void **state)
     rp_cpu_force_scalar(false);
 }
 
+// F32 / F16 weights against many tokens (AVX-512: the GEMM from 2 tokens on, the tile kernel
+// for one; AVX2: its tile kernel), for row lengths inside one
+// reduction block of mm_tiles.h (RP_MM_FLT_BLOCK), at its edge and over several, with and
+// without a partial last slot, and row counts that are not a multiple of the GEMM's tile
+// (or that fill several of its row blocks):
+// for 1..33, 64 and 512 tokens, against the scalar reference by normalized error, and each
+// token's outputs bitwise its outputs alone (a decode step); and AVX2's outputs bitwise
+// AVX-512's (the same reduction order). Pools of 3 threads and of one compute the batches
+// in turn, one thread the tokens alone.
+static void test_float_many_tokens(void **state)
+{
+    (void)state;
+    // (ne0, rows); 2056 x 150: more rows than the GEMM's row block (64 F32, 128 F16 rows there)
+    static const int64_t shapes[][2] = {{7, 3},     {100, 37},  {896, 70}, {1024, 5},
+                                        {1031, 37}, {2056, 13}, {3000, 6}, {2056, 150}};
+    enum { N_MAX = 512 };
+    int ns[40], n_ns = 0;
+    for (int n = 1; n <= 33; n++)
+        ns[n_ns++] = n;
+    ns[n_ns++] = 64;
+    ns[n_ns++] = N_MAX;
+    const rp_dtype types[] = {RP_DTYPE_F32, RP_DTYPE_F16};
+    rp_pool *p1 = NULL, *p3 = NULL;
+    assert_int_equal(rp_pool_create(1, &p1), RP_OK);
+    assert_int_equal(rp_pool_create(3, &p3), RP_OK);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+            const rp_dtype type = types[ti];
+            const int64_t ne0 = shapes[si][0], rows = shapes[si][1];
+            wmat m;
+            wmat_init(&m, type, rows, ne0);
+            float *x = malloc((size_t)(N_MAX * ne0) * sizeof(float));
+            fill_normal(x, N_MAX * ne0);
+            size_t ybytes = (size_t)(N_MAX * rows) * sizeof(float);
+            float *ref = malloc(ybytes), *y = malloc(ybytes), *one = malloc(ybytes), *one_prev = NULL;
+            rp_cpu_force_scalar(true);
+            run_matmul(p3, &m, x, N_MAX, ref);
+            for (int lv = 0; lv < N_LEVELS; lv++) {
+                if (!rp_cpu_force_simd(simd_levels[lv]))
+                    continue;
+                for (int t = 0; t < N_MAX; t++)
+                    run_matmul(p1, &m, x + t * ne0, 1, one + t * rows);
+                for (int k = 0; k < n_ns; k++) {
+                    const int n = ns[k];
+                    run_matmul(k & 1 ? p1 : p3, &m, x, n, y); // one thread: a chunk of every row
+                    double e = nerr(y, ref, (size_t)(n * rows));
+                    if (e > 1e-5)
+                        fail_msg("%s (%s) ne0 %lld rows %lld n %d: error %g against the scalar reference",
+                                 rp_dtype_name(type), simd_levels[lv], (long long)ne0, (long long)rows, n, e);
+                    for (int t = 0; t < n; t++)
+                        if (memcmp(y + t * rows, one + t * rows, (size_t)rows * sizeof(float)) != 0)
+                            fail_msg("%s (%s) ne0 %lld rows %lld: token %d in a batch of %d differs from it alone",
+                                     rp_dtype_name(type), simd_levels[lv], (long long)ne0, (long long)rows, t, n);
+                }
+                if (one_prev && memcmp(one, one_prev, ybytes) != 0)
+                    fail_msg("%s ne0 %lld rows %lld: AVX-512 and AVX2 give different bits", rp_dtype_name(type),
+                             (long long)ne0, (long long)rows);
+                if (!one_prev)
+                    one_prev = malloc(ybytes);
+                memcpy(one_prev, one, ybytes);
+            }
+            rp_cpu_force_scalar(false);
+            free(x);
+            free(ref);
+            free(y);
+            free(one);
+            free(one_prev);
+            free(m.data);
+        }
+    rp_pool_destroy(p1);
+    rp_pool_destroy(p3);
+}
+
 // bf16 rounding to nearest even, as vcvtne2ps2bf16 does (inputs here are normal numbers).
 static float round_bf16(float f)
 {
@@ -597,12 +670,12 @@ static void test_group(void **state)
     assert_int_equal(rp_pool_create(1, &p1), RP_OK);
     assert_int_equal(rp_pool_create(2, &p2), RP_OK);
     assert_int_equal(rp_pool_create(3, &p3), RP_OK);
-    const int ns[] = {1, 2, 3, 7};
+    const int ns[] = {1, 2, 3, 7, 20}; // 20: the F32 / F16 GEMM
     for (int lv = -1; lv < N_LEVELS; lv++) {
         if (!rp_cpu_force_simd(lv < 0 ? "scalar" : simd_levels[lv]))
             continue;
         for (size_t ti = 0; ti < N_TYPES; ti++)
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 5; k++) {
                 check_group(p1, all_types[ti], ns[k]);
                 check_group(p2, all_types[ti], ns[k]);
                 check_group(p3, all_types[ti], ns[k]);
@@ -682,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_scratch_bytes),
         cmocka_unit_test(test_simd_vs_scalar),
         cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_float_many_tokens),
         cmocka_unit_test(test_bf16_act),
         cmocka_unit_test(test_act_amx),
         cmocka_unit_test(test_edges),
