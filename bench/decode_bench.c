@@ -14,7 +14,7 @@
  * default 16; one forward of up to 512 tokens at a time) is timed too (median).
  * Not a test: numbers go to bench/RESULTS.md.
  *
- * usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]
+ * usage: decode-bench MODEL [--quant q8|q4|q4k] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]
  */
 #include "bench_model.h"
 #include "model/model.h"
@@ -109,7 +109,7 @@ static void print_loadavg(const char *when)
 }
 
 #define USAGE                                                                                                          \
-    "usage: decode-bench MODEL [--quant q8|q4] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]\n"
+    "usage: decode-bench MODEL [--quant q8|q4|q4k] [--threads N] [-n TOKENS] [--prompt N] [--runs R] [--kv f16|f32]\n"
 #define MAX_RUNS 64
 
 typedef struct run_state {
@@ -169,7 +169,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quant") == 0 && i + 1 < argc) {
             const char *q = argv[++i];
-            mp.quant = strcmp(q, "q8") == 0 ? RP_DTYPE_Q8_0 : strcmp(q, "q4") == 0 ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
+            mp.quant = strcmp(q, "q8") == 0 ? RP_DTYPE_Q8_0 : strcmp(q, "q4") == 0 ? RP_DTYPE_Q4_0 : strcmp(q, "q4k") == 0 ? RP_DTYPE_Q4_K : RP_DTYPE_F32;
         } else if (strcmp(argv[i], "--kv") == 0 && i + 1 < argc) {
             kv_type = strcmp(argv[++i], "f32") == 0 ? RP_DTYPE_F32 : RP_DTYPE_F16;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {

@@ -3,7 +3,7 @@
 # measured in the same run, and what a verification forward costs against a one-token
 # step (issue 22's benchmark), for a Qwen2.5-7B-shaped model with random weights
 # (bench/make_bench_model.py --shape 7b: hidden 3584, 28 layers, 28/4 heads, MLP 18944,
-# vocab 152064, untied, q/k/v bias) in BF16, Q8_0 and Q4_0 (--quant at load).
+# vocab 152064, untied, q/k/v bias) in BF16, Q8_0, Q4_0 and Q4_K (--quant at load).
 #
 # Per type: step-bench --batch 1 --ctx 512 (a decode step after a 512-token prompt:
 # tok/s = 1 / median step), the ceiling = (read bandwidth of gpu-bw-bench, the
@@ -12,12 +12,12 @@
 # reduced on the GPU, what greedy verification needs).
 #
 # Usage: bench/gpu_decode.sh BUILD OUT [TYPES]   (BUILD: a CUDA build folder; TYPES:
-#        comma list of bf16,q8,q4, default all). Logs in OUT/, a table on stdout.
+#        comma list of bf16,q8,q4,q4k, default all). Logs in OUT/, a table on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:?BUILD}
 out=${2:?OUT}
-types=${3:-bf16,q8,q4}
+types=${3:-bf16,q8,q4,q4k}
 mkdir -p "$out"
 model=${RP_BENCH_7B:-/tmp/qwen2.5-7b-random}
 if [ ! -f "$model/model.safetensors" ]; then
@@ -32,6 +32,7 @@ for t in ${types//,/ }; do
     q=()
     [ "$t" = q8 ] && q=(--quant q8)
     [ "$t" = q4 ] && q=(--quant q4)
+    [ "$t" = q4k ] && q=(--quant q4k) # every matrix Q4_K (a Q4_K_M file mixes in Q6_K)
     log="$out/step-$t.log"
     timeout 400 "$build/bench/step-bench" "$model" --device cuda --batch 1 --ctx 512 --steps 40 "${q[@]}" > "$log" 2>&1
     mb=$(sed -n 's/.*weights read per step \([0-9.]*\) MB.*/\1/p' "$log")

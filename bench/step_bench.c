@@ -2,7 +2,7 @@
  * step_bench.c - the cost of one decode step against the number of sequences in
  * it: does a batched step read the weights once for all its sequences?
  *
- *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4] [--device NAME]
+ *   step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] [--quant q8|q4|q4k] [--device NAME]
  *              [--kv f16|f32] [--f32-activations]
  *
  * For each batch size B: B sequences each hold a context of N tokens (prefilled
@@ -55,12 +55,12 @@ int main(int argc, char **argv)
             kv_type = !strcmp(argv[++i], "f32") ? RP_DTYPE_F32 : RP_DTYPE_F16;
         else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
             const char *q = argv[++i];
-            quant = !strcmp(q, "q8") ? RP_DTYPE_Q8_0 : !strcmp(q, "q4") ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
+            quant = !strcmp(q, "q8") ? RP_DTYPE_Q8_0 : !strcmp(q, "q4") ? RP_DTYPE_Q4_0 : !strcmp(q, "q4k") ? RP_DTYPE_Q4_K : RP_DTYPE_F32;
         } else if (argv[i][0] != '-')
             model_path = argv[i];
         else {
             fprintf(stderr, "usage: step-bench [MODEL] [--batch 1,2,4,8,16] [--ctx N] [--steps S] [--threads N] "
-                            "[--quant q8|q4] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
+                            "[--quant q8|q4|q4k] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
             return 2;
         }
     }

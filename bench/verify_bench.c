@@ -14,7 +14,7 @@
  * wall time: with one thread, what a step costs whatever the neighbours do. --simd
  * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
  *
- * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] [--cpu] [--simd LEVEL]
+ * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4|q4k] [--cpu] [--simd LEVEL]
  *                     [--kv f16|f32] [--f32-activations] [--device NAME]
  */
 #include "backend/cpu/cpu.h"
@@ -81,17 +81,17 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--quant") && i + 1 < argc) {
             i++;
-            quant = !strcmp(argv[i], "q8") ? RP_DTYPE_Q8_0 : !strcmp(argv[i], "q4") ? RP_DTYPE_Q4_0 : RP_DTYPE_F32;
+            quant = !strcmp(argv[i], "q8") ? RP_DTYPE_Q8_0 : !strcmp(argv[i], "q4") ? RP_DTYPE_Q4_0 : !strcmp(argv[i], "q4k") ? RP_DTYPE_Q4_K : RP_DTYPE_F32;
         } else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else {
-            fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
+            fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4|q4k] "
                             "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
             return 2;
         }
     }
     if (!path || ctx < 1 || reps < 1 || max_n < 1 || max_n > 512) {
-        fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4] "
+        fprintf(stderr, "usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4|q4k] "
                         "[--cpu] [--simd LEVEL] [--kv f16|f32] [--f32-activations] [--device NAME]\n");
         return 2;
     }

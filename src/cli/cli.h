@@ -42,7 +42,7 @@ uint64_t rp_cli_mem_available(void);
 // --kv-dtype: "f16"/"float16" (*f32 = false) or "f32"/"float32" (*f32 = true). False
 // for anything else.
 bool rp_cli_parse_kv_dtype(const char *s, bool *f32);
-// --quant: "q8"/"q8_0" or "q4"/"q4_0" into *out. False for anything else.
+// --quant: "q8"/"q8_0", "q4"/"q4_0" or "q4k"/"q4_K" into *out. False for anything else.
 bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
 // device.c

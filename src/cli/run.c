@@ -55,7 +55,7 @@ static void run_usage(FILE *f)
                "      --repeat-penalty R  repetition penalty (default 1 = off)\n"
                "      --presence-penalty X, --frequency-penalty X   OpenAI-style penalties (default 0)\n"
                "      --seed S            random seed for sampling (default 0)\n"
-               "      --quant q8|q4       quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "      --quant q8|q4|q4k   quantize f16/bf16/f32 weights at load (Q8_0, Q4_0 or Q4_K)\n"
                "      --f32-activations   bf16 weights multiply float32 activations (the float32 reference's\n"
                "                          numbers; on AMD CPUs with AVX512_BF16 and Intel CPUs with AMX the\n"
                "                          default rounds activations to bf16: faster prefill and batched steps;\n"

@@ -81,7 +81,7 @@ static void serve_usage(FILE *f)
                "                             K, \"adaptive\": true|false, \"prompt_lookup_min\": N,\n"
                "                             \"prompt_lookup_max\": N}\n"
                "      --draft-model PATH     a smaller model with the same tokenizer that drafts tokens\n"
-               "      --quant q8|q4          quantize f16/bf16/f32 weights at load (Q8_0 or Q4_0)\n"
+               "      --quant q8|q4|q4k      quantize f16/bf16/f32 weights at load (Q8_0, Q4_0 or Q4_K)\n"
                "      --f32-activations      bf16 weights multiply float32 activations (the float32 reference's\n"
                "                             numbers; on AMD CPUs with AVX512_BF16 and Intel CPUs with AMX\n"
                "                             the default rounds activations to bf16: faster prefill and\n"

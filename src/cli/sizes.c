@@ -93,6 +93,8 @@ bool rp_cli_parse_quant(const char *s, rp_dtype *out)
         *out = RP_DTYPE_Q8_0;
     else if (strcmp(s, "q4") == 0 || strcmp(s, "q4_0") == 0)
         *out = RP_DTYPE_Q4_0;
+    else if (strcmp(s, "q4k") == 0 || strcmp(s, "q4_k") == 0 || strcmp(s, "q4_K") == 0)
+        *out = RP_DTYPE_Q4_K;
     else
         return false;
     return true;

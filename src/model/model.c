@@ -81,8 +81,9 @@ rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params 
     if (m->params.max_batch <= 0)
         m->params.max_batch = 512;
     rp_status st;
-    if (m->params.quant != RP_DTYPE_F32 && m->params.quant != RP_DTYPE_Q8_0 && m->params.quant != RP_DTYPE_Q4_0) {
-        st = RP_ERR(RP_ERR_INVALID, "quantization on load supports q8 and q4");
+    if (m->params.quant != RP_DTYPE_F32 && m->params.quant != RP_DTYPE_Q8_0 && m->params.quant != RP_DTYPE_Q4_0 &&
+        m->params.quant != RP_DTYPE_Q4_K) {
+        st = RP_ERR(RP_ERR_INVALID, "quantization on load supports q8, q4 and q4k");
         goto fail;
     }
     m->be = be;

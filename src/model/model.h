@@ -84,7 +84,8 @@ typedef struct rp_model_config {
 } rp_model_config;
 
 typedef struct rp_model_params {
-    rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / RP_DTYPE_Q4_0
+    rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / Q4_0 / Q4_K (rows of a
+                          // multiple of 256 elements; others keep their type)
     int max_batch;        // most tokens per forward (0 = 512)
     bool quiet;           // no load messages
     // Float matrices stay in the file's mapping (4 KiB pages) instead of being copied

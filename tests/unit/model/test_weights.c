@@ -8,6 +8,9 @@
  * the RP_PROFILE=N op profile (forward.c).
  */
 #include "test_model.h"
+#include "quant/quant.h"
+
+#include <math.h>
 #include "model_harness.h"
 
 #include "model/model_int.h"
@@ -95,6 +98,49 @@ static void test_arena_vs_mapping(void **state)
     check_model(path, RP_DTYPE_F32);
     check_model(path, RP_DTYPE_Q8_0);
     check_model(path, RP_DTYPE_Q4_0);
+}
+
+// --quant q4k: the matrices whose rows are a whole number of 256-element super-blocks become
+// Q4_K (rapid-tiny: the down projections, 1024 wide; the rest, 384 wide, keep BF16), their
+// bytes what the reference quantizer gives row by row, and the logits stay near BF16's.
+static void test_quant_q4k(void **state)
+{
+    (void)state;
+    const char *path = rp_test_source("models/rapid-tiny");
+    rp_model *q = load(path, RP_DTYPE_Q4_K, false), *f = load(path, RP_DTYPE_F32, false);
+    const rp_model_config *c = rp_model_get_config(q);
+    for (int l = 0; l < c->n_layer; l++) {
+        const rp_layer *L = &q->layers[l], *F = &f->layers[l];
+        assert_int_equal(L->w_down.type, RP_DTYPE_Q4_K);
+        assert_int_equal(L->wq.type, F->wq.type);
+        assert_int_equal(L->w_gate.type, F->w_gate.type);
+        if (l == 0 && q->host_memory) { // the first row, against quantizing it here
+            size_t rb;
+            assert_true(rp_dtype_row_bytes(RP_DTYPE_Q4_K, L->w_down.ne[0], &rb));
+            float *row = malloc(sizeof(float) * (size_t)F->w_down.ne[0]);
+            uint8_t *want = malloc(rb);
+            rp_dequantize(F->w_down.type, F->w_down.data, row, F->w_down.ne[0]);
+            assert_int_equal(rp_quantize(RP_DTYPE_Q4_K, row, want, F->w_down.ne[0]), RP_OK);
+            assert_memory_equal(L->w_down.data, want, rb);
+            free(row);
+            free(want);
+        }
+    }
+    int V = c->n_vocab;
+    int32_t ids[N_PROMPT];
+    prompt_ids(q, ids);
+    float *lq = malloc((size_t)N_PROMPT * V * sizeof(float)), *lf = malloc((size_t)N_PROMPT * V * sizeof(float));
+    harness_prefill_all(q, ids, N_PROMPT, 5, lq);
+    harness_prefill_all(f, ids, N_PROMPT, 5, lf);
+    double e = 0, n = 0;
+    for (size_t i = 0; i < (size_t)N_PROMPT * V; i++)
+        e += ((double)lq[i] - lf[i]) * ((double)lq[i] - lf[i]), n += (double)lf[i] * lf[i];
+    print_message("  rapid-tiny with Q4_K down projections: logits %.4f from BF16's (normalized)\n", sqrt(e / n));
+    assert_true(sqrt(e / n) < 0.1 && sqrt(e / n) > 0); // changed, a little
+    free(lq);
+    free(lf);
+    rp_model_destroy(q);
+    rp_model_destroy(f);
 }
 
 // copy_limit: float matrices are copied until the limit, the rest stay mapped;
@@ -251,6 +297,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_arena_vs_mapping),
         cmocka_unit_test(test_copy_limit),
+        cmocka_unit_test(test_quant_q4k),
         cmocka_unit_test(test_malloc_huge),
         cmocka_unit_test(test_load_out_of_memory),
         cmocka_unit_test(test_profile),
