@@ -62,17 +62,6 @@ static void bench_usage(FILE *f)
                "  -h, --help               this help\n");
 }
 
-static bool parse_long(const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 static bool parse_seconds(const char *s, double *out)
 {
     char *end;
@@ -291,7 +280,7 @@ int rp_cli_bench(int argc, char **argv)
             ok = rp_bench_scenarios_parse(optarg, &p.scenarios) == RP_OK;
             break;
         case O_RUNS:
-            ok = parse_long(optarg, 1, 1000, &v), p.runs = (int)v;
+            ok = rp_cli_parse_long(optarg, 1, 1000, &v), p.runs = (int)v;
             break;
         case O_LABEL:
             p.label = optarg;
@@ -310,10 +299,10 @@ int rp_cli_bench(int argc, char **argv)
             ok = parse_seconds(optarg, &p.restart_timeout_s);
             break;
         case O_WARMUP:
-            ok = parse_long(optarg, 0, 100, &v), p.warmup = (int)v;
+            ok = rp_cli_parse_long(optarg, 0, 100, &v), p.warmup = (int)v;
             break;
         case O_SEED:
-            ok = parse_long(optarg, 0, LLONG_MAX, &v), p.seed = (uint64_t)v;
+            ok = rp_cli_parse_long(optarg, 0, LLONG_MAX, &v), p.seed = (uint64_t)v;
             break;
         case O_TIMEOUT:
             ok = parse_seconds(optarg, &p.timeout_s);

@@ -28,7 +28,12 @@ const char *rp_cli_default_model(void);
 // model, every place looked in, and how to set RAPID_MODELS.
 void rp_cli_default_model_missing(const char *cmd);
 
-// sizes.c
+// sizes.c: the flags' values
+// A whole decimal number in [lo, hi] (the whole string, no junk after it); false otherwise.
+bool rp_cli_parse_long(const char *s, long long lo, long long hi, long long *out);
+bool rp_cli_parse_int(const char *s, long lo, long hi, int *out);
+// A float (the whole string); false otherwise.
+bool rp_cli_parse_float(const char *s, float *out);
 // A byte size: a number with an optional K, M, G or T (powers of 1024), then
 // an optional "iB" or "B" ("512M", "4GiB", "1.5G", "1000"). False when malformed.
 bool rp_cli_parse_bytes(const char *s, uint64_t *out);

@@ -80,28 +80,6 @@ static void run_usage(FILE *f)
                "  -h, --help              this help\n");
 }
 
-static bool parse_int(const char *s, long lo, long hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = (int)v;
-    return true;
-}
-
-static bool parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end)
-        return false;
-    *out = v;
-    return true;
-}
-
 typedef struct run_opts {
     const char *model, *prompt, *file, *system, *tools_file, *chat_template;
     const char *tool_parser, *reasoning_parser; // NULL: chosen from the template
@@ -202,15 +180,15 @@ static int parse_args(int argc, char **argv, run_opts *o)
         switch (c) {
         case 'p': o->prompt = optarg; break;
         case 'f': o->file = optarg; break;
-        case 'n': ok = parse_int(optarg, 0, 1 << 24, &o->n_predict); break;
-        case 't': ok = parse_int(optarg, 1, 1024, &o->threads); break;
-        case O_TEMP: ok = parse_float(optarg, &o->sp.temperature); break;
-        case O_TOPK: ok = parse_int(optarg, 0, 1 << 24, &o->sp.top_k); break;
-        case O_TOPP: ok = parse_float(optarg, &o->sp.top_p); break;
-        case O_MINP: ok = parse_float(optarg, &o->sp.min_p); break;
-        case O_REP: ok = parse_float(optarg, &o->sp.repetition_penalty); break;
-        case O_PRES: ok = parse_float(optarg, &o->sp.presence_penalty); break;
-        case O_FREQ: ok = parse_float(optarg, &o->sp.frequency_penalty); break;
+        case 'n': ok = rp_cli_parse_int(optarg, 0, 1 << 24, &o->n_predict); break;
+        case 't': ok = rp_cli_parse_int(optarg, 1, 1024, &o->threads); break;
+        case O_TEMP: ok = rp_cli_parse_float(optarg, &o->sp.temperature); break;
+        case O_TOPK: ok = rp_cli_parse_int(optarg, 0, 1 << 24, &o->sp.top_k); break;
+        case O_TOPP: ok = rp_cli_parse_float(optarg, &o->sp.top_p); break;
+        case O_MINP: ok = rp_cli_parse_float(optarg, &o->sp.min_p); break;
+        case O_REP: ok = rp_cli_parse_float(optarg, &o->sp.repetition_penalty); break;
+        case O_PRES: ok = rp_cli_parse_float(optarg, &o->sp.presence_penalty); break;
+        case O_FREQ: ok = rp_cli_parse_float(optarg, &o->sp.frequency_penalty); break;
         case O_SEED: {
             char *end;
             errno = 0;
@@ -225,7 +203,7 @@ static int parse_args(int argc, char **argv, run_opts *o)
             break;
         case O_QUANT: ok = rp_cli_parse_quant(optarg, &o->quant); break;
         case O_KV_DTYPE: ok = rp_cli_parse_kv_dtype(optarg, &o->kv_f32); break;
-        case O_CTX: ok = parse_int(optarg, 1, 1 << 24, &o->ctx); break;
+        case O_CTX: ok = rp_cli_parse_int(optarg, 1, 1 << 24, &o->ctx); break;
         case O_IGNORE: o->ignore_eos = true; break;
         case O_SYSTEM: o->system = optarg; break;
         case O_THINK: o->think = true; break;

@@ -96,17 +96,6 @@ static void serve_usage(FILE *f)
                "  -h, --help                 this help\n");
 }
 
-static bool parse_long(const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return false;
-    *out = v;
-    return true;
-}
-
 typedef struct serve_opts {
     const char *model, *chat_template;
     rp_server_params sp;
@@ -209,19 +198,19 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         li = -1;
         switch (c) {
         case O_HOST: o->sp.host = optarg; break;
-        case O_PORT: ok = parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
+        case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
         case O_KEY: o->sp.api_key = optarg; break;
         case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
         case O_STRICT: o->sp.strict_model_name = true; break;
-        case O_CTX: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
-        case O_KV: ok = parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
-        case O_PAR: ok = parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
-        case O_QUEUE: ok = parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
+        case O_CTX: ok = rp_cli_parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
+        case O_KV: ok = rp_cli_parse_long(optarg, 1, 1 << 26, &v), o->ep.kv_tokens = (int)v; break;
+        case O_PAR: ok = rp_cli_parse_long(optarg, 1, 4096, &v), o->ep.max_running = (int)v; break;
+        case O_QUEUE: ok = rp_cli_parse_long(optarg, 1, 1 << 20, &v), o->ep.max_queue = (int)v; break;
         case O_KVMEM:
             ok = rp_cli_parse_kv_memory(optarg, &o->ep.kv_memory, &o->kv_fraction) && o->ep.kv_memory > 0;
             break;
         case O_KVDTYPE: ok = rp_cli_parse_kv_dtype(optarg, &o->ep.kv_f32); break;
-        case O_CHUNK: ok = parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
+        case O_CHUNK: ok = rp_cli_parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
         case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
         case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
         case O_NODISK: o->no_disk_cache = true; break;
@@ -236,14 +225,14 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_DRAFT: o->ep.spec.draft_path = optarg; break;
         case O_DEVICE: o->device = optarg; break;
         case O_MAXREQ:
-            ok = parse_long(optarg, 1024, (long long)1 << 40, &v);
+            ok = rp_cli_parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
             break;
         case O_MAXCONN:
-            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v;
+            ok = rp_cli_parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections = (int)v;
             break;
         case O_MAXCONN_CLIENT:
-            ok = parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v;
+            ok = rp_cli_parse_long(optarg, 1, 1 << 20, &v), o->sp.max_connections_per_client = (int)v;
             break;
         case O_TIMEOUT: {
             char *end;
@@ -271,7 +260,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             o->f32_act = true;
             break;
         case O_QUANT: ok = rp_cli_parse_quant(optarg, &o->quant); break;
-        case 't': ok = parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
+        case 't': ok = rp_cli_parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
         case 'q': o->sp.quiet = true; break;
         case 'h': serve_usage(stdout); return -1;
         case ':':

@@ -1,7 +1,8 @@
 /*
- * sizes.c - sizes on the command line: bytes ("512M", "4GiB", "0.25" of the
- * memory available) for the KV cache and the prefix cache's disk budget, and
- * the types of --quant and --kv-dtype.
+ * sizes.c - the values of the command line's flags: sizes in bytes ("512M",
+ * "4GiB", "0.25" of the memory available) for the KV cache and the prefix
+ * cache's disk budget, the types of --quant and --kv-dtype, and whole numbers and
+ * floats read strictly (the whole string, in range) for every subcommand.
  */
 #include "cli.h"
 
@@ -97,5 +98,36 @@ bool rp_cli_parse_quant(const char *s, rp_dtype *out)
         *out = RP_DTYPE_Q4_K;
     else
         return false;
+    return true;
+}
+
+bool rp_cli_parse_long(const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *out = v;
+    return true;
+}
+
+bool rp_cli_parse_int(const char *s, long lo, long hi, int *out)
+{
+    long long v;
+    if (!rp_cli_parse_long(s, lo, hi, &v))
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+bool rp_cli_parse_float(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end)
+        return false;
+    *out = v;
     return true;
 }
