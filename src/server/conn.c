@@ -20,7 +20,7 @@
  * (every 0.25 s) shuts an overdue connection's socket down (shutdown(2):
  * the connection's own thread reads end-of-stream and closes it).
  *
- * Admission (rp_conn_open, on libmicrohttpd's accepting thread): a new
+ * Admission (rp_conn_open, on the gate's accepting thread, gate.c): a new
  * connection that would put its client address past max_per_client, or the
  * server past max_conn, first makes room by closing the oldest WAIT
  * connection of that address (at the global limit: of the address holding
@@ -38,6 +38,15 @@
  * Client address: an IPv4 address, or an IPv6 address's /64 (one host
  * usually has a whole /64); IPv4-mapped IPv6 addresses count as IPv4.
  *
+ * Hand-over: the gate records a connection when it accepts it and hands the
+ * socket to libmicrohttpd once its first request line is good; libmicrohttpd
+ * takes it later on its own thread (rp_conn_adopt, by descriptor) or, past its
+ * own limits, closes it without a word. Until adopted the record holds a
+ * duplicate descriptor: shutting the socket down goes through it (it cannot
+ * have been reused), and a record never adopted is dropped after
+ * HANDOFF_EXPIRE_S with its duplicate. A second hand-over of the same
+ * descriptor number proves the first stale (the number was free again).
+ *
  * Threads: every function takes the table's mutex. libmicrohttpd reports a
  * closed connection (rp_conn_close) before it closes the socket, and a
  * record is freed only there, so the watchdog never shuts a reused
@@ -46,14 +55,17 @@
 #include "server_int.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
-#define TICK_S 0.25         // watchdog period
-#define REPORT_EVERY_S 10.0 // at most one log line per this many seconds
-#define REFUSED_PENDING 2   // refused connections an address may keep unanswered (head or body on the way)
+#define TICK_S 0.25           // watchdog period
+#define REPORT_EVERY_S 10.0   // at most one log line per this many seconds
+#define HANDOFF_EXPIRE_S 10.0 // a record handed to libmicrohttpd and never adopted is dropped after this
+#define REFUSED_PENDING 2     // refused connections an address may keep unanswered (head or body on the way)
 
 typedef enum phase { PH_WAIT = 0, PH_BODY = 1, PH_ACTIVE = 2 } phase;
 
@@ -78,6 +90,9 @@ struct rp_conn {
     bool refused;      // over the limits with nothing to close: answered 503
     bool served;       // has had a request before this wait
     bool head_started; // the request line of the next request has arrived
+    bool handed;       // handed to libmicrohttpd by the gate, not yet adopted
+    double handed_at;
+    int hold_fd;       // while handed: a duplicate of fd that keeps the socket for shutdown(2) (-1: none)
     rp_conn_end ended; // RP_CONN_OPEN, or why the table shut it down
     char text[INET6_ADDRSTRLEN];
 };
@@ -197,7 +212,7 @@ static void shut(rp_conn_table *t, rp_conn *c, rp_conn_end why)
     wait_count(c, -1);
     uncount(t, c);
     c->ended = why;
-    shutdown(c->fd, SHUT_RDWR);
+    shutdown(c->handed ? c->hold_fd : c->fd, SHUT_RDWR);
 }
 
 // The oldest connection of a that may be closed to make room: a counted one waiting for
@@ -221,6 +236,24 @@ static void note_event(rp_conn_table *t, uint64_t *pending, uint64_t *total, con
     (*total)++;
     if (addr)
         snprintf(t->pending.last_addr, sizeof(t->pending.last_addr), "%s", addr);
+}
+
+// Removes c from the table and frees it (the table's lock held).
+static void unlink_free(rp_conn_table *t, rp_conn *c)
+{
+    wait_count(c, -1);
+    uncount(t, c);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        t->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    t->n_open--;
+    addr_put(t, c->addr);
+    if (c->hold_fd >= 0)
+        close(c->hold_fd);
+    rp_free(c);
 }
 
 /* ---- the watchdog ----------------------------------------------------------- */
@@ -273,7 +306,14 @@ static void *watchdog_main(void *arg)
         if (t->stop)
             break;
         double now = rp_time_s();
-        for (rp_conn *c = t->head; c; c = c->next) {
+        for (rp_conn *c = t->head, *next; c; c = next) {
+            next = c->next;
+            if (c->handed && now - c->handed_at > HANDOFF_EXPIRE_S) {
+                // libmicrohttpd closes a connection it cannot take without a word: never
+                // adopted, the record goes (and its duplicate, which closes the socket).
+                unlink_free(t, c);
+                continue;
+            }
             if (c->ended != RP_CONN_OPEN || c->ph == PH_ACTIVE || now - c->since <= t->timeout_s)
                 continue;
             if (c->ph == PH_BODY) {
@@ -339,6 +379,8 @@ void rp_conn_table_destroy(rp_conn_table *t)
     while (t->head) {
         rp_conn *c = t->head;
         t->head = c->next;
+        if (c->hold_fd >= 0)
+            close(c->hold_fd);
         rp_free(c);
     }
     while (t->addrs) {
@@ -375,6 +417,7 @@ rp_conn *rp_conn_open(rp_conn_table *t, int fd, const struct sockaddr *sa)
     a->n_conns++;
     c->addr = a;
     c->fd = fd;
+    c->hold_fd = -1;
     c->ph = PH_WAIT;
     c->since = rp_time_s();
     c->next = t->head;
@@ -427,18 +470,42 @@ void rp_conn_close(rp_conn_table *t, rp_conn *c)
     if (!c)
         return;
     pthread_mutex_lock(&t->lock);
-    wait_count(c, -1);
-    uncount(t, c);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        t->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    t->n_open--;
-    addr_put(t, c->addr);
+    unlink_free(t, c);
     pthread_mutex_unlock(&t->lock);
-    rp_free(c);
+}
+
+void rp_conn_handoff(rp_conn_table *t, rp_conn *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&t->lock);
+    // Another record handed with this descriptor is stale: its socket was closed (the
+    // descriptor is reused), so libmicrohttpd never took it.
+    for (rp_conn *o = t->head, *next; o; o = next) {
+        next = o->next;
+        if (o != c && o->handed && o->fd == c->fd)
+            unlink_free(t, o);
+    }
+    c->handed = true;
+    c->handed_at = rp_time_s();
+    c->hold_fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0); // -1 (no descriptors left): shut down nothing
+    pthread_mutex_unlock(&t->lock);
+}
+
+rp_conn *rp_conn_adopt(rp_conn_table *t, int fd)
+{
+    pthread_mutex_lock(&t->lock);
+    rp_conn *c = t->head;
+    while (c && !(c->handed && c->fd == fd))
+        c = c->next;
+    if (c) {
+        c->handed = false;
+        if (c->hold_fd >= 0)
+            close(c->hold_fd);
+        c->hold_fd = -1;
+    }
+    pthread_mutex_unlock(&t->lock);
+    return c;
 }
 
 void rp_conn_head_started(rp_conn_table *t, rp_conn *c)

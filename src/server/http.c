@@ -120,7 +120,18 @@ typedef struct conn_state {
     rp_buf sbuf;
     size_t soff;
     bool s_finished, s_freed;
+    bool proto_error; // libmicrohttpd found the request malformed; answered by proto.c
 } conn_state;
+
+// What the connection's own thread is reading (one thread per connection): noted by the
+// callbacks that run there, so that on_mhd_log can answer libmicrohttpd's own protocol
+// errors on the socket (proto.c). fd < 0: no request line seen on this thread yet.
+typedef struct thread_req {
+    int fd;
+    rp_api_kind api;
+    conn_state *cs; // the request's state once on_request has made it, until on_completed
+} thread_req;
+static __thread thread_req tl_req = {-1, RP_API_OPENAI, NULL};
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -296,9 +307,8 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
         rp_api_fail(&e, 500, NULL, NULL, "out of memory while writing the reply");
         reply_error_shape(cs->api, rep, &e);
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(rep->body.len, rep->body.len ? rep->body.data : (void *)"",
-                                        MHD_RESPMEM_MUST_COPY);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        rep->body.len, rep->body.len ? rep->body.data : (void *)"", MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return MHD_NO;
     if (rep->content_type)
@@ -421,8 +431,8 @@ static void stream_free(void *cls)
 
 static enum MHD_Result queue_stream(conn_state *cs)
 {
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, cs,
-                                                                  stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, STREAM_BLOCK, stream_read, cs, stream_free);
     if (!resp) {
         stream_release_ctx(cs);
         return MHD_NO;
@@ -551,8 +561,23 @@ static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const ch
 typedef struct framing {
     int n_cl, n_te;
     bool cl_differ;
+    bool bad_name; // a header name that is not a token (whitespace before the colon, say)
     const char *cl, *te;
 } framing;
+
+// RFC 9110's token: the characters a header name may hold.
+static bool is_token(const char *p)
+{
+    if (!*p)
+        return false;
+    for (; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              strchr("!#$%&'*+-.^_`|~", c)))
+            return false;
+    }
+    return true;
+}
 
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
 {
@@ -560,6 +585,8 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
     framing *f = cls;
     if (!key || !value)
         return MHD_YES;
+    if (!is_token(key))
+        f->bad_name = true;
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
         if (f->n_cl++ && strcmp(f->cl, value) != 0)
             f->cl_differ = true;
@@ -597,13 +624,14 @@ static enum MHD_Result begin_request(conn_state *cs)
         goto decided;
     }
     MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
-    if (f.cl_differ || (f.n_cl && f.n_te) || f.n_te > 1) {
+    if (f.cl_differ || (f.n_cl && f.n_te) || f.n_te > 1 || f.bad_name) {
         // A proxy in front may frame the body otherwise: refuse, and read nothing more.
         cs->close_after = now = true;
         ret = early_error(cs, 400, "invalid_request", 0, "%s",
-                          f.cl_differ  ? "the request has two Content-Length headers that differ"
-                          : f.n_te > 1 ? "the request has more than one Transfer-Encoding header"
-                                       : "the request has both Content-Length and Transfer-Encoding");
+                          f.bad_name    ? "a header name is not a token (whitespace before its colon?)"
+                          : f.cl_differ ? "the request has two Content-Length headers that differ"
+                          : f.n_te > 1  ? "the request has more than one Transfer-Encoding header"
+                                        : "the request has both Content-Length and Transfer-Encoding");
         goto decided;
     }
     if (f.n_te && strcasecmp(f.te, "chunked") != 0) {
@@ -696,6 +724,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cs)
             return MHD_NO;
         *con_cls = cs;
+        tl_req.cs = cs;
         return begin_request(cs);
     }
     if (cs->answered) { // answered before the body: libmicrohttpd reads no more of it
@@ -736,7 +765,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     rp_conn_request_done(s->conns, slot);
     if (!cs)
         return;
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !cs->s_finished && !cs->closed_by)
+    if (tl_req.cs == cs)
+        tl_req.cs = NULL;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !cs->s_finished && !cs->closed_by && !cs->proto_error)
         cs->req.stats.client_gone = true;
     cs->conn = NULL; // the connection is no longer ours to look at
     state_release(cs);
@@ -749,7 +780,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         const union MHD_ConnectionInfo *ad = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        *socket_context = fd ? rp_conn_open(s->conns, fd->connect_fd, ad ? ad->client_addr : NULL) : NULL;
+        // Accepted by the gate, which recorded it (rp_conn_open there) and handed it over.
+        rp_conn *slot = fd ? rp_conn_adopt(s->conns, fd->connect_fd) : NULL;
+        if (!slot && fd)
+            slot = rp_conn_open(s->conns, fd->connect_fd, ad ? ad->client_addr : NULL);
+        *socket_context = slot;
     } else {
         rp_conn_close(s->conns, *socket_context);
         *socket_context = NULL;
@@ -759,15 +794,47 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 // Called once a request line has arrived (before its headers): the head has started.
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
 {
-    (void)uri;
     rp_server *s = cls;
     rp_conn_head_started(s->conns, conn_slot(c));
+    const union MHD_ConnectionInfo *fd = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    tl_req.fd = fd ? fd->connect_fd : -1;
+    tl_req.api = uri && strncmp(uri, "/v1/messages", 12) == 0 ? RP_API_ANTHROPIC : RP_API_OPENAI;
+    tl_req.cs = NULL;
     return NULL; // keeps *con_cls NULL for on_request's first call
+}
+
+// libmicrohttpd found the request on this thread's connection malformed (status, its
+// HTML page) and is about to queue its page: our JSON answer goes first (proto.c).
+static void answer_protocol_error(rp_server *s, unsigned status, const char *page)
+{
+    conn_state *cs = tl_req.cs;
+    rp_api_error e;
+    if (tl_req.fd < 0 || (cs && cs->answered) || !rp_proto_from_mhd(status, page, &e))
+        return; // no request line seen here yet, or our own answer is already queued
+    if (cs) {
+        cs->proto_error = cs->answered = true;
+        cs->req.status = e.status;
+    } else if (!s->params.quiet) {
+        rp_log(RP_LOG_INFO, "rapid: - malformed request %d | %s", e.status, e.message);
+    }
+    int fd = tl_req.fd;
+    tl_req.fd = -1; // answered: libmicrohttpd may report the same error again
+    if (rp_proto_send(fd, cs ? cs->api : tl_req.api, &e, cs ? cs->req.id : 0))
+        rp_proto_drain(fd);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     rp_server *s = cls;
+    static const char proto_error[] = "Error processing request (HTTP response code is ";
+    if (strncmp(fmt, proto_error, sizeof(proto_error) - 1) == 0) {
+        va_list aq;
+        va_copy(aq, ap);
+        unsigned status = va_arg(aq, unsigned);
+        const char *page = va_arg(aq, const char *);
+        va_end(aq);
+        answer_protocol_error(s, status, page);
+    }
     char line[512];
     vsnprintf(line, sizeof(line), fmt, ap);
     size_t n = strlen(line);
@@ -920,7 +987,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     s->host = rp_strdup(p->host && *p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && *p->api_key ? rp_strdup(p->api_key) : NULL;
     s->model_name = p->served_model_name && *p->served_model_name ? rp_strdup(p->served_model_name)
-                                                                   : default_model_name(rp_model_path(m));
+                                                                  : default_model_name(rp_model_path(m));
     if (!s->host || (p->api_key && *p->api_key && !s->api_key) || !s->model_name) {
         st = RP_ERR(RP_ERR_NOMEM, "out of memory");
         goto fail;
@@ -958,12 +1025,13 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     }
     if ((st = open_listener(s->host, p->port, &s->listen_fd, &s->port)))
         goto fail;
+    // The gate (gate.c) accepts and hands each connection over once its first line is good.
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
+            MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
         // Its own limit sits above ours by the refused connections' margin (conn.c);
         // no inactivity timeout of its own: conn.c's deadlines replace it.
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->params.max_connections + rp_conn_margin(s->params.max_connections)),
@@ -972,7 +1040,9 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         st = RP_ERR(RP_ERR_IO, "cannot start the HTTP daemon on %s:%d", s->host, s->port);
         goto fail;
     }
-    s->listen_fd = -1; // the daemon's now
+    if ((st = rp_gate_start(s->listen_fd, s->daemon, s->conns, s->params.quiet, &s->gate)))
+        goto fail;
+    s->listen_fd = -1;                         // the gate's now
     rp_engine_on_failure(e, engine_failed, s); // a lost device stops the server (rp_server_run says why)
     *out = s;
     return RP_OK;
@@ -1015,9 +1085,7 @@ void rp_server_destroy(rp_server *s)
     if (s->daemon) {
         // Stop accepting first, then let the connection threads see `stopping`
         // (streams end, waits cancel their generations) and join them.
-        MHD_socket lfd = MHD_quiesce_daemon(s->daemon);
-        if (lfd != MHD_INVALID_SOCKET)
-            close(lfd);
+        rp_gate_stop(s->gate);
         MHD_stop_daemon(s->daemon);
     }
     rp_conn_table_destroy(s->conns); // every connection has closed
@@ -1038,8 +1106,8 @@ bool rp_server_check_model(const rp_server *s, const char *name, rp_api_error *e
 {
     if (!s->params.strict_model_name || !name || !*name || strcmp(name, s->model_name) == 0)
         return true;
-    return rp_api_fail(e, 404, "model", "model_not_found",
-                       "the model '%s' does not exist; this server serves '%s'", name, s->model_name);
+    return rp_api_fail(e, 404, "model", "model_not_found", "the model '%s' does not exist; this server serves '%s'",
+                       name, s->model_name);
 }
 
 /* ---- rp_server_run ----------------------------------------------------------- */

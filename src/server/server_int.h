@@ -266,6 +266,13 @@ int rp_conn_margin(int max_conn);
 rp_conn *rp_conn_open(rp_conn_table *t, int fd, const struct sockaddr *sa);
 // The connection is closing (its socket still open). Frees c. NULL is a no-op.
 void rp_conn_close(rp_conn_table *t, rp_conn *c);
+// The gate hands c's socket to libmicrohttpd, which takes it later on its own thread (or
+// closes it without a word): until adopted, the table holds a duplicate descriptor, so that
+// shutting the socket down never meets a reused descriptor, and drops the record (closing
+// the duplicate) if it is never adopted.
+void rp_conn_handoff(rp_conn_table *t, rp_conn *c);
+// libmicrohttpd has taken the socket fd: its record as handed off (NULL if none).
+rp_conn *rp_conn_adopt(rp_conn_table *t, int fd);
 // The next request's first line has arrived (its head has started).
 void rp_conn_head_started(rp_conn_table *t, rp_conn *c);
 // The request head is complete: the body deadline starts. Returns true when the connection
@@ -284,6 +291,8 @@ void rp_conn_get_stats(rp_conn_table *t, rp_conn_stats *out);
 /* ---- the server object ----------------------------------------------------- */
 
 typedef struct rp_metrics rp_metrics; // metrics.c
+typedef struct rp_gate rp_gate;       // gate.c
+struct MHD_Daemon;
 
 struct rp_server {
     rp_server_params params; // copied; strings below owned
@@ -300,6 +309,7 @@ struct rp_server {
     int port;
     int listen_fd;
     struct MHD_Daemon *daemon;
+    rp_gate *gate; // accepts, checks first request lines, hands sockets to the daemon
     rp_metrics *metrics;
     rp_conn_table *conns;
     atomic_ullong next_id;   // request ids
@@ -413,6 +423,29 @@ typedef struct rp_route {
     rp_api_kind api;
     bool auth;          // requires the API key (when one is set)
 } rp_route;
+
+/* ---- protocol errors outside libmicrohttpd (proto.c) ------------------------ */
+
+// libmicrohttpd's error status and HTML page as our error (the status kept, the message
+// ours). False when status is not an error status.
+bool rp_proto_from_mhd(unsigned status, const char *page, rp_api_error *e);
+// Writes e as a whole reply (in api's shape, "Connection: close", x-request-id unless 0)
+// straight to the socket and shuts its sending side. Waits at most a few seconds for the
+// socket to take it. False when the reply could not be sent whole.
+bool rp_proto_send(int fd, rp_api_kind api, const rp_api_error *e, uint64_t request_id);
+// Reads and drops what the client still sends, until it closes, for at most half a second
+// (and 1 MiB), so that closing the socket does not reset an answer still in flight.
+void rp_proto_drain(int fd);
+
+/* ---- the accepting thread (gate.c) ------------------------------------------- */
+
+// Starts accepting on listen_fd (which the gate owns from then on, on success): each
+// connection is recorded in conns, its first request line checked (a malformed one answered
+// in JSON; quiet: without a log line) and the socket handed to daemon.
+rp_status rp_gate_start(int listen_fd, struct MHD_Daemon *daemon, rp_conn_table *conns, bool quiet, rp_gate **out);
+// Stops accepting, closes the connections still waiting for a first line and the listening
+// socket. NULL is a no-op.
+void rp_gate_stop(rp_gate *g);
 
 // The handlers (one file per API).
 void rp_openai_chat(rp_http_req *r, rp_reply *out);

@@ -14,8 +14,14 @@
  *     both APIs;
  *   - framing: two different Content-Lengths, Content-Length with
  *     Transfer-Encoding, two Transfer-Encodings (400), a coding other than
- *     chunked (501), a long target (414), a large head (431), all JSON; bad
- *     chunking is libmicrohttpd's own answer (400, HTML: documented);
+ *     chunked (501), a long target (414), a large head (431), whitespace
+ *     before a header's colon (400), all JSON;
+ *   - protocol errors that libmicrohttpd finds (bad chunking, a chunk too
+ *     large, a bad Content-Length value, a header line without a colon, a
+ *     head past its buffer) and bad first request lines (HTTP/2.0, HTTP/2's
+ *     preface, HTTP/3.0, 0.9, no version, garbage, a control byte in the
+ *     method, a line past the buffer), also on a kept-alive connection: each
+ *     is exactly one JSON error reply in the route's API shape, then close;
  *   - a raw NUL byte in the JSON body is 400;
  *   - a client that half-closes after its request still gets its reply,
  *     whole or streamed, while one that closes cancels its generation, and so
@@ -356,13 +362,98 @@ static void test_framing(void **state)
     rp_buf_deinit(&b);
     free(pad);
 
-    // Bad chunking is found by libmicrohttpd while it reads the body, before any call
-    // reaches the server: its own 400 (an HTML page), then it closes. Documented in DESIGN.
-    raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH
-        "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
-        &r);
-    assert_int_equal(r.status, 400);
+    // Whitespace between a header's name and its colon (RFC 9112 5.1: reject).
+    raw("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length : 2\r\n\r\n{}", &r);
+    expect_error(&r, 400, false);
     free(r.body);
+    still_serving();
+}
+
+/* ---- protocol errors: libmicrohttpd's own, and the first request line ------------- */
+
+// req is answered by exactly one JSON error reply with `status` (in the Anthropic shape when
+// anthropic), that says so in its message (want_in_msg), and the connection closes.
+static void expect_protocol_error(const char *req, int status, bool anthropic, const char *want_in_msg)
+{
+    wire_resp r;
+    exchange(req, NULL, 0, false, &r);
+    if (strstr(r.body, "<html"))
+        fail_msg("an HTML page for %.40s: %.300s", req, r.body);
+    expect_error(&r, status, anthropic); // the whole rest of the stream is one JSON value
+    assert_string_equal(wire_header(&r, "Content-Type"), "application/json");
+    assert_string_equal(wire_header(&r, "Connection"), "close");
+    if (want_in_msg && !strstr(r.body, want_in_msg))
+        fail_msg("'%s' not in the message: %s", want_in_msg, r.body);
+    free(r.body);
+}
+
+static void test_protocol_errors_json(void **state)
+{
+    (void)state;
+    // Found by libmicrohttpd once the request line has come (the logger hook, proto.c).
+    expect_protocol_error("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH
+                          "Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+                          400, false, "chunked");
+    expect_protocol_error("POST /v1/messages HTTP/1.1\r\nHost: x\r\n" AUTH
+                          "Transfer-Encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n",
+                          400, true, "chunked");
+    expect_protocol_error("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH
+                          "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffffff\r\n",
+                          413, false, NULL);
+    // A bad Content-Length value (libmicrohttpd sent its page twice in one stream).
+    expect_protocol_error("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length: abc\r\n\r\n", 400,
+                          false, "Content-Length");
+    expect_protocol_error("POST /v1/messages HTTP/1.1\r\nHost: x\r\n" AUTH "Content-Length: -1\r\n\r\n", 400, true,
+                          "Content-Length");
+    expect_protocol_error("GET /health HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n", 400, false, "malformed");
+    // The first request line (the gate, gate.c).
+    expect_protocol_error("GET /health HTTP/2.0\r\nHost: x\r\n\r\n", 505, false, "HTTP/2.0");
+    expect_protocol_error("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, false, NULL); // HTTP/2's preface
+    expect_protocol_error("POST /v1/messages HTTP/3.0\r\nHost: x\r\n\r\n", 505, true, "HTTP/3.0");
+    expect_protocol_error("GET /health HTTP/0.9\r\n\r\n", 505, false, NULL);
+    expect_protocol_error("GET /health FOO/1.1\r\nHost: x\r\n\r\n", 400, false, "version");
+    expect_protocol_error("GET /health\r\n\r\n", 400, false, "request line");
+    expect_protocol_error("GARBAGE\r\n\r\n", 400, false, "request line");
+    expect_protocol_error("G\x01T /health HTTP/1.1\r\nHost: x\r\n\r\n", 400, false, "request line");
+    expect_protocol_error("\r\nGET /health HTTP/7.1\r\n\r\n", 505, false, NULL); // after an empty line
+    wire_resp ok; // a later minor version is served as HTTP/1.1
+    raw("GET /health HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n", &ok);
+    assert_int_equal(ok.status, 200);
+    free(ok.body);
+
+    // Past libmicrohttpd's 256 KiB buffer: a request line, a head.
+    size_t big = 300 * 1024;
+    char *pad = filled(big, 'a');
+    rp_buf b;
+    rp_buf_init(&b);
+    rp_buf_printf(&b, "GET /v1/%s HTTP/1.1\r\nHost: x\r\n\r\n", pad);
+    expect_protocol_error(b.data, 414, false, NULL);
+    rp_buf_reset(&b);
+    rp_buf_printf(&b, "GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: %s\r\n\r\n", pad);
+    expect_protocol_error(b.data, 431, false, NULL);
+    rp_buf_deinit(&b);
+    free(pad);
+
+    // On a kept-alive connection, after a good request: one 200, then one JSON 505.
+    int fd = wire_dial();
+    const char two[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /health HTTP/2.0\r\nHost: x\r\n\r\n";
+    assert_true(send_all(fd, two, sizeof(two) - 1));
+    char buf[4096];
+    size_t n = 0;
+    for (ssize_t k; n < sizeof(buf) - 1 && (k = recv(fd, buf + n, sizeof(buf) - 1 - n, 0)) > 0;)
+        n += (size_t)k;
+    buf[n] = 0;
+    close(fd);
+    char *second = strstr(buf, "HTTP/1.1 505 ");
+    if (strncmp(buf, "HTTP/1.1 200 ", 13) != 0 || !second || strstr(buf, "<html"))
+        fail_msg("not a 200 then a JSON 505: %s", buf);
+    assert_null(strstr(second + 1, "HTTP/1.1 505 ")); // one reply each
+    assert_true(strstr(buf + 1, "HTTP/1.1 200 ") == NULL);
+    json_error_t je;
+    json_t *v = json_loads(strstr(second, "\r\n\r\n") + 4, 0, &je);
+    if (!v)
+        fail_msg("the 505's body is not JSON (%s): %s", je.text, second);
+    json_decref(v);
     still_serving();
 }
 
@@ -507,11 +598,11 @@ static void test_status_needs_key(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_early_errors_reach_writers), cmocka_unit_test(test_log_line_escaped),
-        cmocka_unit_test(test_client_bytes_in_errors),     cmocka_unit_test(test_framing),
-        cmocka_unit_test(test_nul_byte_refused),           cmocka_unit_test(test_half_close_is_not_gone),
-        cmocka_unit_test(test_close_cancels_whole_reply),
-        cmocka_unit_test(test_half_close_then_close_cancels),  cmocka_unit_test(test_status_needs_key),
+        cmocka_unit_test(test_early_errors_reach_writers),    cmocka_unit_test(test_log_line_escaped),
+        cmocka_unit_test(test_client_bytes_in_errors),        cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_protocol_errors_json),          cmocka_unit_test(test_nul_byte_refused),
+        cmocka_unit_test(test_half_close_is_not_gone),        cmocka_unit_test(test_close_cancels_whole_reply),
+        cmocka_unit_test(test_half_close_then_close_cancels), cmocka_unit_test(test_status_needs_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,8 +9,9 @@
  *     address and from 127.0.0.2 is still answered; at the global limit the
  *     address holding the most waiting connections gives way; one log line
  *     (rate-limited) says so, and /metrics counts it;
- *   - deadlines: half a head, nothing at all, an idle kept-alive connection
- *     and a body that stops coming are all closed after --timeout;
+ *   - deadlines: half a first request line, half a head, nothing at all, an
+ *     idle kept-alive connection and a body that stops coming are all closed
+ *     after --timeout;
  *   - every slot of an address busy with a request: its next connection gets
  *     503 with Retry-After in the API's shape, another address is served;
  *   - what the deadlines must not cut: a request (whole or streamed) that
@@ -222,7 +223,8 @@ static void test_slow_clients_give_way(void **state)
 static void test_deadlines(void **state)
 {
     (void)state;
-    int fds[4];
+    int fds[5];
+    fds[4] = open_sending("127.0.0.5", "GET /heal"); // half a first request line (the gate's)
     fds[0] = open_sending("127.0.0.1", HALF_HEAD);
     fds[1] = open_sending("127.0.0.2", ""); // connects, sends nothing
     // A kept-alive connection after its reply.
@@ -237,15 +239,15 @@ static void test_deadlines(void **state)
     }
     // A body that stops coming.
     fds[3] = open_sending("127.0.0.4", "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro");
-    int closed = wait_closed(fds, 4, 4);
-    for (int i = 0; i < 4; i++)
+    int closed = wait_closed(fds, 5, 5);
+    for (int i = 0; i < 5; i++)
         if (!closed_by_server(fds[i]))
-            fail_msg("connection %d was not closed after the 1 s timeout (%d of 4 were)", i, closed);
+            fail_msg("connection %d was not closed after the 1 s timeout (%d of 5 were)", i, closed);
     // The unfinished body got no answer: the connection just closed.
     assert_int_equal(recv(fds[3], buf, sizeof(buf), MSG_DONTWAIT), 0);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         close(fds[i]);
-    assert_true(metric("rapid_connections_closed_total{reason=\"head_timeout\"}") >= 2);
+    assert_true(metric("rapid_connections_closed_total{reason=\"head_timeout\"}") >= 3);
     assert_true(metric("rapid_connections_closed_total{reason=\"idle_timeout\"}") >= 1);
     assert_true(metric("rapid_connections_closed_total{reason=\"body_timeout\"}") >= 1);
     expect_health_from("127.0.0.1");
