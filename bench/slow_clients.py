@@ -3,8 +3,9 @@
 
 Starts `rapid serve` (the bundled model, a free port, FLAGS after --), then for each count K:
 opens K connections from 127.0.0.1 that send a partial request head
-("GET /health HTTP/1.1\\r\\nX-a: " and nothing more: a slowloris client), or with
---kind body a whole head announcing a 1000-byte body and none of it, and keeps them open,
+("GET /health HTTP/1.1\\r\\nX-a: " and nothing more: a slowloris client), with --kind line
+half a request line ("GET /hea"), or with --kind body a whole head announcing a 1000-byte
+body and none of it, and keeps them open,
 then sends one normal GET /health from 127.0.0.1 and one from 127.0.0.2 (another loopback
 address) on fresh connections, each with a 5 s limit, and prints what each got: the status
 (200, or 503 with Retry-After: the server's visible busy answer) or the failure (reset,
@@ -59,7 +60,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "rapid"))
     ap.add_argument("--counts", default="100,500,1000,1100,2000,4000")
-    ap.add_argument("--kind", choices=["head", "body"], default="head")
+    ap.add_argument("--kind", choices=["head", "line", "body"], default="head")
     ap.add_argument("flags", nargs="*")
     a = ap.parse_args()
     counts = [int(x) for x in a.counts.split(",")]
@@ -92,6 +93,8 @@ def main():
                     s.connect(("127.0.0.1", port))
                     if a.kind == "head":
                         s.sendall(b"GET /health HTTP/1.1\r\nX-a: ")
+                    elif a.kind == "line":
+                        s.sendall(b"GET /hea")
                     else:
                         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
                     opened += 1

@@ -30,10 +30,9 @@
  * or of the server, busy with a request), the connection is refused: it is
  * not counted, and http.c answers its request 503 with Retry-After and closes
  * it. An address keeps at most REFUSED_PENDING refused connections not yet
- * answered (older ones are closed), so refused ones cannot fill
- * libmicrohttpd's own limit, which is set above max_conn by a margin for
- * them; past it libmicrohttpd closes new connections itself (counted from
- * its log message).
+ * answered (older ones are closed); the hard limit sits above max_conn by a
+ * margin for them (rp_conn_full): past it the gate closes a new connection
+ * at once (counted: rp_conn_hard_limit).
  *
  * Client address: an IPv4 address, or an IPv6 address's /64 (one host
  * usually has a whole /64); IPv4-mapped IPv6 addresses count as IPv4.
@@ -112,6 +111,7 @@ struct rp_conn_table {
     rp_conn *head;
     conn_addr *addrs;
     int n_live, n_open;
+    int n_shut; // records shut down by the table, their sockets not closed yet
     rp_conn_stats totals;
     report pending; // since the last log line
     double last_report;
@@ -212,6 +212,7 @@ static void shut(rp_conn_table *t, rp_conn *c, rp_conn_end why)
     wait_count(c, -1);
     uncount(t, c);
     c->ended = why;
+    t->n_shut++;
     shutdown(c->handed ? c->hold_fd : c->fd, SHUT_RDWR);
 }
 
@@ -250,6 +251,8 @@ static void unlink_free(rp_conn_table *t, rp_conn *c)
     if (c->next)
         c->next->prev = c->prev;
     t->n_open--;
+    if (c->ended != RP_CONN_OPEN)
+        t->n_shut--;
     addr_put(t, c->addr);
     if (c->hold_fd >= 0)
         close(c->hold_fd);
@@ -558,6 +561,16 @@ rp_conn_end rp_conn_ended(rp_conn_table *t, rp_conn *c)
     rp_conn_end e = c->ended;
     pthread_mutex_unlock(&t->lock);
     return e;
+}
+
+bool rp_conn_full(rp_conn_table *t)
+{
+    pthread_mutex_lock(&t->lock);
+    // Connections the table shut down are on their way out (their threads close them):
+    // counting them would turn slow clients giving way into everyone being refused.
+    bool full = t->n_open - t->n_shut >= t->max_conn + rp_conn_margin(t->max_conn);
+    pthread_mutex_unlock(&t->lock);
+    return full;
 }
 
 void rp_conn_hard_limit(rp_conn_table *t)

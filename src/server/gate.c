@@ -9,6 +9,11 @@
  * can tell which socket it was. Later requests on a kept-alive connection are
  * proto.c's (the connection's thread has seen a request line by then).
  *
+ * Past the connection table's hard limit (rp_conn_full) a new connection is
+ * closed at once. libmicrohttpd's own limit is set out of reach: 0.9.75
+ * deadlocks when a connection handed to it meets that limit (its
+ * new_connection_process_ returns with the cleanup mutex still locked).
+ *
  * A connection is recorded in the connection table (conn.c) when accepted,
  * so its limits and its head deadline hold while it waits here: the watchdog
  * shuts an overdue one down, and this thread then reads end-of-stream and
@@ -216,11 +221,14 @@ static void on_accept(rp_gate *g, double *backoff_until)
         w->addr_len = sizeof(w->addr);
         int fd = accept4(g->listen_fd, (struct sockaddr *)&w->addr, &w->addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                rp_conn_hard_limit(g->conns);
-                *backoff_until = rp_time_s() + BACKOFF_MS / 1000.0;
-            }
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                *backoff_until = rp_time_s() + BACKOFF_MS / 1000.0; // they wait in the listen queue
             return; // EAGAIN: no more; other errors (ECONNABORTED, ...): the next poll retries
+        }
+        if (rp_conn_full(g->conns)) { // past every margin: no room even for a 503
+            rp_conn_hard_limit(g->conns);
+            close(fd);
+            continue;
         }
         w->fd = fd;
         w->st = W_LINE;

@@ -52,6 +52,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -840,8 +841,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(line);
     while (n && line[n - 1] == '\n')
         line[--n] = 0;
-    if (s->conns && strstr(line, "reached connection limit"))
-        rp_conn_hard_limit(s->conns);
     rp_buf b; // its messages may quote the request's URL
     rp_buf_init(&b);
     rp_log_escape(&b, line, n, false);
@@ -1032,9 +1031,9 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024,
-        // Its own limit sits above ours by the refused connections' margin (conn.c);
-        // no inactivity timeout of its own: conn.c's deadlines replace it.
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->params.max_connections + rp_conn_margin(s->params.max_connections)),
+        // Its own limit out of reach (a handed-over connection meeting it deadlocks 0.9.75:
+        // gate.c): the gate applies ours. No inactivity timeout of its own: conn.c's deadlines.
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)INT_MAX,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)0, MHD_OPTION_END);
     if (!s->daemon) {
         st = RP_ERR(RP_ERR_IO, "cannot start the HTTP daemon on %s:%d", s->host, s->port);

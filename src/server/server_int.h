@@ -258,7 +258,7 @@ typedef struct rp_conn_stats {
 rp_status rp_conn_table_create(int max_conn, int max_per_client, double timeout_s, rp_conn_table **out);
 // Stops the watchdog and frees the table. Call after the daemon has stopped. NULL is a no-op.
 void rp_conn_table_destroy(rp_conn_table *t);
-// How many connections past max_conn libmicrohttpd should accept (for the refused ones' 503s).
+// How many connections past max_conn are kept open (for the refused ones' 503s).
 int rp_conn_margin(int max_conn);
 // A connection was accepted (fd, peer address sa, possibly NULL). Applies the limits: may shut
 // an older connection down to make room, or mark this one refused. NULL when out of memory
@@ -284,7 +284,9 @@ void rp_conn_body_done(rp_conn_table *t, rp_conn *c);
 void rp_conn_request_done(rp_conn_table *t, rp_conn *c);
 // Why the table shut c down (RP_CONN_OPEN when it did not). NULL: RP_CONN_OPEN.
 rp_conn_end rp_conn_ended(rp_conn_table *t, rp_conn *c);
-// libmicrohttpd closed a new connection at its own limit (counted and reported).
+// Past every margin (max_conn + rp_conn_margin records open): close new connections at once.
+bool rp_conn_full(rp_conn_table *t);
+// A new connection was closed at once past every margin (counted and reported).
 void rp_conn_hard_limit(rp_conn_table *t);
 void rp_conn_get_stats(rp_conn_table *t, rp_conn_stats *out);
 
