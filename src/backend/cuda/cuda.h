@@ -1,10 +1,10 @@
 /*
  * cuda.h - what only the CUDA backend has, for the command line, tests and
- * benchmarks: whether a GPU answers, and the graph hook the tests use. The model,
+ * benchmarks: whether a GPU answers, and the hooks the tests use. The model,
  * the KV pool and the engine see the backend through backend.h alone.
  *
- * Threads: rp_cuda_device_count may be called from any thread; the hook changes
- * process-wide state and is for tests, called before a backend runs an op.
+ * Threads: rp_cuda_device_count may be called from any thread; the hooks change
+ * process-wide state and are for tests, called before a backend runs an op.
  */
 #ifndef RP_BACKEND_CUDA_H
 #define RP_BACKEND_CUDA_H
@@ -18,5 +18,9 @@ int rp_cuda_device_count(const char **why);
 // Test hook: forwards run eagerly (false) or, from the second time the same sequence of
 // ops is seen, as a CUDA graph (true, the default).
 void rp_cuda_use_graphs(bool on);
+
+// Test hook: weights initialized from now on split their matmuls' K into `splits` parts
+// (1, 2, 4 or 8, even past what their rows need), or by their shape (0, the default).
+void rp_cuda_matmul_splits(int splits);
 
 #endif

@@ -42,10 +42,17 @@
 #define GRAPH_AFTER 2 // a list is captured the time after it was run eagerly this often (instantiating costs ~ms)
 
 static bool use_graphs = true;
+static int forced_splits; // 0: weights split K by their shape (cu_matmul_splits)
 
 void rp_cuda_use_graphs(bool on)
 {
     use_graphs = on;
+}
+
+void rp_cuda_matmul_splits(int splits)
+{
+    RP_ASSERT(splits == 0 || splits == 1 || splits == 2 || splits == 4 || splits == 8);
+    forced_splits = splits;
 }
 
 /* ---- errors ---- */
@@ -522,6 +529,7 @@ static rp_status cuda_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, in
     if (!w)
         return RP_ERR(RP_ERR_NOMEM, "cuda backend: out of memory");
     w->type = (int)type, w->rows = ne1, w->cols = ne0;
+    w->splits = forced_splits ? forced_splits : cu_matmul_splits(w->type, ne1, ne0, c->prop.multiProcessorCount);
     cu_plane_map pm = {1, {0}, {0}};
     int64_t n_blocks = ne0 / rp_dtype_block(type) * ne1; // blocks of the whole matrix
     size_t total = 0, at[CU_MAX_PLANES];
@@ -871,7 +879,8 @@ static rp_status cuda_matmul_glu(rp_backend *be, const rp_tensor *gate, const rp
 {
     cuda_backend *c = cuda(be);
     rp_matmul_desc mm[2] = {{gate, out, NULL, NULL}, {up, up_out, NULL, NULL}};
-    if (gate->type == up->type && gate->ne[0] == up->ne[0] && gate->ne[1] == up->ne[1])
+    if (gate->type == up->type && gate->ne[0] == up->ne[0] && gate->ne[1] == up->ne[1] &&
+        weight_of(gate)->splits == weight_of(up)->splits)
         return run_group(c, mm, 2, true, x, n);
     rp_status st = cuda_matmul_group(be, mm, 2, x, n);
     return st ? st : cuda_silu_mul(be, out, up_out, (size_t)n * gate->ne[1], out);
@@ -999,8 +1008,10 @@ static void cuda_get_info(rp_backend *be, rp_backend_info *out)
 static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
 {
     cuda_backend *c = cuda(be);
-    // The kernels' version: change it with any change of their arithmetic.
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d kernels-1 f32-act q8-act", c->prop.major, c->prop.minor);
+    // The kernels' version: change it with any change of their arithmetic. The SM count
+    // decides the matmuls' K-splits (cu_matmul_splits).
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-2 f32-act q8-act", c->prop.major,
+             c->prop.minor, c->prop.multiProcessorCount);
     return c->numerics;
 }
 

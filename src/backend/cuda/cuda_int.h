@@ -15,11 +15,11 @@
  * aligned 16-byte loads (GGUF's blocks are 18, 22, 34, 144, 176 and 210 bytes).
  *
  * Determinism (backend.h): every output element is reduced in an order that
- * depends only on the weight's shape (matmuls: a warp per row, lane l takes the
- * elements or blocks l, l + 32, ... in order, then a fixed shuffle tree; the
- * tokens are an outer loop, never part of a reduction) or on the key position
- * (attention: fixed chunks of CU_ATTN_CHUNK keys, chunk c to split c % CU_ATTN_SPLIT,
- * merged in order).
+ * depends only on the weight's shape (matmuls: K cut into cu_weight.splits parts,
+ * fixed at load; in each, lane l takes the elements or blocks l, l + 32, ... in order,
+ * then a fixed shuffle tree; the parts added in order; the tokens are an outer loop,
+ * never part of a reduction: cuda_matmul.cu) or on the key position (attention: fixed
+ * chunks of CU_ATTN_CHUNK keys, chunk c to split c % CU_ATTN_SPLIT, merged in order).
  */
 #ifndef RP_CUDA_INT_H
 #define RP_CUDA_INT_H
@@ -57,6 +57,7 @@ enum {
 //   Q6_K: ql 128, qh 64, scales 16, d 2
 typedef struct cu_weight {
     int type;
+    int splits; // K-splits of its matmuls: 1, 2, 4 or 8, fixed at load (cu_matmul_splits)
     int64_t rows, cols;
     const uint8_t *plane[CU_MAX_PLANES];
 } cu_weight;
@@ -110,6 +111,12 @@ typedef struct cu_matmul_args {
     int n;
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
+
+// The K-splits of a weight's matmuls (1, 2, 4 or 8): the fewest that give a GPU of n_sm
+// SMs enough warps, each split keeping a few chunks of K (cuda_matmul.cu). A function of
+// the shape, the type and the SM count alone, so a row's result never depends on the
+// number of tokens.
+int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm);
 
 // Quantizes x (n, cols) into qa: Q8_0 blocks (k_quant false) or Q8_K super-blocks, with
 // the CPU reference's rounding (bit for bit).

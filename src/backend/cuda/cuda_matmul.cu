@@ -4,16 +4,31 @@
  * weights sharing x with biases and residual adds; gate/up with silu), and the
  * quantization of activations that quantized weights multiply.
  *
- * A warp computes one weight row for up to MM_NT tokens per pass (more tokens:
- * more passes over the row). Float weights (F32, F16, BF16) multiply float32
- * activations: lane l takes the elements [256 i + 8 l, 256 i + 8 l + 8) for i in
- * order, one FMA chain per token, then a fixed shuffle tree. Quantized weights
- * multiply activations quantized as the CPU does it (Q8_0 for the legacy types,
- * Q8_K for the K-quants, bit for bit): the products of a block are integers
- * (dp4a), exact in any order, and only the per-block float terms accumulate, lane
- * l taking blocks l, l + 32, ... (a K-quant super-block is shared by 8 lanes, one
- * sub-block each, whose integer parts are added exactly first). So every output's
- * arithmetic depends on the weight's shape alone, never on the number of tokens.
+ * The work. A block of MM_WARPS warps computes rows of one weight. Each warp takes
+ * mm_rows(type) rows (2 for float weights, Q5_K and Q6_K, 4 for the other quantized
+ * types: the activations it loads serve them all) and one of the weight's S K-splits
+ * (cu_weight.splits: 1, 2, 4 or 8, fixed at load by cu_matmul_splits from the weight's
+ * shape and the SM count, so that rows too few to fill the GPU still keep every SM
+ * loading), for one token (n = 1: a kernel holding one token's sums) or MM_NT tokens a
+ * pass (more tokens: more passes over the rows). A row's K is cut into C chunks of
+ * mm_chunk(type) elements; split s takes chunks [s·C/S, (s+1)·C/S).
+ *
+ * The arithmetic, for each (row, token), whatever the number of tokens:
+ * - float weights (F32, F16, BF16) multiply float32 activations: in chunk c, lane l
+ *   takes the elements [256 c + 8 l, 256 c + 8 l + 8), chunks in order, one FMA chain;
+ * - quantized weights multiply activations quantized as the CPU does it (Q8_0 for the
+ *   legacy types, Q8_K for the K-quants, bit for bit): the products of a block are
+ *   integers (dp4a), exact in any order, and only the per-block float terms
+ *   accumulate. Legacy types: in chunk c (32 blocks), lane l takes block 32 c + l, so a
+ *   lane adds isum · (dw · dx) for blocks l, l + 32, ... in order. K-quants: chunk c is
+ *   4 super-blocks, 8 lanes each (lane 8 g + j: sub-block j of super-block 4 c + g, the
+ *   8 integer parts added exactly by shuffles), lane 8 g adding the super-block's float
+ *   term, super-blocks g, g + 4, ... in order;
+ * - then a fixed shuffle tree over the 32 lanes gives the split's partial; the S
+ *   partials meet in shared memory and are added in split order 0..S-1 (S = 1: the
+ *   partial itself), then the bias, the residual add, silu · up.
+ * So every output depends on the weight's shape (and, through S, the GPU's SM count,
+ * which the numerics string names) and the inputs, never on the number of tokens.
  *
  * This is the CUDA-core version: one-token steps are bound by reading the weights;
  * many tokens cost multiply-adds, which tensor cores would make nearly free
@@ -21,70 +36,117 @@
  */
 #include "cuda_common.cuh"
 
-#define MM_WARPS 4 // warps (rows) per block
+#define MM_WARPS 8 // warps per block: up to 8 splits of the same rows
 #define MM_NT 4    // tokens per pass over a row
+#define MM_FILL 64 // warps per SM the splits aim for (cu_matmul_splits)
+#define MM_OUT 16  // outputs a warp merges, at most: mm_rows · MM_NT
 
-/* ---- float weights: 8 elements of a row as float ---- */
-
-template <int T> __device__ __forceinline__ void load8(const uint8_t *row, int64_t e, float *w)
+__host__ __device__ constexpr bool mm_float(int t)
 {
+    return t == CU_F32 || t == CU_F16 || t == CU_BF16;
+}
+
+// Rows a warp computes.
+__host__ __device__ constexpr int mm_rows(int t)
+{
+    return mm_float(t) || t == CU_Q5_K || t == CU_Q6_K ? 2 : 4;
+}
+
+// Elements of a chunk: what the 32 lanes take in one step.
+__host__ __device__ constexpr int mm_chunk(int t)
+{
+    return mm_float(t) ? 256 : 1024;
+}
+
+// Chunks whose loads are issued before their products, for nt tokens a pass: with
+// mm_rows, about eight 16-byte weight loads in flight per lane (fewer when several
+// tokens' sums take the registers).
+__host__ __device__ constexpr int mm_unroll(int t, int nt)
+{
+    return t == CU_F32 ? 2 : mm_float(t) ? 4 : (t == CU_Q4_0 || t == CU_Q5_0) && nt == 1 ? 2 : 1;
+}
+
+// A warp's rows past the weight's end read its last row (their results are dropped).
+__device__ __forceinline__ int64_t clamp_row(const cu_weight &W, int64_t r)
+{
+    return r < W.rows ? r : W.rows - 1;
+}
+
+/* ---- float weights: 8 elements of a row ---- */
+
+struct raw8 { // as loaded: 32 bytes (F32) or 16 (v[0] only)
+    uint4 v[2];
+};
+
+template <int T> __device__ __forceinline__ raw8 load8(const uint8_t *row, int64_t e)
+{
+    raw8 w;
+    const uint4 *p = (const uint4 *)(row + e * (T == CU_F32 ? 4 : 2));
+    w.v[0] = p[0];
+    if (T == CU_F32)
+        w.v[1] = p[1];
+    return w;
+}
+
+template <int T> __device__ __forceinline__ void unpack8(const raw8 &w, float *f)
+{
+    uint32_t u[4] = {w.v[0].x, w.v[0].y, w.v[0].z, w.v[0].w};
     if (T == CU_F32) {
-        float4 a = *(const float4 *)(row + e * 4), b = *(const float4 *)(row + e * 4 + 16);
-        w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+        uint32_t h[4] = {w.v[1].x, w.v[1].y, w.v[1].z, w.v[1].w};
+        for (int i = 0; i < 4; i++)
+            f[i] = __uint_as_float(u[i]), f[4 + i] = __uint_as_float(h[i]);
     } else {
-        uint4 v = *(const uint4 *)(row + e * 2);
-        uint32_t u[4] = {v.x, v.y, v.z, v.w};
         for (int i = 0; i < 4; i++) {
             uint16_t lo = (uint16_t)(u[i] & 0xffff), hi = (uint16_t)(u[i] >> 16);
-            w[2 * i] = T == CU_F16 ? cu_h2f(lo) : cu_bf2f(lo);
-            w[2 * i + 1] = T == CU_F16 ? cu_h2f(hi) : cu_bf2f(hi);
+            f[2 * i] = T == CU_F16 ? cu_h2f(lo) : cu_bf2f(lo);
+            f[2 * i + 1] = T == CU_F16 ? cu_h2f(hi) : cu_bf2f(hi);
         }
     }
 }
 
-// acc[t] += w[0..8) · x[t0 + t][e, e + 8), an FMA chain in element order.
-__device__ __forceinline__ void dot8(const float *w, const float *x, int64_t cols, int64_t e, int t0, int nt,
-                                     float *acc)
+// acc[r][t] += w_r[0..8) · x[t0 + t][e, e + 8) for the R rows, an FMA chain in element order.
+template <int T, int R, int NT>
+__device__ __forceinline__ void dot8(const raw8 *w, const float *x, int64_t cols, int64_t e, int t0, int nt,
+                                     float (*acc)[NT])
 {
-    for (int t = 0; t < MM_NT; t++) {
+    float wf[R][8];
+    for (int r = 0; r < R; r++)
+        unpack8<T>(w[r], wf[r]);
+    for (int t = 0; t < NT; t++) {
         if (t >= nt)
             break;
         const float4 *xp = (const float4 *)(x + (int64_t)(t0 + t) * cols + e);
         float4 a = xp[0], b = xp[1];
         float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        float s = acc[t];
-        for (int k = 0; k < 8; k++)
-            s = fmaf(w[k], xv[k], s);
-        acc[t] = s;
+        for (int r = 0; r < R; r++) {
+            float s = acc[r][t];
+            for (int k = 0; k < 8; k++)
+                s = fmaf(wf[r][k], xv[k], s);
+            acc[r][t] = s;
+        }
     }
 }
 
-// Σ over the row of w·x for tokens [t0, t0 + nt): this lane's part.
-template <int T>
-__device__ __forceinline__ void dot_float(const cu_weight &W, int64_t r, const float *x, int t0, int nt, float *acc)
+// Σ over chunks [c0, c1) of rows r0.. of w·x for tokens [t0, t0 + nt): this lane's part.
+template <int T, int R, int NT>
+__device__ __forceinline__ void dot_float(const cu_weight &W, int64_t r0, int64_t c0, int64_t c1, const float *x,
+                                          int t0, int nt, float (*acc)[NT])
 {
+    constexpr int U = mm_unroll(T, NT);
     int lane = threadIdx.x % 32;
-    int64_t cols = W.cols;
-    const uint8_t *row = W.plane[0] + r * cols * (T == CU_F32 ? 4 : 2);
-    int64_t e = 8 * lane;
-    for (; e + 7 * 256 < cols; e += 8 * 256) { // eight weight loads in flight, then their products in order
-        float w[8][8];
-        for (int u = 0; u < 8; u++)
-            load8<T>(row, e + 256 * u, w[u]);
-        for (int u = 0; u < 8; u++)
-            dot8(w[u], x, cols, e + 256 * u, t0, nt, acc);
-    }
-    for (; e + 3 * 256 < cols; e += 4 * 256) { // then four
-        float w[4][8];
-        for (int u = 0; u < 4; u++)
-            load8<T>(row, e + 256 * u, w[u]);
-        for (int u = 0; u < 4; u++)
-            dot8(w[u], x, cols, e + 256 * u, t0, nt, acc);
-    }
-    for (; e < cols; e += 256) {
-        float w[8];
-        load8<T>(row, e, w);
-        dot8(w, x, cols, e, t0, nt, acc);
+    int64_t cols = W.cols, end = c1 * 256 < cols ? c1 * 256 : cols;
+    const uint8_t *row[R];
+    for (int r = 0; r < R; r++)
+        row[r] = W.plane[0] + clamp_row(W, r0 + r) * cols * (T == CU_F32 ? 4 : 2);
+    for (int64_t e = c0 * 256 + 8 * lane; e < end; e += U * 256) { // U chunks' loads in flight, then their products
+        raw8 w[U][R];
+        for (int u = 0; u < U; u++)
+            if (e + 256 * u < end)
+                for (int r = 0; r < R; r++)
+                    w[u][r] = load8<T>(row[r], e + 256 * u);
+        for (int u = 0; u < U; u++)
+            if (e + 256 * u < end)
+                dot8<T, R, NT>(w[u], x, cols, e + 256 * u, t0, nt, acc);
     }
 }
 
@@ -95,83 +157,119 @@ __device__ __forceinline__ int dp4a(int a, int b, int c)
     return __dp4a(a, b, c);
 }
 
-// The integer dot of legacy block (row r, block k) with token t's Q8_0 block.
-template <int T> __device__ __forceinline__ int block_dot(const cu_weight &W, int64_t wb, const int8_t *xq)
+// The four bytes of v (each in [0, 2·bias)) minus bias, as signed bytes: adding 128 - bias
+// carries out of no byte, and flipping the top bit takes 128 off again.
+__device__ __forceinline__ int minus4(int v, int bias)
 {
-    const int4 *xv = (const int4 *)xq;
-    int4 x0 = xv[0], x1 = xv[1];
-    int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    return (int)(((uint32_t)v + 0x01010101u * (uint32_t)(128 - bias)) ^ 0x80808080u);
+}
+
+// A legacy block of a weight as loaded: its quants (Q8_0: 8 words; Q4_0, Q5_0: 4), Q5_0's
+// fifth bits, the scale.
+struct lblock {
+    int q[8];
+    uint32_t qh;
+    float d;
+};
+
+template <int T> __device__ __forceinline__ lblock load_legacy(const cu_weight &W, int64_t wb)
+{
+    lblock b;
+    if (T == CU_Q8_0) {
+        const int4 *v = (const int4 *)(W.plane[0] + wb * 32);
+        int4 v0 = v[0], v1 = v[1];
+        b.q[0] = v0.x, b.q[1] = v0.y, b.q[2] = v0.z, b.q[3] = v0.w;
+        b.q[4] = v1.x, b.q[5] = v1.y, b.q[6] = v1.z, b.q[7] = v1.w;
+    } else {
+        int4 v = *(const int4 *)(W.plane[0] + wb * 16);
+        b.q[0] = v.x, b.q[1] = v.y, b.q[2] = v.z, b.q[3] = v.w;
+    }
+    if (T == CU_Q5_0)
+        b.qh = *(const uint32_t *)(W.plane[1] + wb * 4);
+    b.d = cu_h2f(((const uint16_t *)W.plane[T == CU_Q5_0 ? 2 : 1])[wb]);
+    return b;
+}
+
+// The integer dot of a legacy block with a token's Q8_0 block (xs: its 32 int8).
+template <int T> __device__ __forceinline__ int legacy_dot(const lblock &b, const int *xs)
+{
     int s = 0;
     if (T == CU_Q8_0) {
-        const int4 *wv = (const int4 *)(W.plane[0] + wb * 32);
-        int4 w0 = wv[0], w1 = wv[1];
-        int ws[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
         for (int i = 0; i < 8; i++)
-            s = dp4a(ws[i], xs[i], s);
-        return s;
-    }
-    int4 q = *(const int4 *)(W.plane[0] + wb * 16);
-    int qs[4] = {q.x, q.y, q.z, q.w};
-    int sumx = 0;
-    for (int i = 0; i < 8; i++)
-        sumx = dp4a(0x01010101, xs[i], sumx);
-    uint32_t qh = 0;
-    if (T == CU_Q5_0) {
-        const uint8_t *h = W.plane[1] + wb * 4;
-        qh = h[0] | (uint32_t)h[1] << 8 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 24;
-    }
-    for (int i = 0; i < 4; i++) {
-        int lo = qs[i] & 0x0F0F0F0F, hi = (qs[i] >> 4) & 0x0F0F0F0F;
-        if (T == CU_Q5_0) {
-            uint32_t bl = (qh >> (4 * i)) & 0xF, bh = (qh >> (16 + 4 * i)) & 0xF;
-            lo |= (int)(((bl & 1) << 4) | ((bl & 2) << 11) | ((bl & 4) << 18) | ((bl & 8) << 25));
-            hi |= (int)(((bh & 1) << 4) | ((bh & 2) << 11) | ((bh & 4) << 18) | ((bh & 8) << 25));
+            s = dp4a(b.q[i], xs[i], s);
+    } else {
+        for (int i = 0; i < 4; i++) {
+            int lo = b.q[i] & 0x0F0F0F0F, hi = (b.q[i] >> 4) & 0x0F0F0F0F;
+            if (T == CU_Q5_0) {
+                uint32_t bl = (b.qh >> (4 * i)) & 0xF, bh = (b.qh >> (16 + 4 * i)) & 0xF;
+                lo |= (int)(((bl & 1) << 4) | ((bl & 2) << 11) | ((bl & 4) << 18) | ((bl & 8) << 25));
+                hi |= (int)(((bh & 1) << 4) | ((bh & 2) << 11) | ((bh & 4) << 18) | ((bh & 8) << 25));
+            }
+            int bias = T == CU_Q5_0 ? 16 : 8;
+            s = dp4a(minus4(lo, bias), xs[i], s);
+            s = dp4a(minus4(hi, bias), xs[4 + i], s);
         }
-        s = dp4a(lo, xs[i], s);
-        s = dp4a(hi, xs[4 + i], s);
     }
-    return s - (T == CU_Q5_0 ? 16 : 8) * sumx;
+    return s;
 }
 
-template <int T> __device__ __forceinline__ float block_scale(const cu_weight &W, int64_t wb)
+template <int T, int R, int NT>
+__device__ __forceinline__ void dot_legacy(const cu_weight &W, int64_t r0, int64_t c0, int64_t c1, const cu_qact &qa,
+                                           int t0, int nt, float (*acc)[NT])
 {
-    return cu_h2f(((const uint16_t *)W.plane[T == CU_Q5_0 ? 2 : 1])[wb]);
-}
-
-template <int T>
-__device__ __forceinline__ void dot_legacy(const cu_weight &W, int64_t r, const cu_qact &qa, int t0, int nt, float *acc)
-{
+    constexpr int U = mm_unroll(T, NT);
     int lane = threadIdx.x % 32;
-    int64_t nb = W.cols / 32;
-#pragma unroll 4
-    for (int64_t k = lane; k < nb; k += 32) {
-        int64_t wb = r * nb + k;
-        float dw = block_scale<T>(W, wb);
-        for (int t = 0; t < MM_NT; t++) {
-            if (t >= nt)
-                break;
-            int64_t xb = (int64_t)(t0 + t) * nb + k;
-            int isum = block_dot<T>(W, wb, qa.qs + xb * 32);
-            acc[t] = __fadd_rn(acc[t], __fmul_rn((float)isum, __fmul_rn(dw, qa.d[xb]))); // s += isum * (dw * dx)
+    int64_t nb = W.cols / 32, wrow[R];
+    for (int r = 0; r < R; r++)
+        wrow[r] = clamp_row(W, r0 + r) * nb;
+    for (int64_t c = c0; c < c1; c += U) { // U chunks' loads in flight, then their products
+        lblock w[U][R];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (c + u < c1 && 32 * (c + u) + lane < nb)
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    w[u][r] = load_legacy<T>(W, wrow[r] + 32 * (c + u) + lane);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t k = 32 * (c + u) + lane;
+            if (c + u >= c1 || k >= nb)
+                continue;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt)
+                    break;
+                int64_t xb = (int64_t)(t0 + t) * nb + k;
+                const int4 *xv = (const int4 *)(qa.qs + xb * 32);
+                int4 x0 = xv[0], x1 = xv[1];
+                int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                float dx = qa.d[xb];
+                for (int r = 0; r < R; r++) { // s += isum * (dw * dx)
+                    int isum = legacy_dot<T>(w[u][r], xs);
+                    acc[r][t] = __fadd_rn(acc[r][t], __fmul_rn((float)isum, __fmul_rn(w[u][r].d, dx)));
+                }
+            }
         }
     }
 }
 
-// Sub-block j (32 elements) of super-block sb of row r against token t's Q8_K
-// super-block: *sumi += sc · Σ q·y and *summ += m · Σ y (Q4_K, Q5_K; Q6_K: its two
-// 16-element scales, no m).
-template <int T>
-__device__ __forceinline__ void sub_dot(const cu_weight &W, int64_t wsb, int j, const int8_t *xq, const int16_t *bs,
-                                        int *sumi, int *summ)
+// One lane's sub-block j (32 elements) of a K-quant super-block, as loaded: the 32
+// quants (Q6_K: minus 32) as signed bytes, its scale and min (Q6_K: its two 16-element
+// scales), the super-block's d and dmin.
+struct ksub {
+    int v[8];
+    int sc, sc1, m;
+    float d, dmin;
+};
+
+template <int T> __device__ __forceinline__ ksub load_ksub(const cu_weight &W, int64_t wsb, int j)
 {
-    const int4 *xv = (const int4 *)(xq + 32 * j);
-    int4 x0 = xv[0], x1 = xv[1];
-    int xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    ksub s;
     if (T == CU_Q4_K || T == CU_Q5_K) {
         bool five = T == CU_Q5_K;
         const uint8_t *head = W.plane[five ? 2 : 1] + wsb * 16;
-        int sc, m;
-        cu_q4k_scale_min(j, head + 4, &sc, &m);
+        cu_q4k_scale_min(j, head + 4, &s.sc, &s.m);
+        s.d = cu_h2f(head[0] | head[1] << 8), s.dmin = cu_h2f(head[2] | head[3] << 8);
         const int4 *qv = (const int4 *)(W.plane[0] + wsb * 128 + 32 * (j / 2));
         int4 q0 = qv[0], q1 = qv[1];
         int qs[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
@@ -183,11 +281,8 @@ __device__ __forceinline__ void sub_dot(const cu_weight &W, int64_t wsb, int j, 
             for (int i = 0; i < 8; i++)
                 hs[i] = ((hh[i] >> j) & 0x01010101) << 4;
         }
-        int dot = 0;
         for (int i = 0; i < 8; i++)
-            dot = dp4a(((qs[i] >> (4 * (j & 1))) & 0x0F0F0F0F) | hs[i], xs[i], dot);
-        *sumi += sc * dot;
-        *summ += m * (bs[2 * j] + bs[2 * j + 1]);
+            s.v[i] = ((qs[i] >> (4 * (j & 1))) & 0x0F0F0F0F) | hs[i];
     } else { // Q6_K
         int c = j / 4, q4 = j % 4;
         const int4 *lv = (const int4 *)(W.plane[0] + wsb * 128 + 64 * c + (q4 & 1) * 32);
@@ -195,52 +290,82 @@ __device__ __forceinline__ void sub_dot(const cu_weight &W, int64_t wsb, int j, 
         int4 l0 = lv[0], l1 = lv[1], h0 = hv[0], h1 = hv[1];
         int ls[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
         int hs[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        for (int i = 0; i < 8; i++)
+            s.v[i] = minus4(((ls[i] >> (q4 < 2 ? 0 : 4)) & 0x0F0F0F0F) | (((hs[i] >> (2 * q4)) & 0x03030303) << 4), 32);
         const int8_t *scales = (const int8_t *)W.plane[2] + wsb * 16 + 8 * c + 2 * q4;
+        s.sc = scales[0], s.sc1 = scales[1];
+        s.d = cu_h2f(((const uint16_t *)W.plane[3])[wsb]);
+    }
+    return s;
+}
+
+// A sub-block against token t's Q8_K sub-block (xs: 32 int8; bs: the super-block's 16
+// sums): *sumi = sc · Σ q·y and *summ = m · Σ y (Q4_K, Q5_K; Q6_K: its two 16-element
+// scales, no m).
+template <int T>
+__device__ __forceinline__ void ksub_dot(const ksub &s, const int *xs, const int16_t *bs, int j, int *sumi, int *summ)
+{
+    if (T == CU_Q4_K || T == CU_Q5_K) {
+        int dot = 0;
+        for (int i = 0; i < 8; i++)
+            dot = dp4a(s.v[i], xs[i], dot);
+        *sumi = s.sc * dot;
+        *summ = s.m * (bs[2 * j] + bs[2 * j + 1]);
+    } else {
         int dot0 = 0, dot1 = 0;
-        for (int i = 0; i < 8; i++) {
-            int v = ((ls[i] >> (q4 < 2 ? 0 : 4)) & 0x0F0F0F0F) | (((hs[i] >> (2 * q4)) & 0x03030303) << 4);
-            // v - 32 per byte: the bytes are 0..63, so subtracting 32 from each needs a signed
-            // form: __vsubss4 keeps every byte's sign.
-            v = __vsubss4(v, 0x20202020);
-            if (i < 4)
-                dot0 = dp4a(v, xs[i], dot0);
-            else
-                dot1 = dp4a(v, xs[i], dot1);
-        }
-        *sumi += scales[0] * dot0 + scales[1] * dot1;
+        for (int i = 0; i < 4; i++)
+            dot0 = dp4a(s.v[i], xs[i], dot0), dot1 = dp4a(s.v[4 + i], xs[4 + i], dot1);
+        *sumi = s.sc * dot0 + s.sc1 * dot1;
+        *summ = 0;
     }
 }
 
-template <int T>
-__device__ __forceinline__ void dot_kquant(const cu_weight &W, int64_t r, const cu_qact &qa, int t0, int nt, float *acc)
+template <int T, int R, int NT>
+__device__ __forceinline__ void dot_kquant(const cu_weight &W, int64_t r0, int64_t c0, int64_t c1, const cu_qact &qa,
+                                           int t0, int nt, float (*acc)[NT])
 {
     int lane = threadIdx.x % 32, j = lane % 8, grp = lane / 8;
-    int64_t nsb = W.cols / 256;
-    for (int64_t k0 = 0; k0 < nsb; k0 += 4) {
-        int64_t k = k0 + grp;
+    int64_t nsb = W.cols / 256, wrow[R];
+    for (int r = 0; r < R; r++)
+        wrow[r] = clamp_row(W, r0 + r) * nsb;
+    for (int64_t c = c0; c < c1; c++) {
+        int64_t k = 4 * c + grp;
         bool on = k < nsb;
-        int64_t wsb = r * nsb + (on ? k : 0);
-        for (int t = 0; t < MM_NT; t++) {
+        ksub w[R];
+        if (on)
+            for (int r = 0; r < R; r++)
+                w[r] = load_ksub<T>(W, wrow[r] + k, j);
+        for (int t = 0; t < NT; t++) {
             if (t >= nt)
                 break;
-            int64_t xs = (int64_t)(t0 + t) * nsb + (on ? k : 0);
-            int sumi = 0, summ = 0;
-            if (on)
-                sub_dot<T>(W, wsb, j, qa.qs + xs * 256, qa.bsums + xs * 16, &sumi, &summ);
-            for (int off = 4; off > 0; off >>= 1) { // the super-block's integers, exactly
-                sumi += __shfl_xor_sync(0xffffffffu, sumi, off);
-                summ += __shfl_xor_sync(0xffffffffu, summ, off);
+            int64_t xsb = (int64_t)(t0 + t) * nsb + (on ? k : 0);
+            int xs[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            const int16_t *bs = qa.bsums + xsb * 16;
+            float yd = 0;
+            if (on) {
+                const int4 *xv = (const int4 *)(qa.qs + xsb * 256 + 32 * j);
+                int4 x0 = xv[0], x1 = xv[1];
+                xs[0] = x0.x, xs[1] = x0.y, xs[2] = x0.z, xs[3] = x0.w;
+                xs[4] = x1.x, xs[5] = x1.y, xs[6] = x1.z, xs[7] = x1.w;
+                yd = qa.d[xsb];
             }
-            if (on && j == 0) {
-                float yd = qa.d[xs];
-                if (T == CU_Q6_K) {
-                    float d = cu_h2f(((const uint16_t *)W.plane[3])[wsb]);
-                    acc[t] = __fadd_rn(acc[t], __fmul_rn(__fmul_rn(yd, d), (float)sumi));
-                } else {
-                    const uint8_t *head = W.plane[T == CU_Q5_K ? 2 : 1] + wsb * 16;
-                    float d = __fmul_rn(yd, cu_h2f(head[0] | head[1] << 8));
-                    float dmin = __fmul_rn(yd, cu_h2f(head[2] | head[3] << 8));
-                    acc[t] = __fadd_rn(acc[t], __fsub_rn(__fmul_rn(d, (float)sumi), __fmul_rn(dmin, (float)summ)));
+            for (int r = 0; r < R; r++) {
+                int sumi = 0, summ = 0;
+                if (on)
+                    ksub_dot<T>(w[r], xs, bs, j, &sumi, &summ);
+                for (int off = 4; off > 0; off >>= 1) { // the super-block's integers, exactly
+                    sumi += __shfl_xor_sync(0xffffffffu, sumi, off);
+                    if (T != CU_Q6_K)
+                        summ += __shfl_xor_sync(0xffffffffu, summ, off);
+                }
+                if (on && j == 0) {
+                    if (T == CU_Q6_K) {
+                        acc[r][t] = __fadd_rn(acc[r][t], __fmul_rn(__fmul_rn(yd, w[r].d), (float)sumi));
+                    } else {
+                        float d = __fmul_rn(yd, w[r].d), dmin = __fmul_rn(yd, w[r].dmin);
+                        acc[r][t] =
+                            __fadd_rn(acc[r][t], __fsub_rn(__fmul_rn(d, (float)sumi), __fmul_rn(dmin, (float)summ)));
+                    }
                 }
             }
         }
@@ -249,20 +374,32 @@ __device__ __forceinline__ void dot_kquant(const cu_weight &W, int64_t r, const 
 
 /* ---- the kernel ---- */
 
-template <int T> __device__ __forceinline__ void row_dot(const cu_matmul_args &a, const cu_weight &W, int64_t r, int t0,
-                                                         int nt, float *acc)
+// The partial sums of R rows over chunks [c0, c1) for tokens [t0, t0 + nt), in every lane.
+template <int T, int NT>
+__device__ __forceinline__ void split_dot(const cu_matmul_args &a, const cu_weight &W, int64_t r0, int64_t c0,
+                                          int64_t c1, int t0, int nt, float (*acc)[NT])
 {
-    for (int t = 0; t < MM_NT; t++)
-        acc[t] = 0;
-    if (T == CU_F32 || T == CU_F16 || T == CU_BF16)
-        dot_float<T>(W, r, a.x, t0, nt, acc);
+    constexpr int R = mm_rows(T);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = 0;
+    if (mm_float(T))
+        dot_float<T, R, NT>(W, r0, c0, c1, a.x, t0, nt, acc);
     else if (T == CU_Q8_0 || T == CU_Q4_0 || T == CU_Q5_0)
-        dot_legacy<T>(W, r, a.qa, t0, nt, acc);
+        dot_legacy<T, R, NT>(W, r0, c0, c1, a.qa, t0, nt, acc);
     else
-        dot_kquant<T>(W, r, a.qa, t0, nt, acc);
-    for (int t = 0; t < MM_NT; t++)
-        for (int off = 16; off > 0; off >>= 1)
-            acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], off);
+        dot_kquant<T, R, NT>(W, r0, c0, c1, a.qa, t0, nt, acc);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < NT; t++)
+            for (int off = 16; off > 0; off >>= 1)
+                acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
+}
+
+// Blocks of the grid that a weight's rows take (its splits share a block).
+__host__ __device__ __forceinline__ int64_t mm_blocks(const cu_weight &W)
+{
+    int64_t rows = (int64_t)(MM_WARPS / W.splits) * mm_rows(W.type);
+    return (W.rows + rows - 1) / rows;
 }
 
 // Member i of the group, read with constant indices (a run-time index into the kernel's
@@ -272,73 +409,111 @@ template <typename X> __device__ __forceinline__ X pick(int i, const X *v)
     return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3];
 }
 
-template <int T> __global__ void __launch_bounds__(MM_WARPS * 32) k_matmul(cu_matmul_args a)
+// Output k of a row group from its S warps' partials (p: the first split's warp, the
+// others after it), added in split order.
+__device__ __forceinline__ float split_sum(const float (*p)[MM_OUT], int S, int k)
 {
-    int64_t gr = (int64_t)blockIdx.x * MM_WARPS + threadIdx.x / 32; // row of the group's union
-    int i = 0;
+    float v = p[0][k];
+    for (int s = 1; s < S; s++)
+        v = __fadd_rn(v, p[s][k]);
+    return v;
+}
+
+// Two blocks an SM at least: at most 128 registers a thread, 16 warps an SM.
+template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul(cu_matmul_args a)
+{
+    constexpr int R = mm_rows(T);
+    static_assert(R * NT <= MM_OUT, "a warp's outputs fit its partials");
+    __shared__ float part[2][MM_WARPS][MM_OUT]; // each warp's partials (gate, up), [r · NT + t]
+    int64_t b = blockIdx.x; // block of the group's union, then of member i
+    int i = 0, members = a.glu ? 1 : a.count;
     for (int k = 0; k < CU_MM_GROUP - 1; k++)
-        if (i == k && i < a.count && gr >= pick(k, a.w).rows)
-            gr -= pick(k, a.w).rows, i++;
-    if (i >= a.count || gr >= pick(i, a.w).rows || (a.glu && i > 0))
-        return;
+        if (i == k && i < members - 1 && b >= mm_blocks(pick(k, a.w)))
+            b -= mm_blocks(pick(k, a.w)), i++;
     const cu_weight W = pick(i, a.w);
     float *y = pick(i, a.y), *residual = pick(i, a.residual);
     const float *bias = pick(i, a.bias);
-    int lane = threadIdx.x % 32;
-    int64_t rows = W.rows;
-    for (int t0 = 0; t0 < a.n; t0 += MM_NT) {
-        int nt = a.n - t0 < MM_NT ? a.n - t0 : MM_NT;
-        float acc[MM_NT];
-        row_dot<T>(a, W, gr, t0, nt, acc);
-        if (a.glu) {
-            float up[MM_NT];
-            row_dot<T>(a, a.w[1], gr, t0, nt, up);
-            if (lane < nt) {
-                float g = acc[0], u = up[0];
-                for (int t = 1; t < MM_NT; t++)
-                    if (lane == t)
-                        g = acc[t], u = up[t];
-                int64_t at = (int64_t)(t0 + lane) * rows + gr;
-                a.y[1][at] = u;
-                a.y[0][at] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+    int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int s = warp % S;                                 // this warp's split
+    int64_t r0 = (b * (MM_WARPS / S) + warp / S) * R; // and first row
+    int64_t chunks = (W.cols + mm_chunk(T) - 1) / mm_chunk(T), rows = W.rows;
+    int64_t c0 = s * chunks / S, c1 = (s + 1) * chunks / S;
+    bool active = r0 < rows; // (the block's warps all reach its barriers)
+    for (int t0 = 0; t0 < a.n; t0 += NT) {
+        int nt = a.n - t0 < NT ? a.n - t0 : NT;
+        if (active) {
+            float acc[R][NT];
+            split_dot<T, NT>(a, W, r0, c0, c1, t0, nt, acc);
+            if (lane == 0)
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < NT; t++)
+                        part[0][warp][r * NT + t] = acc[r][t];
+            if (a.glu) {
+                split_dot<T, NT>(a, a.w[1], r0, c0, c1, t0, nt, acc);
+                if (lane == 0)
+                    for (int r = 0; r < R; r++)
+                        for (int t = 0; t < NT; t++)
+                            part[1][warp][r * NT + t] = acc[r][t];
             }
-            continue;
         }
-        if (lane < nt) {
-            float v = acc[0];
-            for (int t = 1; t < MM_NT; t++)
-                if (lane == t)
-                    v = acc[t];
-            if (bias)
-                v = __fadd_rn(v, bias[gr]);
-            int64_t at = (int64_t)(t0 + lane) * rows + gr;
-            y[at] = v;
-            if (residual)
-                residual[at] = __fadd_rn(residual[at], v);
+        __syncthreads();
+        int r = lane / NT, t = lane % NT; // the output this lane merges
+        if (active && s == 0 && lane < R * NT && r0 + r < rows && t < nt) {
+            int64_t gr = r0 + r, at = (int64_t)(t0 + t) * rows + gr;
+            float v = split_sum(part[0] + warp, S, lane);
+            if (a.glu) {
+                float u = split_sum(part[1] + warp, S, lane);
+                a.y[1][at] = u;
+                a.y[0][at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), u);
+            } else {
+                if (bias)
+                    v = __fadd_rn(v, bias[gr]);
+                y[at] = v;
+                if (residual)
+                    residual[at] = __fadd_rn(residual[at], v);
+            }
         }
+        __syncthreads(); // the partials are read before the next pass writes them
     }
 }
 
-extern "C" cudaError_t cu_launch_matmul(const void *args, cudaStream_t s)
+extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
 {
-    const cu_matmul_args *a = (const cu_matmul_args *)args;
-    int64_t total = 0;
+    int64_t warps = (rows + mm_rows(type) - 1) / mm_rows(type);
+    int64_t chunks = (cols + mm_chunk(type) - 1) / mm_chunk(type), least = mm_float(type) ? 2 : 1;
+    int s = 1;
+    while (2 * s <= MM_WARPS && warps * s < (int64_t)MM_FILL * n_sm && chunks >= 2 * s * least)
+        s *= 2;
+    return s;
+}
+
+template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cudaStream_t s)
+{
+    int64_t blocks = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
-        total += a->w[i].rows;
-    unsigned blocks = (unsigned)((total + MM_WARPS - 1) / MM_WARPS);
+        blocks += mm_blocks(a->w[i]);
+    unsigned nb = (unsigned)blocks;
     switch (a->w[0].type) {
-    case CU_F32: k_matmul<CU_F32><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_F16: k_matmul<CU_F16><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_BF16: k_matmul<CU_BF16><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q8_0: k_matmul<CU_Q8_0><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q4_0: k_matmul<CU_Q4_0><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q5_0: k_matmul<CU_Q5_0><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q4_K: k_matmul<CU_Q4_K><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q5_K: k_matmul<CU_Q5_K><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q6_K: k_matmul<CU_Q6_K><<<blocks, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_F32: k_matmul<CU_F32, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_F16: k_matmul<CU_F16, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_BF16: k_matmul<CU_BF16, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q8_0: k_matmul<CU_Q8_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q4_0: k_matmul<CU_Q4_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q5_0: k_matmul<CU_Q5_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q4_K: k_matmul<CU_Q4_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q5_K: k_matmul<CU_Q5_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_Q6_K: k_matmul<CU_Q6_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
     default: return cudaErrorInvalidValue;
     }
     return cu_launched();
+}
+
+// One token: a kernel that holds one token's sums (fewer registers); more: MM_NT a pass.
+// A token's arithmetic is the same in both.
+extern "C" cudaError_t cu_launch_matmul(const void *args, cudaStream_t s)
+{
+    const cu_matmul_args *a = (const cu_matmul_args *)args;
+    return a->n == 1 ? launch_matmul<1>(a, s) : launch_matmul<MM_NT>(a, s);
 }
 
 /* ---- quantizing activations (quant.c's rp_quant_row_q8_0 / _q8_K, bit for bit) ---- */

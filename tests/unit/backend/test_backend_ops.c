@@ -12,7 +12,10 @@
  * the same alone and inside a batch (the determinism rule), attention stores the
  * batch's K and V so that the canonical export (rp_backend_kv_block_export) reads
  * them back as given (halves: rounded and clamped as the contract says), import and
- * block copies round-trip, and gather_rows and argmax follow their contracts.
+ * block copies round-trip, and gather_rows and argmax follow their contracts. Matmuls
+ * also run on shapes with too few rows to fill a GPU, which CUDA splits along K, and
+ * with every split count forced (rp_cuda_matmul_splits); the fused forms must give the
+ * bits of the separate ops on the backend itself.
  *
  * Tolerances: float32 arithmetic in another order stays under 1e-5; the CPU's
  * bf16-rounded activations (the default on CPUs where they pay) under 1e-2.
@@ -21,6 +24,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#ifdef RP_HAVE_CUDA
+#include "backend/cuda/cuda.h"
+#endif
 #include "quant/quant.h"
 
 #include <math.h>
@@ -183,98 +189,172 @@ static double mm_tol(rp_dtype t)
     return t == RP_DTYPE_BF16 && P.bf16_act ? 1e-2 : 1e-5;
 }
 
+// Weights initialized until the next call split their matmuls' K into `splits` parts on
+// CUDA (0: as their shape says); other backends have no splits.
+static void force_splits(int splits)
+{
+#ifdef RP_HAVE_CUDA
+    rp_cuda_matmul_splits(splits);
+#else
+    (void)splits;
+#endif
+}
+
+static bool wpair_init_split(wpair *w, rp_dtype type, int64_t rows, int64_t cols, int splits)
+{
+    force_splits(splits);
+    bool ok = wpair_init(w, type, rows, cols);
+    force_splits(0);
+    return ok;
+}
+
 /* ---- tests ---- */
+
+// A (rows, cols) matmul of type t against the reference for each n of ns, and each token
+// alone against its row in the batch, bitwise.
+static void check_matmul(rp_dtype t, int64_t rows, int64_t cols, int splits, const int *ns, size_t n_ns)
+{
+    wpair w;
+    if (!wpair_init_split(&w, t, rows, cols, splits))
+        return;
+    for (size_t ni = 0; ni < n_ns; ni++) {
+        int n = ns[ni];
+        float *x = rand_floats((size_t)(n * cols), 2.0f);
+        float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
+        float *yr = dev_poison(P.ref, (size_t)(n * rows)), *yb = dev_poison(P.be, (size_t)(n * rows));
+        REF(rp_backend_matmul(P.ref, &w.ref, xr, n, yr));
+        assert_int_equal(rp_backend_matmul(P.be, &w.be, xb, n, yb), RP_OK);
+        float *hr = host_of(P.ref, yr, (size_t)(n * rows)), *hb = host_of(P.be, yb, (size_t)(n * rows));
+        char what[96];
+        snprintf(what, sizeof(what), "matmul %s %lldx%lld splits %d n=%d", rp_dtype_name(t), (long long)rows,
+                 (long long)cols, splits, n);
+        expect_close(what, hb, hr, (size_t)(n * rows), mm_tol(t));
+        // Determinism: each token's row alone gives the same bits as inside the batch.
+        for (int k = 0; k < n; k += n > 4 ? n / 3 : 1) {
+            float *y1 = dev_poison(P.be, (size_t)rows);
+            assert_int_equal(rp_backend_matmul(P.be, &w.be, xb + (size_t)k * cols, 1, y1), RP_OK);
+            float *h1 = host_of(P.be, y1, (size_t)rows);
+            if (memcmp(h1, hb + (size_t)k * rows, (size_t)rows * 4) != 0)
+                fail_msg("%s: token %d alone differs from its row in the batch on %s", what, k, P.name);
+            free(h1);
+            rp_backend_free(P.be, y1);
+        }
+        free(hr), free(hb), free(x);
+        rp_backend_free(P.ref, xr), rp_backend_free(P.be, xb);
+        rp_backend_free(P.ref, yr), rp_backend_free(P.be, yb);
+    }
+    wpair_deinit(&w);
+}
 
 static void test_matmul(void **state)
 {
     const int64_t shapes[][2] = {{64, 256}, {96, 512}, {33, 768}}; // rows, cols (rows not a multiple of tiles)
     const int ns[] = {1, 3, 7, 16, 33};
     for (size_t ti = 0; ti < N_WTYPES; ti++)
-        for (size_t si = 0; si < 3; si++) {
-            rp_dtype t = wtypes[ti];
-            int64_t rows = shapes[si][0], cols = shapes[si][1];
-            wpair w;
-            if (!wpair_init(&w, t, rows, cols))
-                continue;
-            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
-                int n = ns[ni];
-                float *x = rand_floats((size_t)(n * cols), 2.0f);
-                float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
-                float *yr = dev_poison(P.ref, (size_t)(n * rows)), *yb = dev_poison(P.be, (size_t)(n * rows));
-                REF(rp_backend_matmul(P.ref, &w.ref, xr, n, yr));
-                assert_int_equal(rp_backend_matmul(P.be, &w.be, xb, n, yb), RP_OK);
-                float *hr = host_of(P.ref, yr, (size_t)(n * rows)), *hb = host_of(P.be, yb, (size_t)(n * rows));
-                char what[64];
-                snprintf(what, sizeof(what), "matmul %s %lldx%lld n=%d", rp_dtype_name(t), (long long)rows,
-                         (long long)cols, n);
-                expect_close(what, hb, hr, (size_t)(n * rows), mm_tol(t));
-                // Determinism: each token's row alone gives the same bits as inside the batch.
-                for (int k = 0; k < n; k += n > 4 ? n / 3 : 1) {
-                    float *y1 = dev_poison(P.be, (size_t)rows);
-                    assert_int_equal(rp_backend_matmul(P.be, &w.be, xb + (size_t)k * cols, 1, y1), RP_OK);
-                    float *h1 = host_of(P.be, y1, (size_t)rows);
-                    if (memcmp(h1, hb + (size_t)k * rows, (size_t)rows * 4) != 0)
-                        fail_msg("%s: token %d alone differs from its row in the batch on %s", what, k, P.name);
-                    free(h1);
-                    rp_backend_free(P.be, y1);
-                }
-                free(hr), free(hb), free(x);
-                rp_backend_free(P.ref, xr), rp_backend_free(P.be, xb);
-                rp_backend_free(P.ref, yr), rp_backend_free(P.be, yb);
-            }
-            wpair_deinit(&w);
-        }
+        for (size_t si = 0; si < 3; si++)
+            check_matmul(wtypes[ti], shapes[si][0], shapes[si][1], 0, ns, sizeof(ns) / sizeof(ns[0]));
 }
 
-// matmul_group with biases and a residual, and matmul_glu, against the separate ops on
-// the reference.
+// Matmuls whose rows are too few to fill a GPU, so CUDA splits their K (by shape: few rows,
+// long ones, and a down projection scaled down, with a partial last chunk and rows not a
+// multiple of a warp's), then every split count forced, on rows long and short (splits
+// left with no chunk).
+static void test_matmul_split(void **state)
+{
+    const int64_t shapes[][2] = {{64, 8192}, {97, 4864}};
+    const int ns[] = {1, 5, 16};
+    const int forced[] = {2, 4, 8};
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        for (size_t si = 0; si < 2; si++)
+            check_matmul(wtypes[ti], shapes[si][0], shapes[si][1], 0, ns, sizeof(ns) / sizeof(ns[0]));
+        for (size_t fi = 0; fi < sizeof(forced) / sizeof(forced[0]) && strcmp(P.name, "cuda") == 0; fi++) {
+            check_matmul(wtypes[ti], 97, 4864, forced[fi], ns, sizeof(ns) / sizeof(ns[0]));
+            check_matmul(wtypes[ti], 33, 768, forced[fi], ns, sizeof(ns) / sizeof(ns[0]));
+        }
+    }
+}
+
+// matmul_group with biases and a residual, and matmul_glu, of (rows, cols) weights a and b
+// (K-splits sa, sb on CUDA) for n tokens: against the separate ops on the reference, and
+// bitwise against the separate ops on the backend itself.
+static void check_fused(rp_dtype t, int64_t rows, int64_t cols, int sa, int sb, int n)
+{
+    wpair a, b;
+    if (!wpair_init_split(&a, t, rows, cols, sa))
+        return;
+    wpair_init_split(&b, t, rows, cols, sb);
+    float *x = rand_floats((size_t)(n * cols), 1.0f), *bias = rand_floats((size_t)rows, 1.0f);
+    float *res = rand_floats((size_t)(n * rows), 1.0f);
+    size_t ny = (size_t)(n * rows);
+    // The separate ops, on the reference (r) and on the backend (s).
+    rp_backend *bes[2] = {P.ref, P.be};
+    const rp_tensor *wa[2] = {&a.ref, &a.be}, *wb[2] = {&b.ref, &b.be};
+    float *sep[2][4]; // y with bias, the residual plus y', silu(g) * u, u
+    float *xs[2], *biases[2];
+    for (int k = 0; k < 2; k++) {
+        rp_backend *be = bes[k];
+        if (k == 0)
+            rp_cpu_force_scalar(true);
+        xs[k] = dev_copy(be, x, (size_t)(n * cols) * 4), biases[k] = dev_copy(be, bias, (size_t)rows * 4);
+        float *y = dev_poison(be, ny), *z = dev_poison(be, ny), *r = dev_copy(be, res, ny * 4);
+        float *g = dev_poison(be, ny), *u = dev_poison(be, ny);
+        assert_int_equal(rp_backend_matmul(be, wa[k], xs[k], n, y), RP_OK);
+        assert_int_equal(rp_backend_add_bias(be, y, biases[k], n, (int)rows), RP_OK);
+        assert_int_equal(rp_backend_matmul(be, wb[k], xs[k], n, z), RP_OK);
+        assert_int_equal(rp_backend_add(be, r, z, ny), RP_OK);
+        assert_int_equal(rp_backend_matmul(be, wa[k], xs[k], n, g), RP_OK);
+        assert_int_equal(rp_backend_matmul(be, wb[k], xs[k], n, u), RP_OK);
+        assert_int_equal(rp_backend_silu_mul(be, g, u, ny, g), RP_OK);
+        assert_int_equal(rp_backend_synchronize(be), RP_OK);
+        if (k == 0)
+            rp_cpu_force_scalar(false);
+        sep[k][0] = y, sep[k][1] = r, sep[k][2] = g, sep[k][3] = u;
+        rp_backend_free(be, z);
+    }
+    // Under test: fused.
+    float *yb = dev_poison(P.be, ny), *zb = dev_poison(P.be, ny), *rb = dev_copy(P.be, res, ny * 4);
+    rp_matmul_desc mm[2] = {{&a.be, yb, biases[1], NULL}, {&b.be, zb, NULL, rb}};
+    assert_int_equal(rp_backend_matmul_group(P.be, mm, 2, xs[1], n), RP_OK);
+    float *gb = dev_poison(P.be, ny), *ub = dev_poison(P.be, ny);
+    assert_int_equal(rp_backend_matmul_glu(P.be, &a.be, &b.be, xs[1], n, ub, gb), RP_OK);
+    const char *names[] = {"matmul_group bias", "matmul_group residual", "matmul_glu", "matmul_glu up"};
+    float *fused[] = {yb, rb, gb, ub};
+    for (int i = 0; i < 4; i++) {
+        float *hr = host_of(P.ref, sep[0][i], ny), *hs = host_of(P.be, sep[1][i], ny);
+        float *hb = host_of(P.be, fused[i], ny);
+        char what[96];
+        snprintf(what, sizeof(what), "%s %s %lldx%lld splits %d/%d n=%d", names[i], rp_dtype_name(t), (long long)rows,
+                 (long long)cols, sa, sb, n);
+        expect_close(what, hb, hr, ny, mm_tol(t) * (i == 2 ? 4 : 1));
+        if (memcmp(hb, hs, ny * 4) != 0)
+            fail_msg("%s: fused differs from the separate ops on %s", what, P.name);
+        free(hr), free(hs), free(hb);
+    }
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 4; i++)
+            rp_backend_free(bes[k], sep[k][i]);
+        rp_backend_free(bes[k], xs[k]), rp_backend_free(bes[k], biases[k]);
+    }
+    float *devs[] = {yb, zb, rb, gb, ub};
+    for (int i = 0; i < 5; i++)
+        rp_backend_free(P.be, devs[i]);
+    free(x), free(bias), free(res);
+    wpair_deinit(&a), wpair_deinit(&b);
+}
+
+// The fused forms unsplit, split by shape, and (CUDA) with members of different split
+// counts in one group; one token (the decode kernel) and five.
 static void test_fused(void **state)
 {
-    const int64_t cols = 256, rows = 64;
-    const int n = 5;
-    for (size_t ti = 0; ti < N_WTYPES; ti++) {
-        rp_dtype t = wtypes[ti];
-        wpair a, b;
-        if (!wpair_init(&a, t, rows, cols))
-            continue;
-        wpair_init(&b, t, rows, cols);
-        float *x = rand_floats((size_t)(n * cols), 1.0f), *bias = rand_floats((size_t)rows, 1.0f);
-        float *res = rand_floats((size_t)(n * rows), 1.0f);
-        size_t ny = (size_t)(n * rows);
-        // Reference: separate ops.
-        float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *yr = dev_poison(P.ref, ny), *zr = dev_poison(P.ref, ny);
-        float *br = dev_copy(P.ref, bias, (size_t)rows * 4), *rr = dev_copy(P.ref, res, ny * 4);
-        REF(rp_backend_matmul(P.ref, &a.ref, xr, n, yr));
-        REF(rp_backend_add_bias(P.ref, yr, br, n, (int)rows));
-        REF(rp_backend_matmul(P.ref, &b.ref, xr, n, zr));
-        REF(rp_backend_add(P.ref, rr, zr, ny));
-        float *gr = dev_poison(P.ref, ny);
-        REF(rp_backend_matmul(P.ref, &a.ref, xr, n, gr));
-        float *ur = dev_poison(P.ref, ny);
-        REF(rp_backend_matmul(P.ref, &b.ref, xr, n, ur));
-        REF(rp_backend_silu_mul(P.ref, gr, ur, ny, gr));
-        // Under test: fused.
-        float *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4), *yb = dev_poison(P.be, ny), *zb = dev_poison(P.be, ny);
-        float *bb = dev_copy(P.be, bias, (size_t)rows * 4), *rb = dev_copy(P.be, res, ny * 4);
-        rp_matmul_desc mm[2] = {{&a.be, yb, bb, NULL}, {&b.be, zb, NULL, rb}};
-        assert_int_equal(rp_backend_matmul_group(P.be, mm, 2, xb, n), RP_OK);
-        float *gb = dev_poison(P.be, ny), *ub = dev_poison(P.be, ny);
-        assert_int_equal(rp_backend_matmul_glu(P.be, &a.be, &b.be, xb, n, ub, gb), RP_OK);
-        const char *names[] = {"matmul_group bias", "matmul_group residual", "matmul_glu", "matmul_glu up"};
-        float *refs[] = {yr, rr, gr, ur}, *bes[] = {yb, rb, gb, ub};
-        for (int i = 0; i < 4; i++) {
-            float *hr = host_of(P.ref, refs[i], ny), *hb = host_of(P.be, bes[i], ny);
-            char what[64];
-            snprintf(what, sizeof(what), "%s %s", names[i], rp_dtype_name(t));
-            expect_close(what, hb, hr, ny, mm_tol(t) * (i == 2 ? 4 : 1));
-            free(hr), free(hb);
+    for (size_t ti = 0; ti < N_WTYPES; ti++)
+        for (int n = 1; n <= 5; n += 4) {
+            check_fused(wtypes[ti], 64, 256, 0, 0, n);
+            check_fused(wtypes[ti], 48, 8192, 0, 0, n);
+            if (strcmp(P.name, "cuda") == 0) {
+                check_fused(wtypes[ti], 97, 4864, 1, 8, n);
+                check_fused(wtypes[ti], 97, 4864, 4, 4, n);
+            }
         }
-        float *devs_r[] = {xr, yr, zr, br, rr, gr, ur}, *devs_b[] = {xb, yb, zb, bb, rb, gb, ub};
-        for (int i = 0; i < 7; i++)
-            rp_backend_free(P.ref, devs_r[i]), rp_backend_free(P.be, devs_b[i]);
-        free(x), free(bias), free(res);
-        wpair_deinit(&a), wpair_deinit(&b);
-    }
 }
 
 // Embedding rows of every type, for the batch's token ids.
@@ -522,8 +602,9 @@ static void teardown_pair(void)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matmul),  cmocka_unit_test(test_fused),     cmocka_unit_test(test_get_rows),
-        cmocka_unit_test(test_rows),    cmocka_unit_test(test_attention), cmocka_unit_test(test_rows_and_argmax),
+        cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_split), cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_get_rows),  cmocka_unit_test(test_rows),         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rows_and_argmax),
     };
     const char *req = getenv("RP_TEST_REQUIRE_DEVICE");
     int failed = 0;
