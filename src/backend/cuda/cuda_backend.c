@@ -1010,7 +1010,7 @@ static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
     cuda_backend *c = cuda(be);
     // The kernels' version: change it with any change of their arithmetic. The SM count
     // decides the matmuls' K-splits (cu_matmul_splits).
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-2 f32-act q8-act", c->prop.major,
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-3 f32-act q8-act", c->prop.major,
              c->prop.minor, c->prop.multiProcessorCount);
     return c->numerics;
 }

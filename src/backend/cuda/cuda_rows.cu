@@ -4,8 +4,9 @@
  * silu·mul, adds, argmax.
  *
  * Reductions have a fixed order: rmsnorm sums squares in double, each thread its
- * elements t, t + 256, ... in order, then a fixed tree over the block (the CPU
- * sums in eight double lanes: the two agree to float rounding); argmax compares
+ * groups of 4 elements t, t + T, ... in order (T from the row's width alone), then a
+ * fixed shuffle tree per warp and the warps in order (the CPU sums in eight double
+ * lanes: the two agree to float rounding); argmax compares
  * (valid, value, -index), an order-free rule. Nothing depends on the batch.
  */
 #include "cuda_common.cuh"
@@ -53,32 +54,111 @@ extern "C" cudaError_t cu_launch_gather(const void *args, cudaStream_t s)
 
 /* ---- rmsnorm ---- */
 
-#define NORM_THREADS 256
+#define NORM_MAX_THREADS 1024
+#define NORM_PER_THREAD 4 // groups of 4 elements a thread holds in registers (wider rows re-read them)
 
-__global__ void k_rmsnorm(const float *x, const float *w, float *out, float eps, int width)
+// The threads a row of `width` floats takes: one group of 4 elements each (a warp at least,
+// NORM_MAX_THREADS at most). A function of the width alone: it sets the summation order.
+static int norm_threads(int width)
 {
-    __shared__ double part[NORM_THREADS];
+    int groups = (width + 3) / 4, t = (groups + 31) / 32 * 32;
+    return t < NORM_MAX_THREADS ? t : NORM_MAX_THREADS;
+}
+
+// Squares of group g (elements 4g .. 4g+3 that exist) in element order, in double.
+__device__ __forceinline__ double group_ss(float4 v, int64_t e, int width)
+{
+    double s = (double)v.x * v.x;
+    if (e + 1 < width)
+        s += (double)v.y * v.y;
+    if (e + 2 < width)
+        s += (double)v.z * v.z;
+    if (e + 3 < width)
+        s += (double)v.w * v.w;
+    return s;
+}
+
+__device__ __forceinline__ float4 load_group(const float *xr, int64_t e, int width, bool vec)
+{
+    if (vec)
+        return *(const float4 *)(xr + e);
+    float4 v = {xr[e], 0.f, 0.f, 0.f};
+    if (e + 1 < width)
+        v.y = xr[e + 1];
+    if (e + 2 < width)
+        v.z = xr[e + 2];
+    if (e + 3 < width)
+        v.w = xr[e + 3];
+    return v;
+}
+
+// (x·inv)·w for the group's elements that exist, as the CPU rounds it.
+__device__ __forceinline__ void store_group(float *orow, const float *w, float4 v, float inv, int64_t e, int width)
+{
+    float xs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (e + j < width)
+            orow[e + j] = __fmul_rn(__fmul_rn(xs[j], inv), w[e + j]);
+}
+
+// One block per row. Thread t takes the groups t, t + T, ... (T threads, norm_threads):
+// every load is issued before the sums that need it (a row costs one memory round trip,
+// not one per element), squares summed in double in group order, then a fixed shuffle
+// tree per warp and the warps' sums in warp order.
+__global__ void __launch_bounds__(NORM_MAX_THREADS) k_rmsnorm(const float *x, const float *w, float *out, float eps,
+                                                               int width)
+{
+    __shared__ double part[NORM_MAX_THREADS / 32];
+    __shared__ float inv_s;
     int64_t r = blockIdx.x;
     const float *xr = x + r * width;
-    double ss = 0;
-    for (int i = threadIdx.x; i < width; i += NORM_THREADS)
-        ss += (double)xr[i] * xr[i];
-    part[threadIdx.x] = ss;
-    __syncthreads();
-    for (int step = NORM_THREADS / 2; step > 0; step >>= 1) {
-        if (threadIdx.x < step)
-            part[threadIdx.x] += part[threadIdx.x + step];
-        __syncthreads();
+    const int T = blockDim.x, groups = (width + 3) / 4;
+    const bool vec = width % 4 == 0 && (uintptr_t)x % 16 == 0; // every row 16-byte aligned
+    float4 v[NORM_PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < NORM_PER_THREAD; k++) {
+        int g = threadIdx.x + k * T;
+        if (g < groups)
+            v[k] = load_group(xr, (int64_t)g * 4, width, vec);
     }
-    float inv = (float)(1.0 / sqrt(part[0] / width + eps));
-    for (int i = threadIdx.x; i < width; i += NORM_THREADS) // (x·inv)·w, as the CPU
-        out[r * width + i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+    double ss = 0;
+#pragma unroll
+    for (int k = 0; k < NORM_PER_THREAD; k++) {
+        int g = threadIdx.x + k * T;
+        if (g < groups)
+            ss += group_ss(v[k], (int64_t)g * 4, width);
+    }
+    for (int g = threadIdx.x + NORM_PER_THREAD * T; g < groups; g += T) // rows past 16 K elements
+        ss += group_ss(load_group(xr, (int64_t)g * 4, width, vec), (int64_t)g * 4, width);
+    for (int off = 16; off > 0; off >>= 1)
+        ss += __shfl_down_sync(0xffffffffu, ss, off);
+    if (threadIdx.x % 32 == 0)
+        part[threadIdx.x / 32] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double tot = 0;
+        for (int i = 0; i < T / 32; i++)
+            tot += part[i];
+        inv_s = (float)(1.0 / sqrt(tot / width + eps));
+    }
+    __syncthreads();
+    float inv = inv_s;
+    float *orow = out + r * width;
+#pragma unroll
+    for (int k = 0; k < NORM_PER_THREAD; k++) {
+        int g = threadIdx.x + k * T;
+        if (g < groups)
+            store_group(orow, w, v[k], inv, (int64_t)g * 4, width);
+    }
+    for (int g = threadIdx.x + NORM_PER_THREAD * T; g < groups; g += T)
+        store_group(orow, w, load_group(xr, (int64_t)g * 4, width, vec), inv, (int64_t)g * 4, width);
 }
 
 extern "C" cudaError_t cu_launch_rmsnorm(const void *args, cudaStream_t s)
 {
     const cu_rmsnorm_args *a = (const cu_rmsnorm_args *)args;
-    k_rmsnorm<<<a->rows, NORM_THREADS, 0, s>>>(a->x, a->w, a->out, a->eps, a->width);
+    k_rmsnorm<<<a->rows, norm_threads(a->width), 0, s>>>(a->x, a->w, a->out, a->eps, a->width);
     return cu_launched();
 }
 

@@ -534,6 +534,41 @@ static void test_attention(void **state)
 
 // gather_rows follows both index lists, in place; argmax takes the first largest and
 // never a NaN; copy_2d moves strided rows.
+// rmsnorm at widths around its kernel's shapes: below a warp's groups, not a multiple
+// of 4, a model's widths, past what a thread holds in registers; then each row alone
+// against the same row in the batch, bitwise.
+static void test_rmsnorm_widths(void **state)
+{
+    (void)state;
+    static const int widths[] = {1, 3, 64, 130, 896, 3584, 8192, 20001};
+    const int n = 3;
+    tbatch b = {.n = n, .n_seqs = 1, .bs = 16, .bt_start = {0, 1}};
+    begin_both(&b);
+    for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
+        int width = widths[k];
+        size_t nx = (size_t)n * width;
+        float *x = rand_floats(nx, 3.0f), *w = rand_floats((size_t)width, 1.0f);
+        float *xr = dev_copy(P.ref, x, nx * 4), *xb = dev_copy(P.be, x, nx * 4);
+        float *wr = dev_copy(P.ref, w, (size_t)width * 4), *wb = dev_copy(P.be, w, (size_t)width * 4);
+        float *outr = dev_poison(P.ref, nx), *outb = dev_poison(P.be, nx), *one = dev_poison(P.be, (size_t)width);
+        REF(rp_backend_rmsnorm(P.ref, xr, wr, 1e-6f, n, width, outr));
+        assert_int_equal(rp_backend_rmsnorm(P.be, xb, wb, 1e-6f, n, width, outb), RP_OK);
+        assert_int_equal(rp_backend_rmsnorm(P.be, xb + (size_t)(n - 1) * width, wb, 1e-6f, 1, width, one), RP_OK);
+        float *hr = host_of(P.ref, outr, nx), *hb = host_of(P.be, outb, nx), *h1 = host_of(P.be, one, (size_t)width);
+        char what[64];
+        snprintf(what, sizeof(what), "rmsnorm of width %d", width);
+        expect_close(what, hb, hr, nx, 1e-6);
+        if (memcmp(h1, hb + (size_t)(n - 1) * width, (size_t)width * 4) != 0)
+            fail_msg("%s on %s: a row alone differs from the same row in a batch", what, P.name);
+        free(hr), free(hb), free(h1), free(x), free(w);
+        float *f_r[] = {xr, wr, outr}, *f_b[] = {xb, wb, outb, one};
+        for (int i = 0; i < 3; i++)
+            rp_backend_free(P.ref, f_r[i]);
+        for (int i = 0; i < 4; i++)
+            rp_backend_free(P.be, f_b[i]);
+    }
+}
+
 static void test_rows_and_argmax(void **state)
 {
     const int n = 9, width = 1000;
@@ -604,7 +639,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_split), cmocka_unit_test(test_fused),
         cmocka_unit_test(test_get_rows),  cmocka_unit_test(test_rows),         cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_rows_and_argmax),
+        cmocka_unit_test(test_rmsnorm_widths), cmocka_unit_test(test_rows_and_argmax),
     };
     const char *req = getenv("RP_TEST_REQUIRE_DEVICE");
     int failed = 0;
