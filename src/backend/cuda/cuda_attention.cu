@@ -11,8 +11,9 @@
  * chunk's max m and l = sum e^(s-m) are the warp's fixed xor shuffle trees; the
  * split's running (M, L, O) takes the chunk as M' = max(M, m), L' = L e^(M-M') +
  * l e^(m-M'), and O' = O e^(M-M') then + (e^(s_j-m) e^(m-M')) v_j for the chunk's keys
- * j in order, one FMA each (lane l holding the element pairs l, l + 32, ...). A block is ATTN_WARPS warps holding consecutive splits of
- * one (token, KV head): they share the query, loaded once. Then one block per
+ * j in order, one FMA each (lane l holding the element pairs l, l + 32, ...). A
+ * block is ATTN_WARPS warps holding consecutive splits of one (token, KV head):
+ * they share the query, loaded once. Then one block per
  * (token, head) merges the splits that have keys: their largest M (exact), each
  * split's weight e^(M_s - M), L and O summed in split order, O / L. Every step's
  * order depends only on the token's position, so a token's output is the same in
