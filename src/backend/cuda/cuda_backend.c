@@ -950,7 +950,7 @@ static rp_status cuda_attention(rp_backend *be, const float *q, const float *k, 
 {
     cuda_backend *c = cuda(be);
     int n = c->hbatch.n_tokens;
-    if (n_head % n_kv_head || n_head / n_kv_head > 16 || head_dim > 256)
+    if (n_head % n_kv_head || n_head / n_kv_head > 16 || head_dim > 256 || head_dim % 8)
         return RP_ERR(RP_ERR_UNSUPPORTED, "cuda backend: attention with %d heads over %d KV heads of %d", n_head,
                       n_kv_head, head_dim);
     size_t part = (size_t)n * n_head * CU_ATTN_SPLIT * (head_dim + 2) * sizeof(float);
@@ -1010,7 +1010,7 @@ static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
     cuda_backend *c = cuda(be);
     // The kernels' version: change it with any change of their arithmetic. The SM count
     // decides the matmuls' K-splits (cu_matmul_splits).
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-3 f32-act q8-act", c->prop.major,
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-4 f32-act q8-act", c->prop.major,
              c->prop.minor, c->prop.multiProcessorCount);
     return c->numerics;
 }

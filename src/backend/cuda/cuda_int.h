@@ -188,8 +188,8 @@ cudaError_t cu_launch_argmax(const void *args, cudaStream_t s);
 
 /* ---- attention (cuda_attention.cu) ---- */
 
-#define CU_ATTN_CHUNK 128 // keys per chunk: a token's keys are cut at multiples of this
-#define CU_ATTN_SPLIT 16  // chunk c goes to split c % CU_ATTN_SPLIT; the splits merge in order
+#define CU_ATTN_CHUNK 32 // keys per chunk (a warp's width): a token's keys are cut at multiples of this
+#define CU_ATTN_SPLIT 32 // chunk c goes to split c % CU_ATTN_SPLIT (a warp each); the splits merge in order
 
 // The KV layout on the device is the canonical one (backend.h): per layer, K and V each
 // (n_blocks, block_size, n_kv_head, head_dim) of f16 or f32.

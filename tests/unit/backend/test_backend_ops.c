@@ -11,8 +11,10 @@
  * numbers, the harness checks the seam's promises: a row's matmul result is bitwise
  * the same alone and inside a batch (the determinism rule), attention stores the
  * batch's K and V so that the canonical export (rp_backend_kv_block_export) reads
- * them back as given (halves: rounded and clamped as the contract says), import and
- * block copies round-trip, and gather_rows and argmax follow their contracts. Matmuls
+ * them back as given (halves: rounded and clamped as the contract says) and gives a
+ * token the same bits alone as in a batch (contexts from under one chunk to 5,000
+ * keys, GQA groups of 1, 7 and 8), import and block copies round-trip, and
+ * gather_rows and argmax follow their contracts. Matmuls
  * also run on shapes with too few rows to fill a GPU, which CUDA splits along K, and
  * with every split count forced (rp_cuda_matmul_splits); the fused forms must give the
  * bits of the separate ops on the backend itself.
@@ -532,6 +534,88 @@ static void test_attention(void **state)
     }
 }
 
+// Attention at the real head size over long and short contexts: a verification-like run of
+// 5 consecutive tokens at 5,000 keys (many chunks in every split), a decode token with
+// fewer keys than one chunk, and 10 consecutive tokens across a chunk boundary at 300;
+// GQA groups of 1, 7 and 8, f16 and f32 caches. Each token is then run alone and must
+// give the bits it had in the batch.
+static void test_attention_contexts(void **state)
+{
+    const int hd = 128, n_kv = 2, bs = 64, n_blocks = 88;
+    const int groups[] = {1, 7, 8};
+    for (int gi = 0; gi < 3; gi++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            int n_head = n_kv * groups[gi];
+            rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
+            rp_kv_layer kr, kb;
+            REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, &kr));
+            assert_int_equal(rp_backend_kv_layer_init(P.be, n_blocks, bs, n_kv, hd, type, &kb), RP_OK);
+            size_t bb = rp_kv_layer_block_bytes(&kr), ne = bb / (f16 ? 2 : 4);
+            uint8_t *blk = malloc(bb);
+            for (int bl = 0; bl < n_blocks; bl++) {
+                float *vals = rand_floats(ne, 1.0f);
+                for (size_t i = 0; i < ne; i++)
+                    if (f16)
+                        ((uint16_t *)blk)[i] = rp_f32_to_fp16(vals[i]);
+                    else
+                        ((float *)blk)[i] = vals[i];
+                free(vals);
+                REF(rp_backend_kv_block_import(P.ref, &kr, bl, blk));
+                assert_int_equal(rp_backend_kv_block_import(P.be, &kb, bl, blk), RP_OK);
+            }
+            free(blk);
+            // Sequences of 5,000, 20 and 300 keys over 79, 1 and 5 blocks in a scattered order.
+            tbatch b = {.n_seqs = 3, .bs = bs, .bt_start = {0, 79, 80, 85}};
+            for (int i = 0; i < 85; i++)
+                b.bt[i] = (i * 37) % n_blocks;
+            for (int p = 4995; p < 5000; p++, b.n++)
+                b.seq[b.n] = 0, b.pos[b.n] = p;
+            b.seq[b.n] = 1, b.pos[b.n] = 19, b.n++;
+            for (int p = 290; p < 300; p++, b.n++)
+                b.seq[b.n] = 2, b.pos[b.n] = p;
+            for (int t = 0; t < b.n; t++) {
+                const int32_t *tab = b.bt + b.bt_start[b.seq[t]];
+                b.slot[t] = tab[b.pos[t] / bs] * bs + b.pos[t] % bs;
+            }
+            begin_both(&b);
+            size_t qw = (size_t)n_head * hd, kw = (size_t)n_kv * hd, nq = (size_t)b.n * qw, nk = (size_t)b.n * kw;
+            float *q = rand_floats(nq, 2.0f), *k = rand_floats(nk, 1.0f), *v = rand_floats(nk, 1.0f);
+            float *qr = dev_copy(P.ref, q, nq * 4), *kr_ = dev_copy(P.ref, k, nk * 4), *vr = dev_copy(P.ref, v, nk * 4);
+            float *qb = dev_copy(P.be, q, nq * 4), *kb_ = dev_copy(P.be, k, nk * 4), *vb = dev_copy(P.be, v, nk * 4);
+            float *or_ = dev_poison(P.ref, nq), *ob = dev_poison(P.be, nq);
+            float scale = 1.0f / sqrtf((float)hd);
+            REF(rp_backend_attention(P.ref, qr, kr_, vr, &kr, n_head, n_kv, hd, scale, or_));
+            assert_int_equal(rp_backend_attention(P.be, qb, kb_, vb, &kb, n_head, n_kv, hd, scale, ob), RP_OK);
+            float *hr = host_of(P.ref, or_, nq), *hb = host_of(P.be, ob, nq);
+            char what[64];
+            snprintf(what, sizeof(what), "attention %s, group %d", f16 ? "f16" : "f32", groups[gi]);
+            expect_close(what, hb, hr, nq, 2e-6);
+            // Each token alone: its own K and V stored again (the same values), the same bits out.
+            for (int t = 0; t < b.n; t++) {
+                tbatch b1 = b;
+                b1.n = 1, b1.pos[0] = b.pos[t], b1.seq[0] = b.seq[t], b1.slot[0] = b.slot[t];
+                rp_batch_desc d = desc_of(&b1);
+                assert_int_equal(rp_backend_begin_batch(P.be, &d), RP_OK);
+                float *q1 = dev_copy(P.be, q + t * qw, qw * 4), *k1 = dev_copy(P.be, k + t * kw, kw * 4);
+                float *v1 = dev_copy(P.be, v + t * kw, kw * 4), *o1 = dev_poison(P.be, qw);
+                assert_int_equal(rp_backend_attention(P.be, q1, k1, v1, &kb, n_head, n_kv, hd, scale, o1), RP_OK);
+                float *h1 = host_of(P.be, o1, qw);
+                if (memcmp(h1, hb + t * qw, qw * 4))
+                    fail_msg("%s: token %d (position %d) alone differs from the batch on %s", what, t, b.pos[t],
+                             P.name);
+                free(h1);
+                rp_backend_free(P.be, q1), rp_backend_free(P.be, k1), rp_backend_free(P.be, v1);
+                rp_backend_free(P.be, o1);
+            }
+            free(hr), free(hb), free(q), free(k), free(v);
+            float *fr_[] = {qr, kr_, vr, or_}, *fb_[] = {qb, kb_, vb, ob};
+            for (int i = 0; i < 4; i++)
+                rp_backend_free(P.ref, fr_[i]), rp_backend_free(P.be, fb_[i]);
+            rp_backend_kv_layer_deinit(P.ref, &kr);
+            rp_backend_kv_layer_deinit(P.be, &kb);
+        }
+}
+
 // gather_rows follows both index lists, in place; argmax takes the first largest and
 // never a NaN; copy_2d moves strided rows.
 // rmsnorm at widths around its kernel's shapes: below a warp's groups, not a multiple
@@ -639,7 +723,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_split), cmocka_unit_test(test_fused),
         cmocka_unit_test(test_get_rows),  cmocka_unit_test(test_rows),         cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_rmsnorm_widths), cmocka_unit_test(test_rows_and_argmax),
+        cmocka_unit_test(test_attention_contexts), cmocka_unit_test(test_rmsnorm_widths),
+        cmocka_unit_test(test_rows_and_argmax),
     };
     const char *req = getenv("RP_TEST_REQUIRE_DEVICE");
     int failed = 0;
