@@ -541,11 +541,12 @@ static void test_attention(void **state)
 // give the bits it had in the batch.
 static void test_attention_contexts(void **state)
 {
-    const int hd = 128, n_kv = 2, bs = 64, n_blocks = 88;
-    const int groups[] = {1, 7, 8};
-    for (int gi = 0; gi < 3; gi++)
+    const int n_kv = 2, bs = 64, n_blocks = 88;
+    // (group, head_dim): 16 query heads a KV head at head_dim 256 run as two halves on CUDA.
+    const int groups[][2] = {{1, 128}, {7, 128}, {8, 128}, {16, 256}};
+    for (int gi = 0; gi < 4; gi++)
         for (int f16 = 0; f16 < 2; f16++) {
-            int n_head = n_kv * groups[gi];
+            int n_head = n_kv * groups[gi][0], hd = groups[gi][1];
             rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
             rp_kv_layer kr, kb;
             REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, &kr));
@@ -588,7 +589,7 @@ static void test_attention_contexts(void **state)
             assert_int_equal(rp_backend_attention(P.be, qb, kb_, vb, &kb, n_head, n_kv, hd, scale, ob), RP_OK);
             float *hr = host_of(P.ref, or_, nq), *hb = host_of(P.be, ob, nq);
             char what[64];
-            snprintf(what, sizeof(what), "attention %s, group %d", f16 ? "f16" : "f32", groups[gi]);
+            snprintf(what, sizeof(what), "attention %s, group %d, head_dim %d", f16 ? "f16" : "f32", groups[gi][0], hd);
             expect_close(what, hb, hr, nq, 2e-6);
             // Each token alone: its own K and V stored again (the same values), the same bits out.
             for (int t = 0; t < b.n; t++) {
