@@ -59,7 +59,7 @@ fi
 if has sanitizer; then
     san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
     for tool in memcheck racecheck; do
-        if RP_TEST_REQUIRE_DEVICE=1 timeout "${RP_SANITIZER_TIMEOUT:-200}" "$san" --tool "$tool" --error-exitcode 9 "$ops" \
+        if RP_TEST_REQUIRE_DEVICE=1 timeout "${RP_SANITIZER_TIMEOUT:-400}" "$san" --tool "$tool" --error-exitcode 9 "$ops" \
             > "$out/sanitizer-$tool.log" 2>&1; then
             summary "sanitizer $tool" "ok ($(tail -1 "$out/sanitizer-$tool.log"))"
         else
