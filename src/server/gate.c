@@ -21,7 +21,7 @@
  * MHD_add_connection: libmicrohttpd takes it on its own thread, where
  * on_connection adopts the record). A malformed one is answered (proto.c),
  * its sending side shut, and what the client still sends is dropped until it
- * closes, for at most DRAIN_S, before the socket is closed.
+ * closes, for at most RP_PROTO_DRAIN_S, before the socket is closed.
  *
  * The line checked: optional empty lines, then method SP target SP
  * HTTP/d.d CRLF (RFC 9112 section 3): a method of token characters, a target
@@ -41,8 +41,6 @@
 #include <unistd.h>
 
 #define PEEK_MAX (16384 + 512) // a first request line longer than this: 414
-#define DRAIN_S 0.5            // an answered connection's further bytes are dropped this long at most
-#define DRAIN_MAX ((size_t)1 << 20)
 #define BACKOFF_MS 100 // out of descriptors: accept again after this
 
 typedef enum wstate { W_LINE, W_DRAIN } wstate;
@@ -71,12 +69,6 @@ struct rp_gate {
 
 /* ---- the request line ----------------------------------------------------------- */
 
-static bool tchar(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
 typedef enum line_verdict { LINE_MORE, LINE_OK, LINE_BAD } line_verdict;
 
 // Checks the first request line in p[0, n) (what has arrived; full: no more fits).
@@ -97,7 +89,7 @@ static line_verdict check_line(const char *p, size_t n, bool full, rp_api_error 
     if (end > s && end[-1] == '\r')
         end--;
     const char *m = s;
-    while (m < end && tchar((unsigned char)*m))
+    while (m < end && rp_proto_tchar((unsigned char)*m))
         m++;
     const char *t = m + 1, *te = t;
     while (te < end && *te != ' ' && *te != 0 && *te != '\r')
@@ -177,13 +169,13 @@ static void on_line(rp_gate *g, int i, short revents)
         return;
     }
     if (!g->quiet)
-        rp_log(RP_LOG_INFO, "rapid: - malformed request %d | %s", e.status, e.message);
+        rp_proto_log(&e);
     if (!rp_proto_send(w->fd, anthropic ? RP_API_ANTHROPIC : RP_API_OPENAI, &e, 0)) {
         drop(g, i);
         return;
     }
     w->st = W_DRAIN;
-    w->until = rp_time_s() + DRAIN_S;
+    w->until = rp_time_s() + RP_PROTO_DRAIN_S;
 }
 
 // An answered connection: drop what it sends until it closes (or the bound).
@@ -193,7 +185,7 @@ static void on_drain(rp_gate *g, int i)
     char sink[16384];
     for (;;) {
         ssize_t r = recv(w->fd, sink, sizeof(sink), MSG_DONTWAIT);
-        if (r > 0 && (w->dropped += (size_t)r) < DRAIN_MAX)
+        if (r > 0 && (w->dropped += (size_t)r) < RP_PROTO_DRAIN_MAX)
             continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) && rp_time_s() < w->until)
             return;

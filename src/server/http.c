@@ -566,17 +566,14 @@ typedef struct framing {
     const char *cl, *te;
 } framing;
 
-// RFC 9110's token: the characters a header name may hold.
+// A header name: one or more of RFC 9110's tchar.
 static bool is_token(const char *p)
 {
     if (!*p)
         return false;
-    for (; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              strchr("!#$%&'*+-.^_`|~", c)))
+    for (; *p; p++)
+        if (!rp_proto_tchar((unsigned char)*p))
             return false;
-    }
     return true;
 }
 
@@ -816,7 +813,7 @@ static void answer_protocol_error(rp_server *s, unsigned status, const char *pag
         cs->proto_error = cs->answered = true;
         cs->req.status = e.status;
     } else if (!s->params.quiet) {
-        rp_log(RP_LOG_INFO, "rapid: - malformed request %d | %s", e.status, e.message);
+        rp_proto_log(&e);
     }
     int fd = tl_req.fd;
     tl_req.fd = -1; // answered: libmicrohttpd may report the same error again

@@ -27,11 +27,8 @@
 #include <poll.h>
 #include <stdio.h>
 #include <sys/socket.h>
-#include <time.h>
 
-#define SEND_WAIT_S 2.0             // the reply is given this long to leave
-#define DRAIN_WAIT_S 0.5            // then the client's further bytes are dropped for at most this long
-#define DRAIN_MAX ((size_t)1 << 20) // or this many bytes
+#define SEND_WAIT_S 2.0 // the reply is given this long to leave
 
 static const char *reason(int status)
 {
@@ -57,6 +54,17 @@ static const char *reason(int status)
     default:
         return status < 500 ? "Bad Request" : "Internal Server Error";
     }
+}
+
+bool rp_proto_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+void rp_proto_log(const rp_api_error *e)
+{
+    rp_log(RP_LOG_INFO, "rapid: - malformed request %d | %s", e->status, e->message);
 }
 
 bool rp_proto_from_mhd(unsigned status, const char *page, rp_api_error *e)
@@ -89,18 +97,11 @@ bool rp_proto_from_mhd(unsigned status, const char *page, rp_api_error *e)
     return true;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 // Waits until fd is ready for `events` or the deadline passes. Returns poll's revents (0: timed out).
 static short wait_fd(int fd, short events, double deadline)
 {
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - rp_time_s();
         if (left <= 0)
             return 0;
         struct pollfd p = {.fd = fd, .events = events};
@@ -131,7 +132,7 @@ bool rp_proto_send(int fd, rp_api_kind api, const rp_api_error *e, uint64_t requ
     rp_buf_append(&msg, body.data, body.len);
     bool sent = !msg.failed && !body.failed;
     size_t off = 0;
-    double deadline = now_s() + SEND_WAIT_S;
+    double deadline = rp_time_s() + SEND_WAIT_S;
     while (sent && off < msg.len) {
         ssize_t w = send(fd, msg.data + off, msg.len - off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
@@ -155,8 +156,8 @@ void rp_proto_drain(int fd)
 {
     char sink[16384];
     size_t dropped = 0;
-    double deadline = now_s() + DRAIN_WAIT_S;
-    while (dropped < DRAIN_MAX) {
+    double deadline = rp_time_s() + RP_PROTO_DRAIN_S;
+    while (dropped < RP_PROTO_DRAIN_MAX) {
         ssize_t r = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
         if (r > 0) {
             dropped += (size_t)r;

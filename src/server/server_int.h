@@ -435,9 +435,16 @@ bool rp_proto_from_mhd(unsigned status, const char *page, rp_api_error *e);
 // straight to the socket and shuts its sending side. Waits at most a few seconds for the
 // socket to take it. False when the reply could not be sent whole.
 bool rp_proto_send(int fd, rp_api_kind api, const rp_api_error *e, uint64_t request_id);
-// Reads and drops what the client still sends, until it closes, for at most half a second
-// (and 1 MiB), so that closing the socket does not reset an answer still in flight.
+// After an answer straight to the socket, what the client still sends is dropped for at most
+// this long and this many bytes, so that closing the socket does not reset the answer away.
+#define RP_PROTO_DRAIN_S 0.5
+#define RP_PROTO_DRAIN_MAX ((size_t)1 << 20)
+// Reads and drops what the client still sends, until it closes or the bounds above (blocks).
 void rp_proto_drain(int fd);
+// RFC 9110's tchar: a byte a method or a header name may hold.
+bool rp_proto_tchar(unsigned char c);
+// The log line of a malformed request answered outside a handler (it has no request line of its own).
+void rp_proto_log(const rp_api_error *e);
 
 /* ---- the accepting thread (gate.c) ------------------------------------------- */
 

@@ -283,10 +283,10 @@ template <int G> static void launch_group(const cu_attn_args *a, cudaStream_t s)
 {
     if (a->hd <= 128)
         launch_split<G, 2>(a, s);
-    else if (G <= 8)
-        launch_split<(G <= 8 ? G : 8), 4>(a, s);
+    else if constexpr (G <= 8)
+        launch_split<G, 4>(a, s);
     else
-        launch_split<(G > 8 ? G / 2 : 1), 4>(a, s);
+        launch_split<G / 2, 4>(a, s);
 }
 
 extern "C" cudaError_t cu_launch_attention(const void *args, cudaStream_t s)

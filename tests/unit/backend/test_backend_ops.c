@@ -451,6 +451,37 @@ static void test_rows(void **state)
     free(x), free(w), free(y), free(freq);
 }
 
+// A KV layer on both backends holding the same random history (imported canonically).
+static void kv_pair_random(int n_blocks, int bs, int n_kv, int hd, bool f16, rp_kv_layer *kr, rp_kv_layer *kb)
+{
+    rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
+    REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, kr));
+    assert_int_equal(rp_backend_kv_layer_init(P.be, n_blocks, bs, n_kv, hd, type, kb), RP_OK);
+    size_t bb = rp_kv_layer_block_bytes(kr), ne = bb / (f16 ? 2 : 4);
+    uint8_t *blk = malloc(bb);
+    for (int bl = 0; bl < n_blocks; bl++) {
+        float *vals = rand_floats(ne, 1.0f);
+        for (size_t i = 0; i < ne; i++)
+            if (f16)
+                ((uint16_t *)blk)[i] = rp_f32_to_fp16(vals[i]);
+            else
+                ((float *)blk)[i] = vals[i];
+        free(vals);
+        REF(rp_backend_kv_block_import(P.ref, kr, bl, blk));
+        assert_int_equal(rp_backend_kv_block_import(P.be, kb, bl, blk), RP_OK);
+    }
+    free(blk);
+}
+
+// Each token's KV slot from its sequence's block table and its position.
+static void set_slots(tbatch *b)
+{
+    for (int t = 0; t < b->n; t++) {
+        const int32_t *tab = b->bt + b->bt_start[b->seq[t]];
+        b->slot[t] = tab[b->pos[t] / b->bs] * b->bs + b->pos[t] % b->bs;
+    }
+}
+
 // Attention over paged KV: two sequences in shuffled blocks, a prefill chunk of one and a
 // decode token with drafts of the other, GQA, f16 and f32 caches; then the canonical
 // export of the blocks the op wrote reads back the K and V it was given.
@@ -459,34 +490,17 @@ static void test_attention(void **state)
     const int hd = 64, n_kv = 2, group = 4, n_head = n_kv * group, bs = 16, n_blocks = 12;
     const int len0 = 70, len1 = 40; // tokens the two sequences hold after this batch
     for (int f16 = 0; f16 < 2; f16++) {
-        rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
         rp_kv_layer kr, kb;
-        REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, &kr));
-        assert_int_equal(rp_backend_kv_layer_init(P.be, n_blocks, bs, n_kv, hd, type, &kb), RP_OK);
-        // Both caches hold the same random history (imported canonically).
+        kv_pair_random(n_blocks, bs, n_kv, hd, f16, &kr, &kb);
         size_t bb = rp_kv_layer_block_bytes(&kr);
-        uint8_t *blk = malloc(bb);
-        for (int b = 0; b < n_blocks; b++) {
-            float *vals = rand_floats(bb / (f16 ? 2 : 4), 1.0f);
-            for (size_t i = 0; i < bb / (f16 ? 2 : 4); i++)
-                if (f16)
-                    ((uint16_t *)blk)[i] = rp_f32_to_fp16(vals[i]);
-                else
-                    ((float *)blk)[i] = vals[i];
-            free(vals);
-            REF(rp_backend_kv_block_import(P.ref, &kr, b, blk));
-            assert_int_equal(rp_backend_kv_block_import(P.be, &kb, b, blk), RP_OK);
-        }
+        uint8_t *blk = malloc(bb); // for the exports below
         // Sequence 0: blocks 7, 2, 9, 4, 11 (70 tokens); sequence 1: 5, 0, 10 (40 tokens).
         tbatch b = {.n_seqs = 2, .bs = bs, .bt_start = {0, 5, 8}, .bt = {7, 2, 9, 4, 11, 5, 0, 10}};
         for (int p = len0 - 30; p < len0; p++, b.n++) // a prefill chunk of 30
             b.seq[b.n] = 0, b.pos[b.n] = p;
         for (int p = len1 - 5; p < len1; p++, b.n++) // a decode token and 4 drafts
             b.seq[b.n] = 1, b.pos[b.n] = p;
-        for (int t = 0; t < b.n; t++) {
-            const int32_t *tab = b.bt + b.bt_start[b.seq[t]];
-            b.slot[t] = tab[b.pos[t] / bs] * bs + b.pos[t] % bs;
-        }
+        set_slots(&b);
         begin_both(&b);
         size_t nq = (size_t)b.n * n_head * hd, nk = (size_t)b.n * n_kv * hd;
         float *q = rand_floats(nq, 1.0f), *k = rand_floats(nk, 1.0f), *v = rand_floats(nk, 1.0f);
@@ -537,7 +551,7 @@ static void test_attention(void **state)
 // Attention at the real head size over long and short contexts: a verification-like run of
 // 5 consecutive tokens at 5,000 keys (many chunks in every split), a decode token with
 // fewer keys than one chunk, and 10 consecutive tokens across a chunk boundary at 300;
-// GQA groups of 1, 7 and 8, f16 and f32 caches. Each token is then run alone and must
+// GQA groups of 1, 7 and 8 at head_dim 128 and of 16 at 256, f16 and f32 caches. Each token is then run alone and must
 // give the bits it had in the batch.
 static void test_attention_contexts(void **state)
 {
@@ -547,24 +561,8 @@ static void test_attention_contexts(void **state)
     for (int gi = 0; gi < 4; gi++)
         for (int f16 = 0; f16 < 2; f16++) {
             int n_head = n_kv * groups[gi][0], hd = groups[gi][1];
-            rp_dtype type = f16 ? RP_DTYPE_F16 : RP_DTYPE_F32;
             rp_kv_layer kr, kb;
-            REF(rp_backend_kv_layer_init(P.ref, n_blocks, bs, n_kv, hd, type, &kr));
-            assert_int_equal(rp_backend_kv_layer_init(P.be, n_blocks, bs, n_kv, hd, type, &kb), RP_OK);
-            size_t bb = rp_kv_layer_block_bytes(&kr), ne = bb / (f16 ? 2 : 4);
-            uint8_t *blk = malloc(bb);
-            for (int bl = 0; bl < n_blocks; bl++) {
-                float *vals = rand_floats(ne, 1.0f);
-                for (size_t i = 0; i < ne; i++)
-                    if (f16)
-                        ((uint16_t *)blk)[i] = rp_f32_to_fp16(vals[i]);
-                    else
-                        ((float *)blk)[i] = vals[i];
-                free(vals);
-                REF(rp_backend_kv_block_import(P.ref, &kr, bl, blk));
-                assert_int_equal(rp_backend_kv_block_import(P.be, &kb, bl, blk), RP_OK);
-            }
-            free(blk);
+            kv_pair_random(n_blocks, bs, n_kv, hd, f16, &kr, &kb);
             // Sequences of 5,000, 20 and 300 keys over 79, 1 and 5 blocks in a scattered order.
             tbatch b = {.n_seqs = 3, .bs = bs, .bt_start = {0, 79, 80, 85}};
             for (int i = 0; i < 85; i++)
@@ -574,10 +572,7 @@ static void test_attention_contexts(void **state)
             b.seq[b.n] = 1, b.pos[b.n] = 19, b.n++;
             for (int p = 290; p < 300; p++, b.n++)
                 b.seq[b.n] = 2, b.pos[b.n] = p;
-            for (int t = 0; t < b.n; t++) {
-                const int32_t *tab = b.bt + b.bt_start[b.seq[t]];
-                b.slot[t] = tab[b.pos[t] / bs] * bs + b.pos[t] % bs;
-            }
+            set_slots(&b);
             begin_both(&b);
             size_t qw = (size_t)n_head * hd, kw = (size_t)n_kv * hd, nq = (size_t)b.n * qw, nk = (size_t)b.n * kw;
             float *q = rand_floats(nq, 2.0f), *k = rand_floats(nk, 1.0f), *v = rand_floats(nk, 1.0f);
@@ -617,8 +612,6 @@ static void test_attention_contexts(void **state)
         }
 }
 
-// gather_rows follows both index lists, in place; argmax takes the first largest and
-// never a NaN; copy_2d moves strided rows.
 // rmsnorm at widths around its kernel's shapes: below a warp's groups, not a multiple
 // of 4, a model's widths, past what a thread holds in registers; then each row alone
 // against the same row in the batch, bitwise.
@@ -654,6 +647,8 @@ static void test_rmsnorm_widths(void **state)
     }
 }
 
+// gather_rows follows both index lists, in place; argmax takes the first largest and
+// never a NaN; copy_2d moves strided rows.
 static void test_rows_and_argmax(void **state)
 {
     const int n = 9, width = 1000;
