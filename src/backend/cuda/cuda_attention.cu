@@ -38,6 +38,8 @@ static_assert(CU_ATTN_SPLIT % ATTN_WARPS == 0 && CU_ATTN_SPLIT <= 32, "the merge
 __global__ void k_kv_store(const float *k, const float *v, void *kc, void *vc, bool f16, const cu_batch *b,
                            int width)
 {
+    cu_wait_prior();
+    cu_launch_next();
     int t = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= width)
@@ -57,8 +59,7 @@ extern "C" cudaError_t cu_launch_kv_store(const void *args, cudaStream_t s)
     const cu_attn_args *a = (const cu_attn_args *)args;
     int width = a->n_kv * a->hd;
     dim3 grid((unsigned)((width + 255) / 256), (unsigned)a->n);
-    k_kv_store<<<grid, 256, 0, s>>>(a->k, a->v, a->kc, a->vc, a->f16, a->b, width);
-    return cu_launched();
+    return cu_enqueue(k_kv_store, grid, 256, s, a->k, a->v, a->kc, a->vc, a->f16, a->b, width);
 }
 
 /* ---- attention ---- */
@@ -106,6 +107,8 @@ __device__ __forceinline__ int64_t key_row(const int32_t *bt, int bs, int64_t kv
 // of the outputs (NP = 2: head_dim <= 128; 4: <= 256).
 template <int G, bool F16, int NP> __global__ void __launch_bounds__(ATTN_WARPS * 32, 1) k_attn_split(cu_attn_args a)
 {
+    cu_wait_prior();
+    cu_launch_next();
     __shared__ __align__(16) float q[G][MAX_HD];
     __shared__ float pr[ATTN_WARPS][G][CU_ATTN_CHUNK];
     __shared__ int64_t row[ATTN_WARPS][CU_ATTN_CHUNK]; // the chunk's keys' rows in the cache (element offsets)
@@ -238,6 +241,8 @@ template <int G, bool F16, int NP> __global__ void __launch_bounds__(ATTN_WARPS 
 // order), w_s = e^(M_s - M), L = sum l_s w_s and O = sum o_s w_s in split order, O / L.
 __global__ void k_attn_merge(cu_attn_args a)
 {
+    cu_wait_prior();
+    cu_launch_next();
     __shared__ float w[CU_ATTN_SPLIT], lw[CU_ATTN_SPLIT];
     int t = blockIdx.x, h = blockIdx.y, hd = a.hd, tid = threadIdx.x;
     int len = a.b->pos[t] + 1;
@@ -267,26 +272,25 @@ __global__ void k_attn_merge(cu_attn_args a)
     }
 }
 
-template <int G, int NP> static void launch_split(const cu_attn_args *a, cudaStream_t s)
+template <int G, int NP> static cudaError_t launch_split(const cu_attn_args *a, cudaStream_t s)
 {
     int parts = a->n_head / a->n_kv / G;
     dim3 grid((unsigned)a->n, (unsigned)(a->n_kv * parts), CU_ATTN_SPLIT / ATTN_WARPS);
     if (a->f16)
-        k_attn_split<G, true, NP><<<grid, ATTN_WARPS * 32, 0, s>>>(*a);
-    else
-        k_attn_split<G, false, NP><<<grid, ATTN_WARPS * 32, 0, s>>>(*a);
+        return cu_enqueue(k_attn_split<G, true, NP>, grid, ATTN_WARPS * 32, s, *a);
+    return cu_enqueue(k_attn_split<G, false, NP>, grid, ATTN_WARPS * 32, s, *a);
 }
 
 // head_dim <= 128: the whole group in a block; up to 256: at most 8 heads a block (more
 // would not fit a thread's registers).
-template <int G> static void launch_group(const cu_attn_args *a, cudaStream_t s)
+template <int G> static cudaError_t launch_group(const cu_attn_args *a, cudaStream_t s)
 {
     if (a->hd <= 128)
-        launch_split<G, 2>(a, s);
+        return launch_split<G, 2>(a, s);
     else if constexpr (G <= 8)
-        launch_split<G, 4>(a, s);
+        return launch_split<G, 4>(a, s);
     else
-        launch_split<G / 2, 4>(a, s);
+        return launch_split<G / 2, 4>(a, s);
 }
 
 extern "C" cudaError_t cu_launch_attention(const void *args, cudaStream_t s)
@@ -295,25 +299,24 @@ extern "C" cudaError_t cu_launch_attention(const void *args, cudaStream_t s)
     int group = a->n_head / a->n_kv;
     if (group > MAX_GROUP || a->hd > MAX_HD || a->hd % 8)
         return cudaErrorInvalidValue;
+    cudaError_t e;
     switch (group) {
-    case 1: launch_group<1>(a, s); break;
-    case 2: launch_group<2>(a, s); break;
-    case 3: launch_group<3>(a, s); break;
-    case 4: launch_group<4>(a, s); break;
-    case 5: launch_group<5>(a, s); break;
-    case 6: launch_group<6>(a, s); break;
-    case 7: launch_group<7>(a, s); break;
-    case 8: launch_group<8>(a, s); break;
-    case 10: launch_group<10>(a, s); break;
-    case 12: launch_group<12>(a, s); break;
-    case 14: launch_group<14>(a, s); break;
-    case 16: launch_group<16>(a, s); break;
+    case 1: e = launch_group<1>(a, s); break;
+    case 2: e = launch_group<2>(a, s); break;
+    case 3: e = launch_group<3>(a, s); break;
+    case 4: e = launch_group<4>(a, s); break;
+    case 5: e = launch_group<5>(a, s); break;
+    case 6: e = launch_group<6>(a, s); break;
+    case 7: e = launch_group<7>(a, s); break;
+    case 8: e = launch_group<8>(a, s); break;
+    case 10: e = launch_group<10>(a, s); break;
+    case 12: e = launch_group<12>(a, s); break;
+    case 14: e = launch_group<14>(a, s); break;
+    case 16: e = launch_group<16>(a, s); break;
     default: return cudaErrorInvalidValue;
     }
-    cudaError_t e = cu_launched();
     if (e != cudaSuccess)
         return e;
     dim3 g2((unsigned)a->n, (unsigned)a->n_head);
-    k_attn_merge<<<g2, a->hd > 32 ? a->hd : 32, 0, s>>>(*a);
-    return cu_launched();
+    return cu_enqueue(k_attn_merge, g2, a->hd > 32 ? a->hd : 32, s, *a);
 }

@@ -49,6 +49,15 @@ void rp_cuda_use_graphs(bool on)
     use_graphs = on;
 }
 
+int cu_pdl = 1;
+int cu_prefetch = 1;
+int cu_bf16_mma = 1;
+
+void rp_cuda_use_pdl(bool on)
+{
+    cu_pdl = on;
+}
+
 void rp_cuda_matmul_splits(int splits)
 {
     RP_ASSERT(splits == 0 || splits == 1 || splits == 2 || splits == 4 || splits == 8);
@@ -517,6 +526,28 @@ static size_t align_up(size_t n)
     return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
 }
 
+// A BF16 matrix (rows x cols, as in the file) into its tiles at dev: through a raw copy in
+// device memory, tiled there (cu_launch_tile_bf16).
+static rp_status upload_tiled(cuda_backend *c, const void *host, int64_t rows, int64_t cols, uint8_t *dev)
+{
+    size_t bytes = (size_t)rows * (size_t)cols * 2;
+    void *raw = NULL;
+    rp_status st = cuda_alloc(&c->base, bytes, &raw);
+    if (st)
+        return st;
+    // On the backend's stream, which does not wait for the legacy one: a plain cudaMemcpy
+    // from pageable memory returns before its DMA lands, so the kernel could read zeros.
+    cudaError_t e = cudaMemcpyAsync(raw, host, bytes, cudaMemcpyHostToDevice, c->stream);
+    const char *call = "cudaMemcpyAsync (weights)";
+    if (e == cudaSuccess && (e = cu_launch_tile_bf16(raw, dev, rows, cols, c->stream)) != cudaSuccess)
+        call = "cu_launch_tile_bf16";
+    if (e == cudaSuccess && (e = cudaStreamSynchronize(c->stream)) != cudaSuccess)
+        call = "cudaStreamSynchronize (tiling weights)";
+    st = e == cudaSuccess ? RP_OK : cu_error(c, e, call, __FILE__, __LINE__);
+    cuda_free(&c->base, raw);
+    return st;
+}
+
 static rp_status cuda_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, int64_t ne1, const void *host_data,
                                   rp_tensor *out)
 {
@@ -528,12 +559,15 @@ static rp_status cuda_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, in
     cu_weight *w = rp_calloc(1, sizeof(*w));
     if (!w)
         return RP_ERR(RP_ERR_NOMEM, "cuda backend: out of memory");
-    w->type = (int)type, w->rows = ne1, w->cols = ne0;
+    bool tiled = type == RP_DTYPE_BF16 && cu_bf16_mma;
+    w->type = type == RP_DTYPE_BF16 && !tiled ? CU_BF16_ROWS : (int)type, w->rows = ne1, w->cols = ne0;
     w->splits = forced_splits ? forced_splits : cu_matmul_splits(w->type, ne1, ne0, c->prop.multiProcessorCount);
     cu_plane_map pm = {1, {0}, {0}};
     int64_t n_blocks = ne0 / rp_dtype_block(type) * ne1; // blocks of the whole matrix
     size_t total = 0, at[CU_MAX_PLANES];
-    if (is_float) {
+    if (tiled) {
+        at[0] = 0, total = cu_tiled_bytes(ne1, ne0);
+    } else if (is_float) {
         at[0] = 0, total = out->nbytes;
     } else {
         cu_plane_map_of((int)type, &pm);
@@ -556,9 +590,13 @@ static rp_status cuda_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, in
                 memcpy(host + at[p] + (size_t)b * pm.seg[p], src + (size_t)b * bb + pm.off[p], (size_t)pm.seg[p]);
         src = host;
     }
-    cudaError_t e = cudaMemcpy(dev, src, total, cudaMemcpyHostToDevice);
+    if (tiled && (st = upload_tiled(c, src, ne1, ne0, dev)))
+        goto fail;
+    cudaError_t e = cudaSuccess; // (on the stream the kernels run on, landed before the host buffer goes)
+    if (!tiled && (e = cudaMemcpyAsync(dev, src, total, cudaMemcpyHostToDevice, c->stream)) == cudaSuccess)
+        e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
-        st = cu_error(c, e, "cudaMemcpy (weights)", __FILE__, __LINE__);
+        st = cu_error(c, e, "cudaMemcpyAsync (weights)", __FILE__, __LINE__);
         goto fail;
     }
     rp_free(host);
@@ -829,14 +867,14 @@ static rp_status quantize_for(cuda_backend *c, const cu_weight *w, const float *
 
 static bool is_quant(int type)
 {
-    return type != CU_F32 && type != CU_F16 && type != CU_BF16;
+    return type != CU_F32 && type != CU_F16 && type != CU_BF16 && type != CU_BF16_ROWS;
 }
 
 static rp_status run_group(cuda_backend *c, const rp_matmul_desc *mm, int count, bool glu, const float *x, int n)
 {
     cu_matmul_args a;
     memset(&a, 0, sizeof(a)); // padding hashes alike
-    a.count = count, a.glu = glu, a.x = x, a.n = n;
+    a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch;
     for (int i = 0; i < count; i++) {
         a.w[i] = *weight_of(mm[i].w);
         a.y[i] = mm[i].y;
@@ -1010,8 +1048,8 @@ static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
     cuda_backend *c = cuda(be);
     // The kernels' version: change it with any change of their arithmetic. The SM count
     // decides the matmuls' K-splits (cu_matmul_splits).
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-4 f32-act q8-act", c->prop.major,
-             c->prop.minor, c->prop.multiProcessorCount);
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-5 %s f32-act q8-act", c->prop.major,
+             c->prop.minor, c->prop.multiProcessorCount, cu_bf16_mma ? "bf16-mma" : "bf16-fma");
     return c->numerics;
 }
 
@@ -1122,6 +1160,15 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     c->base.ops = &cuda_ops;
     c->device = device;
     c->graphable = true;
+    const char *pdl = getenv("RP_CUDA_PDL"); // (for measuring the overlap against none)
+    if (pdl && strcmp(pdl, "0") == 0)
+        cu_pdl = 0;
+    const char *mma = getenv("RP_CUDA_BF16_MMA");
+    if (mma && strcmp(mma, "0") == 0)
+        cu_bf16_mma = 0;
+    const char *pf = getenv("RP_CUDA_PREFETCH");
+    if (pf && strcmp(pf, "0") == 0)
+        cu_prefetch = 0;
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

@@ -20,6 +20,53 @@ static inline cudaError_t cu_launched(void)
     return cudaGetLastError();
 }
 
+/* ---- launching: programmatic dependent launch ----
+ *
+ * Every kernel is enqueued by cu_enqueue, which (while cu_pdl is on) lets it start before
+ * the kernel ahead of it on the stream has finished, so that one kernel's launch and first
+ * loads overlap the other's last blocks. The rule that keeps this exact: every kernel's
+ * first statement is cu_wait_prior() (it returns once the kernels ahead have finished and
+ * their writes are visible; since each of them waited in turn, that is every kernel
+ * before), and nothing before it reads or writes activations, the KV cache or the batch;
+ * only weights, which nothing in a forward writes, may be touched before it (matmuls
+ * prefetch theirs into L2: cu_prefetch_l2). Right after it, cu_launch_next() lets the
+ * next kernel's blocks start (they wait in their own cu_wait_prior), so at most two
+ * kernels overlap.
+ */
+
+__device__ __forceinline__ void cu_wait_prior(void)
+{
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+__device__ __forceinline__ void cu_launch_next(void)
+{
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+}
+
+// Asks the copy engine to bring [p, p + bytes) into L2 (p 16-byte aligned, bytes a multiple
+// of 16); no registers held, nothing waited for.
+__device__ __forceinline__ void cu_prefetch_l2(const void *p, uint32_t bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+template <typename... P, typename... A>
+static inline cudaError_t cu_enqueue(void (*kernel)(P...), dim3 grid, unsigned threads, cudaStream_t s, A... args)
+{
+    cudaLaunchAttribute at;
+    at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.stream = s;
+    cfg.attrs = &at;
+    cfg.numAttrs = cu_pdl ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
 __device__ __forceinline__ float cu_h2f(uint16_t h)
 {
     return __half2float(__ushort_as_half(h));
@@ -50,13 +97,32 @@ __device__ __forceinline__ void cu_q4k_scale_min(int j, const uint8_t *s, int *s
     }
 }
 
+// Tiles of a BF16 weight along a row (cuda_int.h's cu_weight).
+__host__ __device__ constexpr int64_t cu_tiles_k(int64_t cols)
+{
+    return (cols + 15) / 16;
+}
+
+// The byte offset of element (r, e) in a BF16 weight's tiles: in tile (r / 16, e / 16),
+// lane 4 (i % 8) + (j % 8) / 2 holds it (i = r % 16, j = e % 16), in word i / 8 + 2 (j / 8),
+// half j % 2 (mma.m16n8k16's A fragment: rows g, g + 8 and columns 2q, 2q + 1, 2q + 8, 2q + 9
+// of lane 4g + q).
+__host__ __device__ inline int64_t cu_tile_offset(int64_t cols, int64_t r, int64_t e)
+{
+    int64_t tile = (r / 16) * cu_tiles_k(cols) + e / 16;
+    int i = (int)(r % 16), j = (int)(e % 16);
+    int lane = (i % 8) * 4 + (j % 8) / 2, word = i / 8 + 2 * (j / 8);
+    return ((tile * 32 + lane) * 4 + word) * 4 + (j % 2) * 2;
+}
+
 // Element e of row r of a weight, as float: the CPU's dequantizer's value.
 __device__ __forceinline__ float cu_weight_elem(const cu_weight &w, int64_t r, int64_t e)
 {
     switch (w.type) {
     case CU_F32: return ((const float *)w.plane[0])[r * w.cols + e];
     case CU_F16: return cu_h2f(((const uint16_t *)w.plane[0])[r * w.cols + e]);
-    case CU_BF16: return cu_bf2f(((const uint16_t *)w.plane[0])[r * w.cols + e]);
+    case CU_BF16: return cu_bf2f(*(const uint16_t *)(w.plane[0] + cu_tile_offset(w.cols, r, e)));
+    case CU_BF16_ROWS: return cu_bf2f(((const uint16_t *)w.plane[0])[r * w.cols + e]);
     case CU_Q8_0: {
         int64_t b = r * (w.cols / 32) + e / 32;
         float d = cu_h2f(((const uint16_t *)w.plane[1])[b]);

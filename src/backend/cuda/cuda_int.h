@@ -35,6 +35,16 @@ extern "C" {
 
 typedef cudaError_t (*cu_launch_fn)(const void *args, cudaStream_t s);
 
+// Kernels may start while the one ahead of them finishes (programmatic dependent launch,
+// cuda_common.cuh): on unless RP_CUDA_PDL=0 or rp_cuda_use_pdl(false) (cuda_backend.c).
+extern int cu_pdl;
+// Matmuls prefetch their first weights into L2 while the kernel ahead finishes: on unless
+// RP_CUDA_PREFETCH=0 (for measuring it).
+extern int cu_prefetch;
+// BF16 weights loaded from now on are tiles for the tensor cores (CU_BF16), or rows for
+// the CUDA cores (CU_BF16_ROWS) when RP_CUDA_BF16_MMA=0.
+extern int cu_bf16_mma;
+
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
     CU_F32 = 0,
@@ -46,12 +56,17 @@ enum {
     CU_Q5_K = 13,
     CU_Q6_K = 14,
     CU_BF16 = 30,
+    CU_BF16_ROWS = 1030, // BF16 kept as rows, on CUDA cores (RP_CUDA_BF16_MMA=0: for measuring the tiles)
 };
 
 #define CU_MAX_PLANES 4
 
-// A weight on the device. Float types: plane[0] is the rows as in the file. Quantized
-// types: plane p holds, for every block in row order, field p's bytes (seg[p] each):
+// A weight on the device. F32, F16, BF16_ROWS: plane[0] is the rows as in the file. BF16: plane[0]
+// is tiles of 16 rows x 16 columns for the tensor cores (cu_tile_offset: rows and columns
+// padded with zeros to multiples of 16, tile (rb, kb) at (rb * ceil(cols / 16) + kb) * 512
+// bytes, lane l's 16 bytes its A fragment of mma.m16n8k16: one coalesced 16-byte load a
+// lane a tile). Quantized types: plane p holds, for every block in row order, field p's
+// bytes (seg[p] each):
 //   Q8_0: qs 32, d 2            Q4_0: qs 16, d 2           Q5_0: qs 16, qh 4, d 2
 //   Q4_K: qs 128, head 16 (d, dmin, scales[12])             Q5_K: qs 128, qh 32, head 16
 //   Q6_K: ql 128, qh 64, scales 16, d 2
@@ -61,6 +76,11 @@ typedef struct cu_weight {
     int64_t rows, cols;
     const uint8_t *plane[CU_MAX_PLANES];
 } cu_weight;
+
+// Bytes of a BF16 weight's tiles, and the launch that tiles its rows (raw: rows x cols
+// bfloat16 in device memory, as in the file) into tiles (cu_tiled_bytes of them).
+size_t cu_tiled_bytes(int64_t rows, int64_t cols);
+cudaError_t cu_launch_tile_bf16(const uint16_t *raw, uint8_t *tiles, int64_t rows, int64_t cols, cudaStream_t s);
 
 // Where each field of a quantized type's block goes (cuda_weights.c): n planes, plane
 // p takes bytes [off[p], off[p] + seg[p]) of each block.
@@ -109,6 +129,7 @@ typedef struct cu_matmul_args {
     const float *x;
     cu_qact qa;
     int n;
+    bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
 

@@ -43,13 +43,19 @@
 
 __host__ __device__ constexpr bool mm_float(int t)
 {
-    return t == CU_F32 || t == CU_F16 || t == CU_BF16;
+    return t == CU_F32 || t == CU_F16 || t == CU_BF16 || t == CU_BF16_ROWS;
+}
+
+// BF16 weights run on the tensor cores (k_matmul_tc), the other types on CUDA cores.
+__host__ __device__ constexpr bool mm_tc(int t)
+{
+    return t == CU_BF16;
 }
 
 // Rows a warp computes.
 __host__ __device__ constexpr int mm_rows(int t)
 {
-    return mm_float(t) || t == CU_Q5_K || t == CU_Q6_K ? 2 : 4;
+    return mm_tc(t) ? 16 : mm_float(t) || t == CU_Q5_K || t == CU_Q6_K ? 2 : 4;
 }
 
 // Elements of a chunk: what the 32 lanes take in one step.
@@ -419,6 +425,55 @@ __device__ __forceinline__ float split_sum(const float (*p)[MM_OUT], int S, int 
     return v;
 }
 
+// The group member this block computes (its blocks follow the members before it) and the
+// block's index among that member's.
+__device__ __forceinline__ int mm_member(const cu_matmul_args &a, int64_t *b)
+{
+    int i = 0, members = a.glu ? 1 : a.count;
+    for (int k = 0; k < CU_MM_GROUP - 1; k++)
+        if (i == k && i < members - 1 && *b >= mm_blocks(pick(k, a.w)))
+            *b -= mm_blocks(pick(k, a.w)), i++;
+    return i;
+}
+
+// Writes output (row gr, token tok) of member i from its sum v over the splits (glu: v the
+// gate's, u the up's): the bias, the residual add, silu · up.
+__device__ __forceinline__ void mm_out(const cu_matmul_args &a, int i, int64_t rows, int64_t gr, int tok, float v,
+                                       float u)
+{
+    int64_t at = (int64_t)tok * rows + gr;
+    if (a.glu) {
+        a.y[1][at] = u;
+        a.y[0][at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), u);
+        return;
+    }
+    const float *bias = pick(i, a.bias);
+    float *residual = pick(i, a.residual);
+    if (bias)
+        v = __fadd_rn(v, bias[gr]);
+    pick(i, a.y)[at] = v;
+    if (residual)
+        residual[at] = __fadd_rn(residual[at], v);
+}
+
+// Bytes of a row, and of a chunk, in a weight's first plane (its values or quants).
+template <int T> __device__ __forceinline__ int64_t plane0_row_bytes(int64_t cols)
+{
+    return T == CU_F32 ? 4 * cols : mm_float(T) ? 2 * cols : T == CU_Q8_0 ? cols : cols / 2;
+}
+
+#define MM_PREFETCH 1024 // bytes of each row's split brought into L2 while the kernel before finishes
+
+// Row r's first MM_PREFETCH bytes of chunks [c0, c1) into L2 (weights only: before cu_wait_prior).
+template <int T> __device__ __forceinline__ void mm_prefetch(const cu_weight &W, int64_t r, int64_t c0, int64_t c1)
+{
+    int64_t row = plane0_row_bytes<T>(W.cols), chunk = plane0_row_bytes<T>(mm_chunk(T));
+    int64_t from = c0 * chunk, to = c1 * chunk < row ? c1 * chunk : row;
+    int64_t bytes = (to - from < MM_PREFETCH ? to - from : MM_PREFETCH) & ~(int64_t)15;
+    if (bytes > 0)
+        cu_prefetch_l2(W.plane[0] + r * row + from, (uint32_t)bytes);
+}
+
 // Two blocks an SM at least: at most 128 registers a thread, 16 warps an SM.
 template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul(cu_matmul_args a)
 {
@@ -426,19 +481,21 @@ template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_m
     static_assert(R * NT <= MM_OUT, "a warp's outputs fit its partials");
     __shared__ float part[2][MM_WARPS][MM_OUT]; // each warp's partials (gate, up), [r · NT + t]
     int64_t b = blockIdx.x; // block of the group's union, then of member i
-    int i = 0, members = a.glu ? 1 : a.count;
-    for (int k = 0; k < CU_MM_GROUP - 1; k++)
-        if (i == k && i < members - 1 && b >= mm_blocks(pick(k, a.w)))
-            b -= mm_blocks(pick(k, a.w)), i++;
+    int i = mm_member(a, &b);
     const cu_weight W = pick(i, a.w);
-    float *y = pick(i, a.y), *residual = pick(i, a.residual);
-    const float *bias = pick(i, a.bias);
     int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int s = warp % S;                                 // this warp's split
     int64_t r0 = (b * (MM_WARPS / S) + warp / S) * R; // and first row
     int64_t chunks = (W.cols + mm_chunk(T) - 1) / mm_chunk(T), rows = W.rows;
     int64_t c0 = s * chunks / S, c1 = (s + 1) * chunks / S;
     bool active = r0 < rows; // (the block's warps all reach its barriers)
+    if (a.prefetch && active && lane < R) {
+        mm_prefetch<T>(W, clamp_row(W, r0 + lane), c0, c1);
+        if (a.glu)
+            mm_prefetch<T>(a.w[1], clamp_row(W, r0 + lane), c0, c1);
+    }
+    cu_wait_prior();
+    cu_launch_next();
     for (int t0 = 0; t0 < a.n; t0 += NT) {
         int nt = a.n - t0 < NT ? a.n - t0 : NT;
         if (active) {
@@ -458,29 +515,235 @@ template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_m
         }
         __syncthreads();
         int r = lane / NT, t = lane % NT; // the output this lane merges
-        if (active && s == 0 && lane < R * NT && r0 + r < rows && t < nt) {
-            int64_t gr = r0 + r, at = (int64_t)(t0 + t) * rows + gr;
-            float v = split_sum(part[0] + warp, S, lane);
-            if (a.glu) {
-                float u = split_sum(part[1] + warp, S, lane);
-                a.y[1][at] = u;
-                a.y[0][at] = __fmul_rn(__fdiv_rn(v, __fadd_rn(1.0f, expf(-v))), u);
-            } else {
-                if (bias)
-                    v = __fadd_rn(v, bias[gr]);
-                y[at] = v;
-                if (residual)
-                    residual[at] = __fadd_rn(residual[at], v);
-            }
-        }
+        if (active && s == 0 && lane < R * NT && r0 + r < rows && t < nt)
+            mm_out(a, i, rows, r0 + r, t0 + t, split_sum(part[0] + warp, S, lane),
+                   a.glu ? split_sum(part[1] + warp, S, lane) : 0.0f);
         __syncthreads(); // the partials are read before the next pass writes them
     }
 }
 
+/* ---- BF16 weights on the tensor cores ---- */
+
+// d += a · b on the tensor cores: a (16 x 16, bfloat16) the weight tile's fragment, b
+// (16 x 8) a token tile's fragment of one part of x, d (16 x 8) float32. Each output
+// element depends on its row of a, its column of b and its own d alone, so a token's
+// result does not depend on the tokens beside it.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint4 &a, uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+// x as three bfloat16 parts, hi + mid + lo (each the rounding of what the parts before it
+// left; the subtractions are exact), which carry x's 24 bits: products with a bfloat16
+// weight are exact in float32, so the tensor cores multiply float32 activations.
+__device__ __forceinline__ void split3(float x, float (&p)[3])
+{
+    p[0] = __bfloat162float(__float2bfloat16_rn(x));
+    float r = __fsub_rn(x, p[0]);
+    p[1] = __bfloat162float(__float2bfloat16_rn(r));
+    p[2] = __fsub_rn(r, p[1]);
+}
+
+// Lane 4g + q's B fragments of the three parts of tokens t0 + 8 tt + g (tt < NTT) for
+// tile kb: x[k, k + 1] and x[k + 8, k + 9], k = 16 kb + 2q; zeros past n and past cols.
+template <int NTT>
+__device__ __forceinline__ void tc_bfrag(const float *x, int64_t cols, int t0, int n, int64_t kb,
+                                         uint32_t (&bf)[NTT][3][2])
+{
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    int64_t k = 16 * kb + 2 * q;
+#pragma unroll
+    for (int tt = 0; tt < NTT; tt++) {
+        int t = t0 + 8 * tt + g;
+        float2 u = make_float2(0.0f, 0.0f), v = u;
+        if (t < n) {
+            const float *xr = x + (int64_t)t * cols + k;
+            u = *(const float2 *)xr;
+            if (k + 8 < cols)
+                v = *(const float2 *)(xr + 8);
+        }
+        float pu0[3], pu1[3], pv0[3], pv1[3];
+        split3(u.x, pu0), split3(u.y, pu1), split3(v.x, pv0), split3(v.y, pv1);
+#pragma unroll
+        for (int p = 0; p < 3; p++)
+            bf[tt][p][0] = bf16x2(pu0[p], pu1[p]), bf[tt][p][1] = bf16x2(pv0[p], pv1[p]);
+    }
+}
+
+// acc[w][tt][p] += the row block rb of weight w (WN of them: glu's gate and up share x)
+// times part p of the token tiles, over tiles [k0, k1) in order. The three parts keep
+// accumulators of their own, so a warp's chain of dependent products is a third as long.
+// U tiles' loads are issued before their products.
+template <int NTT, int WN>
+__device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
+                                         const float *x, int t0, int n, float (&acc)[WN][NTT][3][4])
+{
+    constexpr int U = (WN == 1 ? 8 : 4) / NTT; // about eight 16-byte loads in flight a lane
+    int lane = threadIdx.x % 32;
+    int64_t cols = W0.cols, KB = cu_tiles_k(cols);
+    const uint4 *A[WN];
+    A[0] = (const uint4 *)W0.plane[0] + rb * KB * 32 + lane;
+    if (WN == 2)
+        A[WN - 1] = (const uint4 *)W1.plane[0] + rb * KB * 32 + lane;
+    for (int64_t kb = k0; kb < k1; kb += U) {
+        uint4 wt[WN][U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (kb + u < k1)
+#pragma unroll
+                for (int w = 0; w < WN; w++)
+                    wt[w][u] = __ldcs(A[w] + (kb + u) * 32);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u >= k1)
+                break;
+            uint32_t bf[NTT][3][2];
+            tc_bfrag<NTT>(x, cols, t0, n, kb + u, bf);
+#pragma unroll
+            for (int w = 0; w < WN; w++)
+#pragma unroll
+                for (int tt = 0; tt < NTT; tt++)
+#pragma unroll
+                    for (int p = 0; p < 3; p++)
+                        mma_bf16(acc[w][tt][p], wt[w][u], bf[tt][p][0], bf[tt][p][1]);
+        }
+    }
+}
+
+// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
+// x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
+// parts' accumulators as lo + mid, then + hi. A lane holds rows g and g + 8, tokens 2q and
+// 2q + 1 of each token tile.
+template <int NTT, int WN>
+__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
+                                        const float *x, int t0, int n, float *p0, float *p1)
+{
+    constexpr int TOK = 8 * NTT;
+    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    float acc[WN][NTT][3][4];
+#pragma unroll
+    for (int w = 0; w < WN; w++)
+#pragma unroll
+        for (int tt = 0; tt < NTT; tt++)
+#pragma unroll
+            for (int p = 0; p < 3; p++)
+                acc[w][tt][p][0] = acc[w][tt][p][1] = acc[w][tt][p][2] = acc[w][tt][p][3] = 0.0f;
+    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
+#pragma unroll
+    for (int w = 0; w < WN; w++) {
+        float *p = w == 0 ? p0 : p1;
+#pragma unroll
+        for (int tt = 0; tt < NTT; tt++) {
+            float v[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                v[e] = __fadd_rn(__fadd_rn(acc[w][tt][2][e], acc[w][tt][1][e]), acc[w][tt][0][e]);
+            int c = 8 * tt + 2 * q;
+            p[g * TOK + c] = v[0], p[g * TOK + c + 1] = v[1];
+            p[(g + 8) * TOK + c] = v[2], p[(g + 8) * TOK + c + 1] = v[3];
+        }
+    }
+}
+
+#define TC_PREFETCH 8 // tiles of a warp's split brought into L2 while the kernel before finishes
+
+// As k_matmul, for BF16 weights: a warp takes 16 rows (one row of tiles) of one K-split,
+// the chunks of 256 columns (16 tiles) split as there; tokens 8 NTT a pass (NTT = 1 for one
+// token: a token's arithmetic is the same either way). The partials meet in shared memory
+// and are added in split order.
+template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_tc(cu_matmul_args a)
+{
+    constexpr int TOK = 8 * NTT;
+    __shared__ float part[2][MM_WARPS][16 * TOK]; // each warp's partials (gate, up), [row · TOK + token]
+    int64_t b = blockIdx.x;
+    int i = mm_member(a, &b);
+    const cu_weight W = pick(i, a.w);
+    int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int s = warp % S;
+    int64_t rb = b * (MM_WARPS / S) + warp / S, r0 = 16 * rb, rows = W.rows;
+    int64_t chunks = (W.cols + 255) / 256, KB = cu_tiles_k(W.cols);
+    int64_t k0 = 16 * (s * chunks / S), k1 = 16 * ((s + 1) * chunks / S);
+    k1 = k1 < KB ? k1 : KB;
+    bool active = r0 < rows;
+    if (a.prefetch && active && lane == 0 && k1 > k0) { // the first tiles into L2 while the kernel before finishes
+        uint32_t bytes = (uint32_t)((k1 - k0 < TC_PREFETCH ? k1 - k0 : TC_PREFETCH) * 512);
+        cu_prefetch_l2(W.plane[0] + (rb * KB + k0) * 512, bytes);
+        if (a.glu)
+            cu_prefetch_l2(a.w[1].plane[0] + (rb * KB + k0) * 512, bytes);
+    }
+    cu_wait_prior();
+    cu_launch_next();
+    for (int t0 = 0; t0 < a.n; t0 += TOK) {
+        if (active && a.glu)
+            tc_pass<NTT, 2>(W, a.w[1], rb, k0, k1, a.x, t0, a.n, part[0][warp], part[1][warp]);
+        else if (active)
+            tc_pass<NTT, 1>(W, W, rb, k0, k1, a.x, t0, a.n, part[0][warp], NULL);
+        __syncthreads();
+        if (active && s == 0)
+            for (int k = lane; k < 16 * TOK; k += 32) {
+                int r = k / TOK, t = k % TOK;
+                if (r0 + r >= rows || t0 + t >= a.n)
+                    continue;
+                float v = part[0][warp][k], u = a.glu ? part[1][warp][k] : 0.0f;
+                for (int ss = 1; ss < S; ss++) { // the splits in order
+                    v = __fadd_rn(v, part[0][warp + ss][k]);
+                    if (a.glu)
+                        u = __fadd_rn(u, part[1][warp + ss][k]);
+                }
+                mm_out(a, i, rows, r0 + r, t0 + t, v, u);
+            }
+        __syncthreads(); // the partials are read before the next pass writes them
+    }
+}
+
+// One thread a lane of a tile: its four words, each two elements of a row (zeros past the
+// matrix), as cu_tile_offset places them.
+__global__ void k_tile_bf16(const uint16_t *raw, uint4 *tiles, int64_t rows, int64_t cols, int64_t n)
+{
+    cu_wait_prior();
+    cu_launch_next();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    int64_t tile = i / 32, KB = cu_tiles_k(cols), rb = tile / KB, kb = tile % KB;
+    int lane = (int)(i % 32), g = lane / 4, q = lane % 4;
+    uint32_t w[4];
+    for (int word = 0; word < 4; word++) {
+        int64_t r = 16 * rb + g + 8 * (word & 1), e = 16 * kb + 2 * q + 8 * (word >> 1);
+        uint32_t lo = r < rows && e < cols ? raw[r * cols + e] : 0;
+        uint32_t hi = r < rows && e + 1 < cols ? raw[r * cols + e + 1] : 0;
+        w[word] = lo | hi << 16;
+    }
+    tiles[i] = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+extern "C" size_t cu_tiled_bytes(int64_t rows, int64_t cols)
+{
+    return (size_t)((rows + 15) / 16) * (size_t)cu_tiles_k(cols) * 512;
+}
+
+extern "C" cudaError_t cu_launch_tile_bf16(const uint16_t *raw, uint8_t *tiles, int64_t rows, int64_t cols,
+                                           cudaStream_t s)
+{
+    int64_t n = (int64_t)(cu_tiled_bytes(rows, cols) / 16);
+    return cu_enqueue(k_tile_bf16, dim3((unsigned)((n + 255) / 256)), 256, s, raw, (uint4 *)tiles, rows, cols, n);
+}
+
+/* ---- launching ---- */
+
 extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
 {
     int64_t warps = (rows + mm_rows(type) - 1) / mm_rows(type);
-    int64_t chunks = (cols + mm_chunk(type) - 1) / mm_chunk(type), least = mm_float(type) ? 2 : 1;
+    int64_t chunks = (cols + mm_chunk(type) - 1) / mm_chunk(type), least = mm_float(type) && !mm_tc(type) ? 2 : 1;
     int s = 1;
     while (2 * s <= MM_WARPS && warps * s < (int64_t)MM_FILL * n_sm && chunks >= 2 * s * least)
         s *= 2;
@@ -494,18 +757,18 @@ template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cuda
         blocks += mm_blocks(a->w[i]);
     unsigned nb = (unsigned)blocks;
     switch (a->w[0].type) {
-    case CU_F32: k_matmul<CU_F32, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_F16: k_matmul<CU_F16, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_BF16: k_matmul<CU_BF16, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q8_0: k_matmul<CU_Q8_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q4_0: k_matmul<CU_Q4_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q5_0: k_matmul<CU_Q5_0, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q4_K: k_matmul<CU_Q4_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q5_K: k_matmul<CU_Q5_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
-    case CU_Q6_K: k_matmul<CU_Q6_K, NT><<<nb, MM_WARPS * 32, 0, s>>>(*a); break;
+    case CU_F32: return cu_enqueue(k_matmul<CU_F32, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_F16: return cu_enqueue(k_matmul<CU_F16, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_BF16_ROWS: return cu_enqueue(k_matmul<CU_BF16_ROWS, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_BF16: return cu_enqueue(k_matmul_tc<NT == 1 ? 1 : 2>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q8_0: return cu_enqueue(k_matmul<CU_Q8_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q4_0: return cu_enqueue(k_matmul<CU_Q4_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q5_0: return cu_enqueue(k_matmul<CU_Q5_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q4_K: return cu_enqueue(k_matmul<CU_Q4_K, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q5_K: return cu_enqueue(k_matmul<CU_Q5_K, NT>, dim3(nb), MM_WARPS * 32, s, *a);
+    case CU_Q6_K: return cu_enqueue(k_matmul<CU_Q6_K, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     default: return cudaErrorInvalidValue;
     }
-    return cu_launched();
 }
 
 // One token: a kernel that holds one token's sums (fewer registers); more: MM_NT a pass.
@@ -521,6 +784,8 @@ extern "C" cudaError_t cu_launch_matmul(const void *args, cudaStream_t s)
 // One warp per (token, Q8_0 block): lane j takes element j.
 __global__ void k_quant_q8_0(const float *x, cu_qact qa, int64_t n_blocks)
 {
+    cu_wait_prior();
+    cu_launch_next();
     int64_t gb = (int64_t)blockIdx.x * 4 + threadIdx.x / 32; // (token, block) index
     if (gb >= n_blocks)
         return;
@@ -539,6 +804,8 @@ __global__ void k_quant_q8_0(const float *x, cu_qact qa, int64_t n_blocks)
 // One block of 256 threads per (token, super-block): thread j takes element j.
 __global__ void k_quant_q8_K(const float *x, cu_qact qa)
 {
+    cu_wait_prior();
+    cu_launch_next();
     __shared__ float sa[256];
     __shared__ int si[256];
     __shared__ int8_t sq[256];
@@ -579,11 +846,8 @@ __global__ void k_quant_q8_K(const float *x, cu_qact qa)
 extern "C" cudaError_t cu_launch_quantize(const void *args, cudaStream_t s)
 {
     const cu_quantize_args *a = (const cu_quantize_args *)args;
-    if (a->k_quant) {
-        k_quant_q8_K<<<(unsigned)(a->n * (a->qa.cols / 256)), 256, 0, s>>>(a->x, a->qa);
-    } else {
-        int64_t nb = a->n * (a->qa.cols / 32);
-        k_quant_q8_0<<<(unsigned)((nb + 3) / 4), 128, 0, s>>>(a->x, a->qa, nb);
-    }
-    return cu_launched();
+    if (a->k_quant)
+        return cu_enqueue(k_quant_q8_K, dim3((unsigned)(a->n * (a->qa.cols / 256))), 256, s, a->x, a->qa);
+    int64_t nb = a->n * (a->qa.cols / 32);
+    return cu_enqueue(k_quant_q8_0, dim3((unsigned)((nb + 3) / 4)), 128, s, a->x, a->qa, nb);
 }

@@ -17,6 +17,8 @@
 
 __global__ void k_get_rows(cu_weight table, const cu_batch *b, float *out)
 {
+    cu_wait_prior();
+    cu_launch_next();
     int t = blockIdx.y;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= table.cols)
@@ -29,14 +31,15 @@ extern "C" cudaError_t cu_launch_get_rows(const void *args, cudaStream_t s)
 {
     const cu_get_rows_args *a = (const cu_get_rows_args *)args;
     dim3 grid((unsigned)((a->table.cols + 255) / 256), (unsigned)a->n);
-    k_get_rows<<<grid, 256, 0, s>>>(a->table, a->b, a->out);
-    return cu_launched();
+    return cu_enqueue(k_get_rows, grid, 256, s, a->table, a->b, a->out);
 }
 
 /* ---- gathers ---- */
 
 __global__ void k_gather(const float *src, float *dst, const cu_batch *b, bool logit, int width)
 {
+    cu_wait_prior();
+    cu_launch_next();
     int i = blockIdx.y;
     const int32_t *idx = logit ? b->logit_rows : b->rows;
     int64_t r = idx[i];
@@ -48,8 +51,7 @@ extern "C" cudaError_t cu_launch_gather(const void *args, cudaStream_t s)
 {
     const cu_gather_args *a = (const cu_gather_args *)args;
     dim3 grid((unsigned)((a->width + 255) / 256), (unsigned)a->n);
-    k_gather<<<grid, 256, 0, s>>>(a->src, a->dst, a->b, a->logit, a->width);
-    return cu_launched();
+    return cu_enqueue(k_gather, grid, 256, s, a->src, a->dst, a->b, a->logit, a->width);
 }
 
 /* ---- rmsnorm ---- */
@@ -109,6 +111,8 @@ __device__ __forceinline__ void store_group(float *orow, const float *w, float4 
 __global__ void __launch_bounds__(NORM_MAX_THREADS) k_rmsnorm(const float *x, const float *w, float *out, float eps,
                                                                int width)
 {
+    cu_wait_prior();
+    cu_launch_next();
     __shared__ double part[NORM_MAX_THREADS / 32];
     __shared__ float inv_s;
     int64_t r = blockIdx.x;
@@ -158,14 +162,15 @@ __global__ void __launch_bounds__(NORM_MAX_THREADS) k_rmsnorm(const float *x, co
 extern "C" cudaError_t cu_launch_rmsnorm(const void *args, cudaStream_t s)
 {
     const cu_rmsnorm_args *a = (const cu_rmsnorm_args *)args;
-    k_rmsnorm<<<a->rows, norm_threads(a->width), 0, s>>>(a->x, a->w, a->out, a->eps, a->width);
-    return cu_launched();
+    return cu_enqueue(k_rmsnorm, dim3(a->rows), norm_threads(a->width), s, a->x, a->w, a->out, a->eps, a->width);
 }
 
 /* ---- rope ---- */
 
 __global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n_head, int head_dim, bool neox)
 {
+    cu_wait_prior();
+    cu_launch_next();
     int t = blockIdx.y, half = head_dim / 2;
     int k = blockIdx.x * blockDim.x + threadIdx.x; // (head, pair)
     if (k >= n_head * half)
@@ -185,14 +190,15 @@ extern "C" cudaError_t cu_launch_rope(const void *args, cudaStream_t s)
     const cu_rope_args *a = (const cu_rope_args *)args;
     int pairs = a->n_head * (a->head_dim / 2);
     dim3 grid((unsigned)((pairs + 127) / 128), (unsigned)a->n);
-    k_rope<<<grid, 128, 0, s>>>(a->x, a->inv_freq, a->b, a->n_head, a->head_dim, a->neox);
-    return cu_launched();
+    return cu_enqueue(k_rope, grid, 128, s, a->x, a->inv_freq, a->b, a->n_head, a->head_dim, a->neox);
 }
 
 /* ---- element-wise ---- */
 
 __global__ void k_elementwise(int op, const float *a, const float *b, float *out, size_t count, int width)
 {
+    cu_wait_prior();
+    cu_launch_next();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         if (op == CU_EW_SILU_MUL) {
             float g = a[i];
@@ -209,9 +215,8 @@ extern "C" cudaError_t cu_launch_elementwise(const void *args, cudaStream_t s)
 {
     const cu_elementwise_args *a = (const cu_elementwise_args *)args;
     size_t blocks = (a->count + 255) / 256;
-    k_elementwise<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(a->op, a->a, a->b, a->out, a->count,
-                                                                              a->width);
-    return cu_launched();
+    return cu_enqueue(k_elementwise, dim3((unsigned)(blocks < 65535 ? blocks : 65535)), 256, s, a->op, a->a, a->b,
+                      a->out, a->count, a->width);
 }
 
 /* ---- argmax ---- */
@@ -231,6 +236,8 @@ __device__ __forceinline__ bool am_better(float va, int ia, float vb, int ib)
 
 __global__ void k_argmax(const float *x, int32_t *out, int width)
 {
+    cu_wait_prior();
+    cu_launch_next();
     __shared__ float sv[ARGMAX_THREADS];
     __shared__ int si[ARGMAX_THREADS];
     const float *row = x + (int64_t)blockIdx.x * width;
@@ -254,6 +261,5 @@ __global__ void k_argmax(const float *x, int32_t *out, int width)
 extern "C" cudaError_t cu_launch_argmax(const void *args, cudaStream_t s)
 {
     const cu_argmax_args *a = (const cu_argmax_args *)args;
-    k_argmax<<<a->rows, ARGMAX_THREADS, 0, s>>>(a->x, a->out, a->width);
-    return cu_launched();
+    return cu_enqueue(k_argmax, dim3(a->rows), ARGMAX_THREADS, s, a->x, a->out, a->width);
 }
