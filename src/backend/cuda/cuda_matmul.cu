@@ -542,22 +542,33 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
     return *(uint32_t *)&v;
 }
 
-// x as three bfloat16 parts, hi + mid + lo (each the rounding of what the parts before it
+// Parts x enters the tensor cores as (3; 2 for measuring: x's top 16 bits).
+#ifndef RP_TC_PARTS
+#define RP_TC_PARTS 3
+#endif
+#define TP RP_TC_PARTS
+static_assert(TP == 2 || TP == 3, "x enters as two or three bfloat16 parts");
+
+// x as TP bfloat16 parts, hi + mid + lo (each the rounding of what the parts before it
 // left; the subtractions are exact), which carry x's 24 bits: products with a bfloat16
-// weight are exact in float32, so the tensor cores multiply float32 activations.
-__device__ __forceinline__ void split3(float x, float (&p)[3])
+// weight are exact in float32, so the tensor cores multiply float32 activations. The last
+// part is rounded where it is packed.
+__device__ __forceinline__ void split_parts(float x, float (&p)[TP])
 {
     p[0] = __bfloat162float(__float2bfloat16_rn(x));
     float r = __fsub_rn(x, p[0]);
-    p[1] = __bfloat162float(__float2bfloat16_rn(r));
-    p[2] = __fsub_rn(r, p[1]);
+    if (TP == 3) {
+        p[1] = __bfloat162float(__float2bfloat16_rn(r));
+        r = __fsub_rn(r, p[1]);
+    }
+    p[TP - 1] = r;
 }
 
-// Lane 4g + q's B fragments of the three parts of tokens t0 + 8 tt + g (tt < NTT) for
-// tile kb: x[k, k + 1] and x[k + 8, k + 9], k = 16 kb + 2q; zeros past n and past cols.
+// Lane 4g + q's B fragments of the parts of tokens t0 + 8 tt + g (tt < NTT) for tile kb:
+// x[k, k + 1] and x[k + 8, k + 9], k = 16 kb + 2q; zeros past n and past cols.
 template <int NTT>
 __device__ __forceinline__ void tc_bfrag(const float *x, int64_t cols, int t0, int n, int64_t kb,
-                                         uint32_t (&bf)[NTT][3][2])
+                                         uint32_t (&bf)[NTT][TP][2])
 {
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int64_t k = 16 * kb + 2 * q;
@@ -571,57 +582,73 @@ __device__ __forceinline__ void tc_bfrag(const float *x, int64_t cols, int t0, i
             if (k + 8 < cols)
                 v = *(const float2 *)(xr + 8);
         }
-        float pu0[3], pu1[3], pv0[3], pv1[3];
-        split3(u.x, pu0), split3(u.y, pu1), split3(v.x, pv0), split3(v.y, pv1);
+        float pu0[TP], pu1[TP], pv0[TP], pv1[TP];
+        split_parts(u.x, pu0), split_parts(u.y, pu1), split_parts(v.x, pv0), split_parts(v.y, pv1);
 #pragma unroll
-        for (int p = 0; p < 3; p++)
+        for (int p = 0; p < TP; p++)
             bf[tt][p][0] = bf16x2(pu0[p], pu1[p]), bf[tt][p][1] = bf16x2(pv0[p], pv1[p]);
     }
 }
 
+// Loads tiles kb .. kb + U - 1 (those before k1) of the WN weights' row blocks (A: lane's
+// first tile of each).
+template <int WN, int U>
+__device__ __forceinline__ void tc_load(const uint4 *const (&A)[WN], int64_t kb, int64_t k1, uint4 (&wt)[WN][U])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (kb + u < k1)
+#pragma unroll
+            for (int w = 0; w < WN; w++)
+                wt[w][u] = __ldcs(A[w] + (kb + u) * 32);
+}
+
 // acc[w][tt][p] += the row block rb of weight w (WN of them: glu's gate and up share x)
-// times part p of the token tiles, over tiles [k0, k1) in order. The three parts keep
-// accumulators of their own, so a warp's chain of dependent products is a third as long.
-// U tiles' loads are issued before their products.
+// times part p of the token tiles, over tiles [k0, k1) in order. The parts keep
+// accumulators of their own, so a warp's chain of dependent products is that much
+// shorter. Two stages of U tiles: the next stage's loads are issued before this one's
+// products, so a lane always has loads in flight.
 template <int NTT, int WN>
 __device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
-                                         const float *x, int t0, int n, float (&acc)[WN][NTT][3][4])
+                                         const float *x, int t0, int n, float (&acc)[WN][NTT][TP][4])
 {
-    constexpr int U = (WN == 1 ? 8 : 4) / NTT; // about eight 16-byte loads in flight a lane
+    constexpr int U = WN * NTT >= 4 ? 1 : (WN == 1 ? 4 : 2) / NTT; // 4 to 8 16-byte loads in flight a lane
     int lane = threadIdx.x % 32;
     int64_t cols = W0.cols, KB = cu_tiles_k(cols);
     const uint4 *A[WN];
     A[0] = (const uint4 *)W0.plane[0] + rb * KB * 32 + lane;
     if (WN == 2)
         A[WN - 1] = (const uint4 *)W1.plane[0] + rb * KB * 32 + lane;
+    uint4 cur[WN][U], nxt[WN][U];
+    tc_load<WN, U>(A, k0, k1, cur);
     for (int64_t kb = k0; kb < k1; kb += U) {
-        uint4 wt[WN][U];
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (kb + u < k1)
-#pragma unroll
-                for (int w = 0; w < WN; w++)
-                    wt[w][u] = __ldcs(A[w] + (kb + u) * 32);
+        if (kb + U < k1)
+            tc_load<WN, U>(A, kb + U, k1, nxt);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (kb + u >= k1)
                 break;
-            uint32_t bf[NTT][3][2];
+            uint32_t bf[NTT][TP][2];
             tc_bfrag<NTT>(x, cols, t0, n, kb + u, bf);
 #pragma unroll
             for (int w = 0; w < WN; w++)
 #pragma unroll
                 for (int tt = 0; tt < NTT; tt++)
 #pragma unroll
-                    for (int p = 0; p < 3; p++)
-                        mma_bf16(acc[w][tt][p], wt[w][u], bf[tt][p][0], bf[tt][p][1]);
+                    for (int p = 0; p < TP; p++)
+                        mma_bf16(acc[w][tt][p], cur[w][u], bf[tt][p][0], bf[tt][p][1]);
         }
+#pragma unroll
+        for (int w = 0; w < WN; w++)
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                cur[w][u] = nxt[w][u];
     }
 }
 
 // One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
 // x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
-// parts' accumulators as lo + mid, then + hi. A lane holds rows g and g + 8, tokens 2q and
+// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8, tokens 2q and
 // 2q + 1 of each token tile.
 template <int NTT, int WN>
 __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
@@ -629,13 +656,13 @@ __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1
 {
     constexpr int TOK = 8 * NTT;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    float acc[WN][NTT][3][4];
+    float acc[WN][NTT][TP][4];
 #pragma unroll
     for (int w = 0; w < WN; w++)
 #pragma unroll
         for (int tt = 0; tt < NTT; tt++)
 #pragma unroll
-            for (int p = 0; p < 3; p++)
+            for (int p = 0; p < TP; p++)
                 acc[w][tt][p][0] = acc[w][tt][p][1] = acc[w][tt][p][2] = acc[w][tt][p][3] = 0.0f;
     tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
 #pragma unroll
@@ -645,8 +672,11 @@ __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1
         for (int tt = 0; tt < NTT; tt++) {
             float v[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                v[e] = __fadd_rn(__fadd_rn(acc[w][tt][2][e], acc[w][tt][1][e]), acc[w][tt][0][e]);
+            for (int e = 0; e < 4; e++) {
+                v[e] = acc[w][tt][TP - 1][e];
+                for (int p = TP - 2; p >= 0; p--)
+                    v[e] = __fadd_rn(v[e], acc[w][tt][p][e]);
+            }
             int c = 8 * tt + 2 * q;
             p[g * TOK + c] = v[0], p[g * TOK + c + 1] = v[1];
             p[(g + 8) * TOK + c] = v[2], p[(g + 8) * TOK + c + 1] = v[3];
@@ -658,9 +688,10 @@ __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1
 
 // As k_matmul, for BF16 weights: a warp takes 16 rows (one row of tiles) of one K-split,
 // the chunks of 256 columns (16 tiles) split as there; tokens 8 NTT a pass (NTT = 1 for one
-// token: a token's arithmetic is the same either way). The partials meet in shared memory
-// and are added in split order.
-template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_tc(cu_matmul_args a)
+// token: a token's arithmetic is the same either way; two tiles' sums take more registers,
+// so that kernel runs a block an SM). The partials meet in shared memory and are added in
+// split order.
+template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2 : 1) k_matmul_tc(cu_matmul_args a)
 {
     constexpr int TOK = 8 * NTT;
     __shared__ float part[2][MM_WARPS][16 * TOK]; // each warp's partials (gate, up), [row · TOK + token]
