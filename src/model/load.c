@@ -16,6 +16,12 @@
  * the mapping, or from a temporary quantized copy). The small norm/bias vectors
  * are converted to f32. Tensors nobody asked for are listed and skipped.
  *
+ * The tensors are taken twice by the same code (load_tensors): a sizing pass first,
+ * which looks each one up and checks its shape but makes nothing, counting the bytes
+ * it will take as stored (after --quant: stored_type); then, once rp_model_check_fit
+ * has found that they fit a device backend's free memory, the load. A bad file or a
+ * model too big for the GPU fails before anything is allocated or uploaded.
+ *
  * The MTP block (when the config announces one) uses llama.cpp's GGUF names:
  * its decoder layer is block n_layer (`blk.N.attn_q.weight`, ...) and its own
  * tensors are `blk.N.nextn.eh_proj` (HF `mtp.fc`), `nextn.enorm`
@@ -38,13 +44,16 @@ typedef struct src_tensor {
     const void *data;
 } src_tensor;
 
-// Where tensors come from during one load.
+// Where tensors come from during one load, and what the sizing pass counts.
 typedef struct source {
     rp_model *m;
     const char *path; // for messages
     const char *(*name_of)(const char *canonical, int layer, int n_layer, char *buf, size_t cap);
     const void **used; // identities of the tensors taken
     int n_used, cap_used;
+    bool dry;                            // the sizing pass: tensors looked up and checked, none made
+    uint64_t bytes;                      // dry: backend memory the weights and vectors will take
+    uint64_t type_bytes[RP_DTYPE_COUNT]; // dry: of which the matrices', by the type they are stored as
 } source;
 
 /* ---- ownership helpers ---- */
@@ -151,14 +160,23 @@ static void quant_task(void *p, int ith, int nth)
     rp_free(row);
 }
 
+// The type a weight of the file's `type` is stored as: params.quant (--quant) for a float
+// matrix that is quantizable and whose rows are a whole number of the quant's blocks, else
+// `type`. The one decision rp_model_make_weight and the sizing pass share.
+static rp_dtype stored_type(const rp_model *m, rp_dtype type, int64_t ne0, bool quantizable)
+{
+    rp_dtype q = m->params.quant;
+    bool is_float = type == RP_DTYPE_F32 || type == RP_DTYPE_F16 || type == RP_DTYPE_BF16;
+    return quantizable && is_float && q != RP_DTYPE_F32 && ne0 % rp_dtype_block(q) == 0 ? q : type;
+}
+
 rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int64_t ne0, int64_t ne1,
                                const void *data, bool quantizable, bool streamed, rp_tensor *out)
 {
     rp_backend *be = m->be;
-    rp_dtype q = m->params.quant;
-    bool is_float = type == RP_DTYPE_F32 || type == RP_DTYPE_F16 || type == RP_DTYPE_BF16;
+    rp_dtype q = stored_type(m, type, ne0, quantizable);
     uint8_t *tmp = NULL; // a device backend copies the tensor at init: quantized rows are freed after it
-    if (quantizable && is_float && q != RP_DTYPE_F32 && ne0 % rp_dtype_block(q) == 0) {
+    if (q != type) {
         size_t row_bytes, total;
         if (!rp_dtype_row_bytes(q, ne0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)ne1, &total))
             return RP_ERR(RP_ERR_INVALID, "tensor '%s' too large to quantize", name);
@@ -273,14 +291,30 @@ static rp_status get(source *src, const char *canonical, int layer, int64_t e0, 
     return mark_used(src, t->data);
 }
 
+// The weight of tensor t (found by get, e0 x e1), quantizable: made, or in the sizing
+// pass counted (rows x row bytes of the type it will be stored as).
+static rp_status take_weight(source *src, const src_tensor *t, int64_t e0, int64_t e1, bool streamed, rp_tensor *out)
+{
+    if (!src->dry)
+        return rp_model_make_weight(src->m, t->name, t->type, e0, e1, t->data, true, streamed, out);
+    rp_dtype type = stored_type(src->m, t->type, e0, true);
+    size_t row_bytes, total;
+    if (!rp_dtype_row_bytes(type, e0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)e1, &total))
+        return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape [%lld, %lld] for %s", t->name, (long long)e0,
+                      (long long)e1, rp_dtype_name(type));
+    src->bytes += total;
+    src->type_bytes[type] += total;
+    return RP_OK;
+}
+
 static rp_status get_weight(source *src, const char *canonical, int layer, int64_t e0, int64_t e1, rp_tensor *out)
 {
     src_tensor t;
     bool found;
-    rp_status st = get(src, canonical, layer, e0, e1, true, &t, &found);
-    if (!st)
-        st = rp_model_make_weight(src->m, t.name, t.type, e0, e1, t.data, true, true, out);
-    return st ? rp_error_prefix(st, "%s", src->path) : RP_OK;
+    rp_status st = get(src, canonical, layer, e0, e1, true, &t, &found); // (its messages name the file)
+    if (!st && (st = take_weight(src, &t, e0, e1, true, out)))
+        st = rp_error_prefix(st, "%s", src->path);
+    return st;
 }
 
 static rp_status get_vector(source *src, const char *canonical, int layer, int64_t n, bool required, float **out)
@@ -291,7 +325,9 @@ static rp_status get_vector(source *src, const char *canonical, int layer, int64
     rp_status st = get(src, canonical, layer, n, 0, required, &t, &found);
     if (!st && found && rp_dtype_is_quant(t.type))
         st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: vector '%s' is quantized", src->path, t.name);
-    if (!st && found)
+    if (!st && found && src->dry)
+        src->bytes += (uint64_t)n * sizeof(float); // converted to f32 (rp_model_make_vector)
+    else if (!st && found)
         st = rp_model_make_vector(src->m, t.name, t.type, n, t.data, out);
     return st;
 }
@@ -352,6 +388,9 @@ static const char *hf_name(const char *canonical, int layer, int n_layer, char *
 
 /* ---- the architecture's tensors ---- */
 
+// Takes every tensor the architecture needs. Run twice (load_from): dry, to check each
+// tensor and count the bytes (nothing allocated but m->layers, for the out-parameters;
+// no progress), then for real.
 static rp_status load_tensors(source *src)
 {
     rp_model *m = src->m;
@@ -363,14 +402,15 @@ static rp_status load_tensors(source *src)
     if ((st = get(src, "output.weight", -1, c->dim, c->n_vocab, false, &t, &has_output)))
         return st;
     // An untied embedding table is read a row per token: it stays where it is (unless quantized).
-    if ((st = get(src, "token_embd.weight", -1, c->dim, c->n_vocab, true, &e, &found)) ||
-        (st = rp_model_make_weight(m, e.name, e.type, c->dim, c->n_vocab, e.data, true, !has_output, &m->tok_embd)))
+    if ((st = get(src, "token_embd.weight", -1, c->dim, c->n_vocab, true, &e, &found)))
+        return st;
+    if ((st = take_weight(src, &e, c->dim, c->n_vocab, !has_output, &m->tok_embd)))
         return rp_error_prefix(st, "%s", src->path);
     if ((st = get_vector(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
         return st;
     if (has_output) {
-        if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_vocab, t.data, true, true, &m->output)))
-            return st;
+        if ((st = take_weight(src, &t, c->dim, c->n_vocab, true, &m->output)))
+            return rp_error_prefix(st, "%s", src->path);
         c->tied_embeddings = false;
     } else {
         m->output = m->tok_embd;
@@ -399,7 +439,7 @@ static rp_status load_tensors(source *src)
             (st = get_vector(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
             (st = get_vector(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
             return st;
-        if (m->params.progress)
+        if (m->params.progress && !src->dry)
             m->params.progress(m->params.progress_ctx, (double)(l + 1) / c->n_layer);
     }
     if (c->n_mtp > 0) {
@@ -410,23 +450,25 @@ static rp_status load_tensors(source *src)
             (st = get_vector(src, "nextn.hnorm.weight", l, c->dim, true, &M->hnorm)) ||
             (st = get_vector(src, "nextn.shared_head_norm.weight", l, c->dim, true, &M->norm)))
             return st;
-        m->mtp_weight_bytes = m->weight_bytes - main_bytes;
+        if (!src->dry)
+            m->mtp_weight_bytes = m->weight_bytes - main_bytes;
     }
-    // Rope frequencies: llama.cpp stores Llama-3 scaling as per-pair factors.
+    // Rope frequencies: llama.cpp stores Llama-3 scaling as per-pair factors (host memory:
+    // the scratch's copy is counted with the scratch).
+    bool has_factors = false;
+    if (m->gguf && (st = get(src, "rope_freqs.weight", -1, c->head_dim / 2, 0, false, &t, &has_factors)))
+        return st;
+    if (src->dry)
+        return RP_OK;
     m->inv_freq = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
     if (!m->inv_freq)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    bool has_factors = false;
     float *factors = NULL;
-    if (m->gguf) {
-        if ((st = get(src, "rope_freqs.weight", -1, c->head_dim / 2, 0, false, &t, &has_factors)))
-            return st;
-        if (has_factors) {
-            factors = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
-            if (!factors)
-                return RP_ERR(RP_ERR_NOMEM, "out of memory");
-            rp_dequantize(t.type, t.data, factors, c->head_dim / 2);
-        }
+    if (has_factors) {
+        factors = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
+        if (!factors)
+            return RP_ERR(RP_ERR_NOMEM, "out of memory");
+        rp_dequantize(t.type, t.data, factors, c->head_dim / 2);
     }
     rp_config_inv_freq(c, factors, m->inv_freq);
     rp_free(factors);
@@ -469,8 +511,22 @@ static void list_unused(source *src)
 static rp_status load_from(rp_model *m, const char *path,
                            const char *(*name_of)(const char *, int, int, char *, size_t))
 {
-    source src = {.m = m, .path = path, .name_of = name_of};
+    source src = {.m = m, .path = path, .name_of = name_of, .dry = true};
     rp_status st = load_tensors(&src);
+    rp_free(m->layers); // the sizing pass leaves nothing behind but its counts
+    m->layers = NULL;
+    src.n_used = 0;
+    src.dry = false;
+    if (!st) {
+        rp_dtype wtype = RP_DTYPE_F32; // the type most of the matrices' bytes are stored as
+        for (int k = 0; k < RP_DTYPE_COUNT; k++)
+            if (src.type_bytes[k] > src.type_bytes[wtype])
+                wtype = (rp_dtype)k;
+        if ((st = rp_model_check_fit(m, src.bytes, wtype)))
+            st = rp_error_prefix(st, "%s", path);
+    }
+    if (!st)
+        st = load_tensors(&src);
     if (!st)
         list_unused(&src);
     rp_free(src.used);

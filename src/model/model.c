@@ -1,5 +1,6 @@
 /*
- * model.c - model lifetime: load (dispatching on the path), scratch, destroy.
+ * model.c - model lifetime: load (dispatching on the path), whether it fits the device,
+ * scratch, destroy.
  */
 #include "model_int.h"
 
@@ -22,17 +23,23 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static rp_status alloc_scratch(rp_model *m)
+// One buffer of the activation scratch: where its pointer goes, its elements (4 bytes
+// each: floats, or the argmax's int32 ids) and whether this model has it.
+typedef struct scratch_buf {
+    void *p; // float ** or int32_t **
+    size_t n;
+    bool on;
+} scratch_buf;
+
+enum { N_SCRATCH = 12 };
+
+// The scratch's buffers for this model (the one table allocating, sizing and freeing them read).
+static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
 {
     const rp_model_config *c = &m->cfg;
-    rp_backend *be = m->be;
     size_t B = (size_t)m->params.max_batch;
     size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
-    struct {
-        void *p;
-        size_t n;
-        bool on;
-    } bufs[] = {
+    const scratch_buf bufs[] = {
         {&m->s.x, B * c->dim, true},
         {&m->s.h, B * c->dim, true},
         {&m->s.q, B * qd, true},
@@ -46,7 +53,36 @@ static rp_status alloc_scratch(rp_model *m)
         {&m->s.cat, B * 2 * c->dim, c->n_mtp > 0},
         {&m->s.inv_freq, (size_t)c->head_dim / 2, true},
     };
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+    _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == N_SCRATCH, "N_SCRATCH is the table's length");
+    memcpy(out, bufs, sizeof(bufs));
+}
+
+// The bytes of the scratch buffers this model has.
+static rp_status scratch_bytes(rp_model *m, uint64_t *out)
+{
+    scratch_buf bufs[N_SCRATCH];
+    scratch_table(m, bufs);
+    uint64_t total = 0;
+    for (int i = 0; i < N_SCRATCH; i++) {
+        size_t bytes;
+        if (!bufs[i].on)
+            continue;
+        if (!rp_mul_size(bufs[i].n, sizeof(float), &bytes))
+            return RP_ERR(RP_ERR_RANGE, "activation scratch too large");
+        total += bytes;
+    }
+    *out = total;
+    return RP_OK;
+}
+
+static rp_status alloc_scratch(rp_model *m)
+{
+    const rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    size_t B = (size_t)m->params.max_batch;
+    scratch_buf bufs[N_SCRATCH];
+    scratch_table(m, bufs);
+    for (int i = 0; i < N_SCRATCH; i++) {
         size_t bytes;
         if (!bufs[i].on)
             continue;
@@ -65,6 +101,33 @@ static rp_status alloc_scratch(rp_model *m)
     if (!m->bs.slot || !m->bs.rows || !m->bs.logit_rows)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     return RP_OK;
+}
+
+// Device memory a backend takes beyond the weights and the scratch while a model loads and
+// runs: its batch descriptor, split-K and attention partials and CUDA graphs, and the raw
+// copy a BF16 matrix is tiled through at upload (one layer's matrix, late in the load).
+#define BACKEND_MARGIN ((uint64_t)256 << 20)
+
+rp_status rp_model_check_fit(rp_model *m, uint64_t weight_bytes, rp_dtype wtype)
+{
+    rp_backend_info bi;
+    rp_backend_get_info(m->be, &bi);
+    if (bi.host_memory) // the weights are the file's mapping or the arena: nothing to check here
+        return RP_OK;
+    uint64_t scratch = 0;
+    rp_status st = scratch_bytes(m, &scratch);
+    if (st)
+        return st;
+    uint64_t need = weight_bytes + scratch + BACKEND_MARGIN;
+    if (need <= bi.mem_free)
+        return RP_OK;
+    const double GiB = 1073741824.0;
+    return RP_ERR(RP_ERR_NOMEM,
+                  "not enough memory on %s, %s: the weights need %.2f GiB (%s), the activation scratch %.2f GiB and "
+                  "the backend's working buffers %.2f GiB, but %.2f GiB of %.2f GiB is free; try --quant q8 or q4, "
+                  "or a smaller model",
+                  bi.name, bi.device, weight_bytes / GiB, rp_dtype_name(wtype), scratch / GiB, BACKEND_MARGIN / GiB,
+                  bi.mem_free / GiB, bi.mem_total / GiB);
 }
 
 rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params *params, rp_model **out)
@@ -152,10 +215,10 @@ void rp_model_destroy(rp_model *m)
     }
     rp_backend *be = m->be;
     if (be) {
-        void *bufs[] = {m->s.x,      m->s.h,  m->s.q,   m->s.k,   m->s.v,        m->s.att,
-                        m->s.gate,   m->s.up, m->s.logits, m->s.ids, m->s.cat, m->s.inv_freq};
-        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-            rp_backend_free(be, bufs[i]);
+        scratch_buf bufs[N_SCRATCH];
+        scratch_table(m, bufs);
+        for (int i = 0; i < N_SCRATCH; i++)
+            rp_backend_free(be, *(void **)bufs[i].p);
         for (int i = 0; i < m->n_dev_owned; i++)
             rp_backend_free(be, m->dev_owned[i]);
         release_tensors(m);

@@ -121,6 +121,12 @@ struct rp_model {
     rp_prof *prof; // NULL unless RP_PROFILE=N (forward.c)
 };
 
+// model.c: on a backend whose memory is not host memory, whether weight_bytes of weights
+// (most of them stored as wtype, for the message) and the activation scratch fit in its free
+// memory with room for its own buffers; called between load.c's sizing pass and the load.
+// Errors: RP_ERR_NOMEM naming the device and the sizes (free and total included).
+rp_status rp_model_check_fit(rp_model *m, uint64_t weight_bytes, rp_dtype wtype);
+
 // forward.c: the profile's report (stderr)
 void rp_model_prof_print(const rp_model *m);
 

@@ -4,8 +4,9 @@
  * The matrices a decode step streams whole live in the weight arena (2 MiB pages,
  * load.c): float ones copied from the file's mapping, quantized ones made there;
  * rp_model_params.mmap_weights keeps float ones mapped. Either way the logits are
- * bitwise the same. Also: rp_malloc_huge, loading under failing allocations, and
- * the RP_PROFILE=N op profile (forward.c).
+ * bitwise the same. Also: rp_malloc_huge, loading under failing allocations, the
+ * RP_PROFILE=N op profile (forward.c), and the sizing pass before the load (load.c)
+ * with the check that a device backend has the memory (rp_model_check_fit).
  */
 #include "test_model.h"
 #include "quant/quant.h"
@@ -14,6 +15,7 @@
 #include "model_harness.h"
 
 #include "model/model_int.h"
+#include "test_tmp.h"
 
 #include <stdlib.h>
 
@@ -292,6 +294,144 @@ static void test_profile(void **state)
     rp_model_destroy(m);
 }
 
+typedef struct progress_log {
+    int calls;
+    double last;
+} progress_log;
+
+static void on_progress(void *ctx, double fraction)
+{
+    progress_log *p = ctx;
+    p->calls++;
+    p->last = fraction;
+}
+
+// The sizing pass before the load leaves nothing behind: the load reports its progress
+// once per layer, counts every weight once and keeps its layers and rope frequencies. A
+// shape error in the last layer is reported before any layer loads (no progress at all).
+static void test_sizing_pass(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3"));
+    progress_log log = {0};
+    rp_model_params p;
+    rp_model_params_default(&p);
+    p.quiet = true;
+    p.progress = on_progress;
+    p.progress_ctx = &log;
+    rp_model *m = NULL;
+    if (rp_test_load(path, 2, false, &p, &m))
+        fail_msg("loading %s: %s", path, rp_error_message());
+    const rp_model_config *c = rp_model_get_config(m);
+    assert_int_equal(log.calls, c->n_layer);
+    assert_true(log.last == 1.0);
+    assert_non_null(m->layers);
+    assert_non_null(m->inv_freq);
+    size_t sum = m->tok_embd.nbytes + (c->tied_embeddings ? 0 : m->output.nbytes);
+    for (int l = 0; l < c->n_layer; l++) {
+        const rp_layer *L = &m->layers[l];
+        sum += L->wq.nbytes + L->wk.nbytes + L->wv.nbytes + L->wo.nbytes + L->w_gate.nbytes + L->w_up.nbytes +
+               L->w_down.nbytes;
+    }
+    assert_int_equal(m->weight_bytes, sum);
+    assert_int_equal(m->mtp_weight_bytes, 0);
+    rp_model_destroy(m);
+
+    // The same model with layer 1's down projection transposed in its header (same bytes).
+    const char *dir = rp_test_tmp_path("qwen3-bad-shape");
+    assert_int_equal(mkdir(dir, 0755), 0);
+    const char *links[] = {"config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json"};
+    char src[4096], dst[4096];
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++) {
+        snprintf(src, sizeof(src), "%s/%s", path, links[i]);
+        snprintf(dst, sizeof(dst), "%s/%s", dir, links[i]);
+        assert_int_equal(symlink(src, dst), 0);
+    }
+    snprintf(src, sizeof(src), "%s/model-00002-of-00002.safetensors", path);
+    FILE *f = fopen(src, "rb");
+    assert_non_null(f);
+    static char bytes[1 << 20];
+    size_t n = fread(bytes, 1, sizeof(bytes), f);
+    fclose(f);
+    assert_true(n > 0 && n < sizeof(bytes));
+    const char *from = "\"model.layers.1.mlp.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[64,128]";
+    char *at = memmem(bytes, n, from, strlen(from));
+    assert_non_null(at);
+    memcpy(at + strlen(from) - strlen("[64,128]"), "[128,64]", strlen("[128,64]"));
+    snprintf(dst, sizeof(dst), "%s/model-00002-of-00002.safetensors", dir);
+    rp_test_write_file(dst, bytes, n);
+    log = (progress_log){0};
+    assert_int_equal(rp_test_load(dir, 2, false, &p, &m), RP_ERR_INVALID);
+    assert_null(m);
+    const char *msg = rp_error_message();
+    print_message("  %s\n", msg);
+    assert_non_null(strstr(msg, "'model.layers.1.mlp.down_proj.weight' has shape [64, 128], expected [128, 64]"));
+    assert_null(strstr(msg + 1, dir)); // the file named once
+    assert_int_equal(log.calls, 0); // layer 0 was not loaded first
+}
+
+// On a device backend (RP_TEST_DEVICE=cuda), a model that does not fit the free memory
+// fails before anything is uploaded, naming the sizes: with all but half the weights'
+// bytes taken, the load fails with RP_ERR_NOMEM, reports no progress and leaves the free
+// memory as it found it; with the memory back, it loads.
+static void test_device_memory_check(void **state)
+{
+    (void)state;
+    rp_backend_params bp;
+    rp_backend_params_default(&bp);
+    bp.n_threads = 2;
+    rp_backend *be;
+    if (rp_backend_open(rp_test_device(), &bp, &be))
+        fail_msg("opening %s: %s", rp_test_device(), rp_error_message());
+    rp_backend_info bi;
+    rp_backend_get_info(be, &bi);
+    if (bi.host_memory) {
+        print_message("skipping on %s: its memory is host memory, where the load checks no free memory (the "
+                      "sizing pass runs there too: test_sizing_pass)\n",
+                      bi.name);
+        rp_backend_destroy(be);
+        skip();
+    }
+    const char *path = rp_test_source("models/rapid-tiny");
+    progress_log log = {0};
+    rp_model_params p;
+    rp_model_params_default(&p);
+    p.quiet = true;
+    p.progress = on_progress;
+    p.progress_ctx = &log;
+    rp_model *m = NULL;
+    if (rp_model_load(path, be, &p, &m))
+        fail_msg("loading %s: %s", path, rp_error_message());
+    size_t weights = m->weight_bytes;
+    rp_model_destroy(m);
+
+    rp_backend_get_info(be, &bi);
+    void *hold = NULL;
+    if (rp_backend_alloc(be, bi.mem_free - weights / 2, &hold))
+        fail_msg("taking the device's memory: %s", rp_error_message());
+    rp_backend_get_info(be, &bi);
+    uint64_t before = bi.mem_free;
+    log = (progress_log){0};
+    assert_int_equal(rp_model_load(path, be, &p, &m), RP_ERR_NOMEM);
+    assert_null(m);
+    const char *msg = rp_error_message();
+    print_message("  %.1f MiB free: %s\n", before / 1048576.0, msg);
+    assert_non_null(strstr(msg, "free"));
+    assert_non_null(strstr(msg, "--quant q8 or q4"));
+    assert_int_equal(log.calls, 0);
+    rp_backend_get_info(be, &bi);
+    uint64_t slack = (uint64_t)4 << 20; // the driver's own bookkeeping
+    assert_true(bi.mem_free + slack >= before && bi.mem_free <= before + slack);
+
+    rp_backend_free(be, hold);
+    if (rp_model_load(path, be, &p, &m))
+        fail_msg("loading %s with the memory back: %s", path, rp_error_message());
+    assert_int_equal(m->weight_bytes, weights);
+    rp_model_destroy(m);
+    rp_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -301,6 +441,8 @@ int main(void)
         cmocka_unit_test(test_malloc_huge),
         cmocka_unit_test(test_load_out_of_memory),
         cmocka_unit_test(test_profile),
+        cmocka_unit_test(test_sizing_pass),
+        cmocka_unit_test(test_device_memory_check),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }
