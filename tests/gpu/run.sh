@@ -3,8 +3,9 @@
 # `device` tool's H200: Ubuntu 24.04, no -dev packages, no Node.js): builds Rapid with
 # CUDA, then runs
 #   ops        the op harness (tests/unit/backend/test_backend_ops.c), every op and weight
-#              type on CUDA against the CPU's scalar kernels; RP_TEST_REQUIRE_DEVICE=1 makes a
-#              missing GPU a failure, not a skip
+#              type on CUDA against the CPU's scalar kernels, then again with BF16 on the
+#              tensor cores (RP_CUDA_BF16_MMA=1); RP_TEST_REQUIRE_DEVICE=1 makes a missing GPU
+#              a failure, not a skip
 #   sanitizer  the op harness under compute-sanitizer (memcheck, then racecheck)
 #   unit       the unit and long tiers with every model-level test on CUDA (RP_TEST_DEVICE=cuda:
 #              fidelity against the transformers fixtures, determinism in and out of batches,
@@ -46,14 +47,17 @@ if has build; then
 fi
 ops=build-gpu/tests/backend_test_backend_ops
 
-if has ops; then
-    if RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$out/ops.log" 2>&1; then
-        summary ops "ok ($(grep -c '\[       OK \]' "$out/ops.log") tests passed)"
-    else
-        summary ops FAILED
-        status=1
-        grep -B2 -A6 'FAILED\|ERROR' "$out/ops.log" | head -60
-    fi
+if has ops; then # the default numerics, then BF16 on the tensor cores (RP_CUDA_BF16_MMA=1)
+    for mma in 0 1; do
+        log="$out/ops$([ $mma = 1 ] && echo -bf16-mma).log"
+        if RP_CUDA_BF16_MMA=$mma RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$log" 2>&1; then
+            summary "ops (bf16 mma $mma)" "ok ($(grep -c '\[       OK \]' "$log") tests passed)"
+        else
+            summary "ops (bf16 mma $mma)" FAILED
+            status=1
+            grep -B2 -A6 'FAILED\|ERROR' "$log" | head -60
+        fi
+    done
 fi
 
 if has sanitizer; then

@@ -50,8 +50,8 @@ void rp_cuda_use_graphs(bool on)
 }
 
 int cu_pdl = 1;
-int cu_prefetch = 1;
-int cu_bf16_mma = 1;
+int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
+int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
 
 void rp_cuda_use_pdl(bool on)
 {
@@ -1164,11 +1164,11 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     if (pdl && strcmp(pdl, "0") == 0)
         cu_pdl = 0;
     const char *mma = getenv("RP_CUDA_BF16_MMA");
-    if (mma && strcmp(mma, "0") == 0)
-        cu_bf16_mma = 0;
+    if (mma)
+        cu_bf16_mma = strcmp(mma, "0") != 0;
     const char *pf = getenv("RP_CUDA_PREFETCH");
-    if (pf && strcmp(pf, "0") == 0)
-        cu_prefetch = 0;
+    if (pf)
+        cu_prefetch = strcmp(pf, "0") != 0;
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

@@ -38,11 +38,12 @@ typedef cudaError_t (*cu_launch_fn)(const void *args, cudaStream_t s);
 // Kernels may start while the one ahead of them finishes (programmatic dependent launch,
 // cuda_common.cuh): on unless RP_CUDA_PDL=0 or rp_cuda_use_pdl(false) (cuda_backend.c).
 extern int cu_pdl;
-// Matmuls prefetch their first weights into L2 while the kernel ahead finishes: on unless
-// RP_CUDA_PREFETCH=0 (for measuring it).
+// Matmuls prefetch their first weights into L2 while the kernel ahead finishes: off
+// unless RP_CUDA_PREFETCH=1 (measured slower; kept for measuring).
 extern int cu_prefetch;
-// BF16 weights loaded from now on are tiles for the tensor cores (CU_BF16), or rows for
-// the CUDA cores (CU_BF16_ROWS) when RP_CUDA_BF16_MMA=0.
+// BF16 weights loaded from now on are rows for the CUDA cores (CU_BF16_ROWS, the default:
+// faster at one token), or tiles for the tensor cores (CU_BF16) when RP_CUDA_BF16_MMA=1
+// (faster for verification spans and batches).
 extern int cu_bf16_mma;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
@@ -56,7 +57,7 @@ enum {
     CU_Q5_K = 13,
     CU_Q6_K = 14,
     CU_BF16 = 30,
-    CU_BF16_ROWS = 1030, // BF16 kept as rows, on CUDA cores (RP_CUDA_BF16_MMA=0: for measuring the tiles)
+    CU_BF16_ROWS = 1030, // BF16 kept as rows, on CUDA cores (the default; RP_CUDA_BF16_MMA=1: CU_BF16, tiles)
 };
 
 #define CU_MAX_PLANES 4
