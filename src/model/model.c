@@ -57,6 +57,15 @@ static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
     memcpy(out, bufs, sizeof(bufs));
 }
 
+// The bytes of one buffer (0 when the model has none), or an error when they overflow.
+static rp_status buf_bytes(const scratch_buf *b, size_t *bytes)
+{
+    *bytes = 0;
+    if (b->on && !rp_mul_size(b->n, sizeof(float), bytes))
+        return RP_ERR(RP_ERR_RANGE, "activation scratch too large");
+    return RP_OK;
+}
+
 // The bytes of the scratch buffers this model has.
 static rp_status scratch_bytes(rp_model *m, uint64_t *out)
 {
@@ -65,10 +74,9 @@ static rp_status scratch_bytes(rp_model *m, uint64_t *out)
     uint64_t total = 0;
     for (int i = 0; i < N_SCRATCH; i++) {
         size_t bytes;
-        if (!bufs[i].on)
-            continue;
-        if (!rp_mul_size(bufs[i].n, sizeof(float), &bytes))
-            return RP_ERR(RP_ERR_RANGE, "activation scratch too large");
+        rp_status st = buf_bytes(&bufs[i], &bytes);
+        if (st)
+            return st;
         total += bytes;
     }
     *out = total;
@@ -84,12 +92,10 @@ static rp_status alloc_scratch(rp_model *m)
     scratch_table(m, bufs);
     for (int i = 0; i < N_SCRATCH; i++) {
         size_t bytes;
-        if (!bufs[i].on)
-            continue;
-        if (!rp_mul_size(bufs[i].n, sizeof(float), &bytes))
-            return RP_ERR(RP_ERR_RANGE, "activation scratch too large");
-        rp_status st = rp_backend_alloc(be, bytes, (void **)bufs[i].p);
+        rp_status st = buf_bytes(&bufs[i], &bytes);
         if (st)
+            return st;
+        if (bufs[i].on && (st = rp_backend_alloc(be, bytes, (void **)bufs[i].p)))
             return rp_error_prefix(st, "activation scratch");
     }
     rp_status st = rp_backend_upload(be, m->s.inv_freq, m->inv_freq, (size_t)c->head_dim / 2 * sizeof(float));
