@@ -1,5 +1,5 @@
 /*
- * model_int.h - the model's internals, shared by config.c, load_*.c and forward.c.
+ * model_int.h - the model's internals, shared by config.c, load.c, model.c and forward.c.
  */
 #ifndef RP_MODEL_INT_H
 #define RP_MODEL_INT_H
