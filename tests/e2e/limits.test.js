@@ -287,7 +287,11 @@ describe('--api-key', { skip: SKIP }, () => {
 describe('--parallel 1 --max-queue 1', { skip: SKIP }, () => {
     let server;
     before(async () => {
-        server = await startServer(['--parallel', '1', '--max-queue', '1', '--ctx', '4096']);
+        // A context long enough that the held streams cannot finish while the test looks at
+        // the full queue: the tiny model ends the "endless" reply by itself after ~2,500
+        // tokens, which took 0.5 s in CI (at ~5,000 tok/s), before the last check ran; with
+        // ignore_eos and 30,000 tokens they last until the test lets them go.
+        server = await startServer(['--parallel', '1', '--max-queue', '1', '--ctx', '32768']);
     });
     after(async () => {
         if (server) {
@@ -297,7 +301,7 @@ describe('--parallel 1 --max-queue 1', { skip: SKIP }, () => {
     });
 
     test('more requests than the queue holds → 503 with Retry-After; the server recovers', T, async (t) => {
-        const body = JSON.stringify({ model: 'm', messages: user(PROMPTS.endless), max_tokens: 3000, stream: true, temperature: 0 });
+        const body = JSON.stringify({ model: 'm', messages: user(PROMPTS.endless), max_tokens: 30000, ignore_eos: true, stream: true, temperature: 0 });
         const reqs = [];
         const answers = [];
         for (let i = 0; i < 6; i++) {
