@@ -14,7 +14,7 @@
  * mm_chunk(type) elements; split s takes chunks [s·C/S, (s+1)·C/S).
  *
  * The arithmetic, for each (row, token), whatever the number of tokens:
- * - float weights (F32, F16, BF16) multiply float32 activations: in chunk c, lane l
+ * - float weights (F32, F16, BF16 as rows) multiply float32 activations: in chunk c, lane l
  *   takes the elements [256 c + 8 l, 256 c + 8 l + 8), chunks in order, one FMA chain;
  * - quantized weights multiply activations quantized as the CPU does it (Q8_0 for the
  *   legacy types, Q8_K for the K-quants, bit for bit): the products of a block are
@@ -30,9 +30,15 @@
  * So every output depends on the weight's shape (and, through S, the GPU's SM count,
  * which the numerics string names) and the inputs, never on the number of tokens.
  *
- * This is the CUDA-core version: one-token steps are bound by reading the weights;
- * many tokens cost multiply-adds, which tensor cores would make nearly free
- * (bench/RESULTS.md measures both).
+ * That is the CUDA-core kernel (k_matmul): one-token steps are bound by reading the
+ * weights; many tokens cost multiply-adds. With RP_CUDA_BF16_MMA=1, BF16 weights are
+ * tiled at load and run on the tensor cores instead (k_matmul_tc, its own section below:
+ * 16 rows a warp, the tokens as mma's N side, float32 activations as bfloat16 parts), the
+ * same split-K and partial sums; a verification span then costs a fraction of what it
+ * does on the CUDA cores, one token somewhat more (bench/RESULTS.md measures both).
+ *
+ * Every kernel here starts with cu_wait_prior (cuda_common.cuh: kernels may start while
+ * the one ahead finishes); before it, only weights are touched (the optional L2 prefetch).
  */
 #include "cuda_common.cuh"
 
