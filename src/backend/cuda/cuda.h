@@ -19,11 +19,6 @@ int rp_cuda_device_count(const char **why);
 // ops is seen, as a CUDA graph (true, the default).
 void rp_cuda_use_graphs(bool on);
 
-// Test hook: kernels may start while the kernel ahead of them finishes (true, the default,
-// unless the environment sets RP_CUDA_PDL=0) or only after it (false). Call it before a
-// backend is opened.
-void rp_cuda_use_pdl(bool on);
-
 // Test hook: weights initialized from now on split their matmuls' K into `splits` parts
 // (1, 2, 4 or 8, even past what their rows need), or by their shape (0, the default).
 void rp_cuda_matmul_splits(int splits);

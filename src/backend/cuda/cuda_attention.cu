@@ -38,8 +38,7 @@ static_assert(CU_ATTN_SPLIT % ATTN_WARPS == 0 && CU_ATTN_SPLIT <= 32, "the merge
 __global__ void k_kv_store(const float *k, const float *v, void *kc, void *vc, bool f16, const cu_batch *b,
                            int width)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int t = blockIdx.y;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= width)
@@ -107,8 +106,7 @@ __device__ __forceinline__ int64_t key_row(const int32_t *bt, int bs, int64_t kv
 // of the outputs (NP = 2: head_dim <= 128; 4: <= 256).
 template <int G, bool F16, int NP> __global__ void __launch_bounds__(ATTN_WARPS * 32, 1) k_attn_split(cu_attn_args a)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     __shared__ __align__(16) float q[G][MAX_HD];
     __shared__ float pr[ATTN_WARPS][G][CU_ATTN_CHUNK];
     __shared__ int64_t row[ATTN_WARPS][CU_ATTN_CHUNK]; // the chunk's keys' rows in the cache (element offsets)
@@ -241,8 +239,7 @@ template <int G, bool F16, int NP> __global__ void __launch_bounds__(ATTN_WARPS 
 // order), w_s = e^(M_s - M), L = sum l_s w_s and O = sum o_s w_s in split order, O / L.
 __global__ void k_attn_merge(cu_attn_args a)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     __shared__ float w[CU_ATTN_SPLIT], lw[CU_ATTN_SPLIT];
     int t = blockIdx.x, h = blockIdx.y, hd = a.hd, tid = threadIdx.x;
     int len = a.b->pos[t] + 1;

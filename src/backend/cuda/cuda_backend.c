@@ -53,9 +53,12 @@ int cu_pdl = 1;
 int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
 int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
 
-void rp_cuda_use_pdl(bool on)
+// *flag from the environment variable `name` when it is set ("0": off, anything else: on).
+static void env_flag(const char *name, int *flag)
 {
-    cu_pdl = on;
+    const char *v = getenv(name);
+    if (v)
+        *flag = strcmp(v, "0") != 0;
 }
 
 void rp_cuda_matmul_splits(int splits)
@@ -1160,15 +1163,9 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     c->base.ops = &cuda_ops;
     c->device = device;
     c->graphable = true;
-    const char *pdl = getenv("RP_CUDA_PDL"); // (for measuring the overlap against none)
-    if (pdl && strcmp(pdl, "0") == 0)
-        cu_pdl = 0;
-    const char *mma = getenv("RP_CUDA_BF16_MMA");
-    if (mma)
-        cu_bf16_mma = strcmp(mma, "0") != 0;
-    const char *pf = getenv("RP_CUDA_PREFETCH");
-    if (pf)
-        cu_prefetch = strcmp(pf, "0") != 0;
+    env_flag("RP_CUDA_PDL", &cu_pdl); // (each for measuring a variant against the default)
+    env_flag("RP_CUDA_BF16_MMA", &cu_bf16_mma);
+    env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

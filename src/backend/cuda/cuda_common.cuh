@@ -1,7 +1,7 @@
 /*
- * cuda_common.cuh - device helpers the CUDA backend's kernels share: half and
- * bfloat16 conversions, the launch-result idiom, and reading one element of a
- * weight of any type from its planes (cuda_int.h's cu_weight), with the CPU
+ * cuda_common.cuh - device helpers the CUDA backend's kernels share: launching
+ * (cu_enqueue, cu_kernel_start), half and bfloat16 conversions, the BF16 tile layout,
+ * and reading one element of a weight of any type from its planes (cuda_int.h's cu_weight), with the CPU
  * reference's float operations, uncontracted (quant.c's dequantizers: the same
  * bits).
  */
@@ -13,34 +13,23 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-// The launch's own error (a bad configuration), or cudaSuccess; errors inside a kernel
-// show at the stream's next synchronize.
-static inline cudaError_t cu_launched(void)
-{
-    return cudaGetLastError();
-}
-
 /* ---- launching: programmatic dependent launch ----
  *
  * Every kernel is enqueued by cu_enqueue, which (while cu_pdl is on) lets it start before
  * the kernel ahead of it on the stream has finished, so that one kernel's launch and first
  * loads overlap the other's last blocks. The rule that keeps this exact: every kernel's
- * first statement is cu_wait_prior() (it returns once the kernels ahead have finished and
- * their writes are visible; since each of them waited in turn, that is every kernel
- * before), and nothing before it reads or writes activations, the KV cache or the batch;
- * only weights, which nothing in a forward writes, may be touched before it (matmuls
- * prefetch theirs into L2: cu_prefetch_l2). Right after it, cu_launch_next() lets the
- * next kernel's blocks start (they wait in their own cu_wait_prior), so at most two
- * kernels overlap.
+ * first statement is cu_kernel_start(), whose wait returns once the kernels ahead have
+ * finished and their writes are visible (since each of them waited in turn, that is every
+ * kernel before), and nothing before it reads or writes activations, the KV cache or the
+ * batch; only weights, which nothing in a forward writes, may be touched before it (matmuls
+ * may prefetch theirs into L2: cu_prefetch_l2). Right after the wait it lets the next
+ * kernel's blocks start (they wait in their own cu_kernel_start), so at most two kernels
+ * overlap.
  */
 
-__device__ __forceinline__ void cu_wait_prior(void)
+__device__ __forceinline__ void cu_kernel_start(void)
 {
     asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-
-__device__ __forceinline__ void cu_launch_next(void)
-{
     asm volatile("griddepcontrol.launch_dependents;" :::);
 }
 
@@ -51,6 +40,8 @@ __device__ __forceinline__ void cu_prefetch_l2(const void *p, uint32_t bytes)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
+// Enqueues kernel<<<grid, threads, 0, s>>>(args...), returning the launch's own error (a bad
+// configuration); errors inside a kernel show at the stream's next synchronize.
 template <typename... P, typename... A>
 static inline cudaError_t cu_enqueue(void (*kernel)(P...), dim3 grid, unsigned threads, cudaStream_t s, A... args)
 {

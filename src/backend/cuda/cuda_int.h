@@ -36,7 +36,7 @@ extern "C" {
 typedef cudaError_t (*cu_launch_fn)(const void *args, cudaStream_t s);
 
 // Kernels may start while the one ahead of them finishes (programmatic dependent launch,
-// cuda_common.cuh): on unless RP_CUDA_PDL=0 or rp_cuda_use_pdl(false) (cuda_backend.c).
+// cuda_common.cuh): on unless RP_CUDA_PDL=0 (read when a backend is opened, cuda_backend.c).
 extern int cu_pdl;
 // Matmuls prefetch their first weights into L2 while the kernel ahead finishes: off
 // unless RP_CUDA_PREFETCH=1 (measured slower; kept for measuring).

@@ -37,7 +37,7 @@
  * same split-K and partial sums; a verification span then costs a fraction of what it
  * does on the CUDA cores, one token somewhat more (bench/RESULTS.md measures both).
  *
- * Every kernel here starts with cu_wait_prior (cuda_common.cuh: kernels may start while
+ * Every kernel here starts with cu_kernel_start (cuda_common.cuh: kernels may start while
  * the one ahead finishes); before it, only weights are touched (the optional L2 prefetch).
  */
 #include "cuda_common.cuh"
@@ -423,7 +423,7 @@ template <typename X> __device__ __forceinline__ X pick(int i, const X *v)
 
 // Output k of a row group from its S warps' partials (p: the first split's warp, the
 // others after it), added in split order.
-__device__ __forceinline__ float split_sum(const float (*p)[MM_OUT], int S, int k)
+template <int N> __device__ __forceinline__ float split_sum(const float (*p)[N], int S, int k)
 {
     float v = p[0][k];
     for (int s = 1; s < S; s++)
@@ -470,7 +470,7 @@ template <int T> __device__ __forceinline__ int64_t plane0_row_bytes(int64_t col
 
 #define MM_PREFETCH 1024 // bytes of each row's split brought into L2 while the kernel before finishes
 
-// Row r's first MM_PREFETCH bytes of chunks [c0, c1) into L2 (weights only: before cu_wait_prior).
+// Row r's first MM_PREFETCH bytes of chunks [c0, c1) into L2 (weights only: before cu_kernel_start).
 template <int T> __device__ __forceinline__ void mm_prefetch(const cu_weight &W, int64_t r, int64_t c0, int64_t c1)
 {
     int64_t row = plane0_row_bytes<T>(W.cols), chunk = plane0_row_bytes<T>(mm_chunk(T));
@@ -500,8 +500,7 @@ template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_m
         if (a.glu)
             mm_prefetch<T>(a.w[1], clamp_row(W, r0 + lane), c0, c1);
     }
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     for (int t0 = 0; t0 < a.n; t0 += NT) {
         int nt = a.n - t0 < NT ? a.n - t0 : NT;
         if (active) {
@@ -654,22 +653,15 @@ __device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W
 
 // One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
 // x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
-// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8, tokens 2q and
-// 2q + 1 of each token tile.
+// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8,
+// tokens 2q and 2q + 1 of each token tile.
 template <int NTT, int WN>
 __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
                                         const float *x, int t0, int n, float *p0, float *p1)
 {
     constexpr int TOK = 8 * NTT;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    float acc[WN][NTT][TP][4];
-#pragma unroll
-    for (int w = 0; w < WN; w++)
-#pragma unroll
-        for (int tt = 0; tt < NTT; tt++)
-#pragma unroll
-            for (int p = 0; p < TP; p++)
-                acc[w][tt][p][0] = acc[w][tt][p][1] = acc[w][tt][p][2] = acc[w][tt][p][3] = 0.0f;
+    float acc[WN][NTT][TP][4] = {};
     tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
 #pragma unroll
     for (int w = 0; w < WN; w++) {
@@ -717,8 +709,7 @@ template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2
         if (a.glu)
             cu_prefetch_l2(a.w[1].plane[0] + (rb * KB + k0) * 512, bytes);
     }
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     for (int t0 = 0; t0 < a.n; t0 += TOK) {
         if (active && a.glu)
             tc_pass<NTT, 2>(W, a.w[1], rb, k0, k1, a.x, t0, a.n, part[0][warp], part[1][warp]);
@@ -730,13 +721,8 @@ template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2
                 int r = k / TOK, t = k % TOK;
                 if (r0 + r >= rows || t0 + t >= a.n)
                     continue;
-                float v = part[0][warp][k], u = a.glu ? part[1][warp][k] : 0.0f;
-                for (int ss = 1; ss < S; ss++) { // the splits in order
-                    v = __fadd_rn(v, part[0][warp + ss][k]);
-                    if (a.glu)
-                        u = __fadd_rn(u, part[1][warp + ss][k]);
-                }
-                mm_out(a, i, rows, r0 + r, t0 + t, v, u);
+                mm_out(a, i, rows, r0 + r, t0 + t, split_sum(part[0] + warp, S, k),
+                       a.glu ? split_sum(part[1] + warp, S, k) : 0.0f);
             }
         __syncthreads(); // the partials are read before the next pass writes them
     }
@@ -746,8 +732,7 @@ template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2
 // matrix), as cu_tile_offset places them.
 __global__ void k_tile_bf16(const uint16_t *raw, uint4 *tiles, int64_t rows, int64_t cols, int64_t n)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n)
         return;
@@ -821,8 +806,7 @@ extern "C" cudaError_t cu_launch_matmul(const void *args, cudaStream_t s)
 // One warp per (token, Q8_0 block): lane j takes element j.
 __global__ void k_quant_q8_0(const float *x, cu_qact qa, int64_t n_blocks)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int64_t gb = (int64_t)blockIdx.x * 4 + threadIdx.x / 32; // (token, block) index
     if (gb >= n_blocks)
         return;
@@ -841,8 +825,7 @@ __global__ void k_quant_q8_0(const float *x, cu_qact qa, int64_t n_blocks)
 // One block of 256 threads per (token, super-block): thread j takes element j.
 __global__ void k_quant_q8_K(const float *x, cu_qact qa)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     __shared__ float sa[256];
     __shared__ int si[256];
     __shared__ int8_t sq[256];

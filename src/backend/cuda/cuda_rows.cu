@@ -17,8 +17,7 @@
 
 __global__ void k_get_rows(cu_weight table, const cu_batch *b, float *out)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int t = blockIdx.y;
     int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= table.cols)
@@ -38,8 +37,7 @@ extern "C" cudaError_t cu_launch_get_rows(const void *args, cudaStream_t s)
 
 __global__ void k_gather(const float *src, float *dst, const cu_batch *b, bool logit, int width)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int i = blockIdx.y;
     const int32_t *idx = logit ? b->logit_rows : b->rows;
     int64_t r = idx[i];
@@ -111,8 +109,7 @@ __device__ __forceinline__ void store_group(float *orow, const float *w, float4 
 __global__ void __launch_bounds__(NORM_MAX_THREADS) k_rmsnorm(const float *x, const float *w, float *out, float eps,
                                                                int width)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     __shared__ double part[NORM_MAX_THREADS / 32];
     __shared__ float inv_s;
     int64_t r = blockIdx.x;
@@ -169,8 +166,7 @@ extern "C" cudaError_t cu_launch_rmsnorm(const void *args, cudaStream_t s)
 
 __global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n_head, int head_dim, bool neox)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     int t = blockIdx.y, half = head_dim / 2;
     int k = blockIdx.x * blockDim.x + threadIdx.x; // (head, pair)
     if (k >= n_head * half)
@@ -197,8 +193,7 @@ extern "C" cudaError_t cu_launch_rope(const void *args, cudaStream_t s)
 
 __global__ void k_elementwise(int op, const float *a, const float *b, float *out, size_t count, int width)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
         if (op == CU_EW_SILU_MUL) {
             float g = a[i];
@@ -236,8 +231,7 @@ __device__ __forceinline__ bool am_better(float va, int ia, float vb, int ib)
 
 __global__ void k_argmax(const float *x, int32_t *out, int width)
 {
-    cu_wait_prior();
-    cu_launch_next();
+    cu_kernel_start();
     __shared__ float sv[ARGMAX_THREADS];
     __shared__ int si[ARGMAX_THREADS];
     const float *row = x + (int64_t)blockIdx.x * width;

@@ -306,6 +306,17 @@ static void on_progress(void *ctx, double fraction)
     p->last = fraction;
 }
 
+// Quiet load parameters whose progress calls go to *log.
+static rp_model_params quiet_logged(progress_log *log)
+{
+    rp_model_params p;
+    rp_model_params_default(&p);
+    p.quiet = true;
+    p.progress = on_progress;
+    p.progress_ctx = log;
+    return p;
+}
+
 // The sizing pass before the load leaves nothing behind: the load reports its progress
 // once per layer, counts every weight once and keeps its layers and rope frequencies. A
 // shape error in the last layer is reported before any layer loads (no progress at all).
@@ -315,11 +326,7 @@ static void test_sizing_pass(void **state)
     char path[4096];
     snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3"));
     progress_log log = {0};
-    rp_model_params p;
-    rp_model_params_default(&p);
-    p.quiet = true;
-    p.progress = on_progress;
-    p.progress_ctx = &log;
+    rp_model_params p = quiet_logged(&log);
     rp_model *m = NULL;
     if (rp_test_load(path, 2, false, &p, &m))
         fail_msg("loading %s: %s", path, rp_error_message());
@@ -395,11 +402,7 @@ static void test_device_memory_check(void **state)
     }
     const char *path = rp_test_source("models/rapid-tiny");
     progress_log log = {0};
-    rp_model_params p;
-    rp_model_params_default(&p);
-    p.quiet = true;
-    p.progress = on_progress;
-    p.progress_ctx = &log;
+    rp_model_params p = quiet_logged(&log);
     rp_model *m = NULL;
     if (rp_model_load(path, be, &p, &m))
         fail_msg("loading %s: %s", path, rp_error_message());
