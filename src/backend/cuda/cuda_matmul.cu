@@ -41,6 +41,7 @@
  * the one ahead finishes); before it, only weights are touched (the optional L2 prefetch).
  */
 #include "cuda_common.cuh"
+#include "cuda_stream.cuh"
 
 #define MM_WARPS 8 // warps per block: up to 8 splits of the same rows
 #define MM_NT 4    // tokens per pass over a row
@@ -651,18 +652,14 @@ __device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W
     }
 }
 
-// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
-// x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
-// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8,
-// tokens 2q and 2q + 1 of each token tile.
+// A warp's tensor-core sums into its partials p0 (p1: glu's up) as [row · 8 NTT + token],
+// each the sum of its parts' accumulators, the last first (lo + mid, then + hi). A lane
+// holds rows g and g + 8, tokens 2q and 2q + 1 of each token tile.
 template <int NTT, int WN>
-__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
-                                        const float *x, int t0, int n, float *p0, float *p1)
+__device__ __forceinline__ void tc_store(const float (&acc)[WN][NTT][TP][4], float *p0, float *p1)
 {
     constexpr int TOK = 8 * NTT;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    float acc[WN][NTT][TP][4] = {};
-    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
 #pragma unroll
     for (int w = 0; w < WN; w++) {
         float *p = w == 0 ? p0 : p1;
@@ -680,6 +677,17 @@ __device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1
             p[(g + 8) * TOK + c] = v[2], p[(g + 8) * TOK + c + 1] = v[3];
         }
     }
+}
+
+// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
+// x) for tokens [t0, t0 + 8 NTT) (tc_store).
+template <int NTT, int WN>
+__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
+                                        const float *x, int t0, int n, float *p0, float *p1)
+{
+    float acc[WN][NTT][TP][4] = {};
+    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
+    tc_store<NTT, WN>(acc, p0, p1);
 }
 
 #define TC_PREFETCH 8 // tiles of a warp's split brought into L2 while the kernel before finishes
@@ -760,6 +768,302 @@ extern "C" cudaError_t cu_launch_tile_bf16(const uint16_t *raw, uint8_t *tiles, 
     return cu_enqueue(k_tile_bf16, dim3((unsigned)((n + 255) / 256)), 256, s, raw, (uint4 *)tiles, rows, cols, n);
 }
 
+/* ---- float weights streamed through shared memory (k_matmul_st, k_matmul_tc_st) ----
+ *
+ * The same arithmetic as k_matmul (float rows) and k_matmul_tc (BF16 tiles), bit for bit,
+ * with the weights brought in by the copy engine instead of each lane's loads: every warp
+ * owns a ring of cu_stages stages of ST_BYTES in shared memory (cuda_stream.cuh) and keeps
+ * all but one loading while it multiplies the one that landed, so the bytes in flight do
+ * not depend on the registers a lane can spare. The grid is persistent (as many blocks as
+ * fit on the GPU at once, block j taking the blocks j, j + grid, ... of the group's union
+ * that k_matmul would launch), so a warp's ring runs on from one block's rows into the
+ * next block's, and its first stages load before cu_kernel_start, while the kernel ahead
+ * finishes. A warp's steps: for each block it takes, for each pass over the tokens, its
+ * split's chunks in order, ST_BYTES at a time (rows: the gate's steps, then the up's).
+ */
+
+#define ST_BYTES 4096 // a warp's stage
+
+// Chunks (rows: 256 elements of each of a warp's rows) or tiles (per weight) in a stage.
+template <int T> __host__ __device__ constexpr int st_chunk_bytes()
+{
+    return T == CU_F32 ? 1024 : 512;
+}
+template <int T> __host__ __device__ constexpr int st_per_step(int wn)
+{
+    return mm_tc(T) ? ST_BYTES / (512 * wn) : ST_BYTES / (mm_rows(T) * st_chunk_bytes<T>());
+}
+
+// A warp's share of one block of the group's union: member i, its first row r0 (tiles:
+// 16 rb), its split [c0, c1) in chunks (tiles: in tiles), steps of one pass; on: it has
+// rows (a split may be empty when the splits are forced: its partials are zeros).
+struct st_item {
+    int i, steps;
+    bool on;
+    int64_t r0, c0, c1;
+};
+
+template <int T> __device__ __forceinline__ st_item st_item_of(const cu_matmul_args &a, int64_t b, int warp)
+{
+    st_item it;
+    it.i = mm_member(a, &b);
+    const cu_weight W = pick(it.i, a.w);
+    int S = W.splits, s = warp % S, wn = a.glu ? 2 : 1, g = st_per_step<T>(wn);
+    int64_t unit = b * (MM_WARPS / S) + warp / S, chunks = (W.cols + 255) / 256;
+    it.c0 = s * chunks / S, it.c1 = (s + 1) * chunks / S;
+    if (mm_tc(T)) {
+        int64_t KB = cu_tiles_k(W.cols);
+        it.r0 = 16 * unit, it.c0 *= 16, it.c1 = 16 * it.c1 < KB ? 16 * it.c1 : KB;
+        it.steps = (int)((it.c1 - it.c0 + g - 1) / g);
+    } else {
+        it.r0 = unit * mm_rows(T);
+        it.steps = wn * (int)((it.c1 - it.c0 + g - 1) / g);
+    }
+    it.on = it.r0 < W.rows;
+    if (!it.on || it.c1 <= it.c0)
+        it.steps = 0;
+    return it;
+}
+
+// Blocks of the group's union.
+__device__ __forceinline__ int64_t st_blocks(const cu_matmul_args &a)
+{
+    int64_t n = 0;
+    for (int k = 0; k < CU_MM_GROUP; k++)
+        if (k < (a.glu ? 1 : a.count))
+            n += mm_blocks(pick(k, a.w));
+    return n;
+}
+
+// The copies of a warp's steps, in the order its loop consumes them: a cursor over (block,
+// pass, step), and lane 0 issuing the one under it into the ring's next stage.
+template <int T> struct st_producer {
+    const cu_matmul_args &a;
+    int warp, passes;
+    int64_t b, total, issued;
+    int j; // step among the block's passes · steps
+    st_item it;
+
+    __device__ st_producer(const cu_matmul_args &args, int w, int p, int64_t tot)
+        : a(args), warp(w), passes(p), b(blockIdx.x), total(tot), issued(0), j(0)
+    {
+        if (b < total)
+            it = st_item_of<T>(a, b, warp);
+        settle();
+    }
+    __device__ bool live() const
+    {
+        return b < total;
+    }
+    __device__ void settle() // onto the next step that exists
+    {
+        while (b < total && j >= passes * it.steps) {
+            b += gridDim.x, j = 0;
+            if (b < total)
+                it = st_item_of<T>(a, b, warp);
+        }
+    }
+    __device__ void issue(const cu_ring &r)
+    {
+        int s = (int)(issued % r.stages), step = j % it.steps;
+        if (threadIdx.x % 32 == 0) {
+            const cu_weight W = pick(it.i, a.w);
+            int64_t cols = W.cols;
+            if (mm_tc(T)) {
+                int wn = a.glu ? 2 : 1, g = st_per_step<T>(wn);
+                int64_t kb = it.c0 + (int64_t)step * g, nt = it.c1 - kb < g ? it.c1 - kb : g;
+                uint32_t bytes = (uint32_t)(nt * 512);
+                ring_fill(r, s, wn * bytes);
+                int64_t at = ((it.r0 / 16) * cu_tiles_k(cols) + kb) * 512;
+                ring_copy(r, s, 0, W.plane[0] + at, bytes);
+                if (wn == 2)
+                    ring_copy(r, s, (uint32_t)(g * 512), a.w[1].plane[0] + at, bytes);
+            } else {
+                constexpr int R = mm_rows(T), ES = T == CU_F32 ? 4 : 2;
+                int g = st_per_step<T>(a.glu ? 2 : 1), per = (int)((it.c1 - it.c0 + g - 1) / g);
+                const uint8_t *base = step >= per ? a.w[1].plane[0] : W.plane[0]; // glu: the up's steps second
+                int64_t cs = it.c0 + (int64_t)(step % per) * g, ce = cs + g < it.c1 ? cs + g : it.c1;
+                int64_t e0 = 256 * cs, e1 = 256 * ce < cols ? 256 * ce : cols;
+                uint32_t bytes = (uint32_t)((e1 - e0) * ES);
+                ring_fill(r, s, R * bytes);
+                for (int k = 0; k < R; k++)
+                    ring_copy(r, s, (uint32_t)(k * g * st_chunk_bytes<T>()),
+                              base + (clamp_row(W, it.r0 + k) * cols + e0) * ES, bytes);
+            }
+        }
+        issued++, j++;
+        settle();
+    }
+};
+
+// Sets up a warp's ring in the dynamic shared memory and issues its first stages (weights
+// only: before cu_kernel_start).
+template <int T>
+__device__ __forceinline__ cu_ring st_start(uint8_t *smem, int stages, int warp, st_producer<T> &P)
+{
+    cu_ring r;
+    r.stages = stages, r.stage = ST_BYTES;
+    r.buf = smem + (size_t)warp * stages * ST_BYTES;
+    r.bar = (uint64_t *)(smem + (size_t)MM_WARPS * stages * ST_BYTES) + warp * stages;
+    ring_init(r);
+    for (int k = 0; k < stages && P.live(); k++)
+        P.issue(r);
+    return r;
+}
+
+// After step q (counted over the warp's whole run) is read: its stage takes the next copy.
+template <int T> __device__ __forceinline__ void st_next(const cu_ring &r, st_producer<T> &P)
+{
+    __syncwarp();
+    if (P.live())
+        P.issue(r);
+}
+
+// Float rows (F32, F16, BF16 as rows) on CUDA cores, streamed: k_matmul's arithmetic.
+template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 1) k_matmul_st(cu_matmul_args a, int stages)
+{
+    constexpr int R = mm_rows(T), CB = st_chunk_bytes<T>(), ES = T == CU_F32 ? 4 : 2;
+    static_assert(R * NT <= MM_OUT, "a warp's outputs fit its partials");
+    extern __shared__ __align__(128) uint8_t st_smem[];
+    __shared__ float part[2][MM_WARPS][MM_OUT];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, passes = (a.n + NT - 1) / NT;
+    int64_t total = st_blocks(a), q = 0;
+    st_producer<T> P(a, warp, passes, total);
+    cu_ring ring = st_start<T>(st_smem, stages, warp, P);
+    cu_kernel_start();
+    int g = st_per_step<T>(a.glu ? 2 : 1);
+    for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+        st_item it = st_item_of<T>(a, b, warp);
+        int64_t bb = b;
+        int i = mm_member(a, &bb);
+        const cu_weight W = pick(i, a.w);
+        int S = W.splits, s = warp % S, per = a.glu ? it.steps / 2 : it.steps;
+        int64_t cols = W.cols, rows = W.rows;
+        for (int t0 = 0; t0 < a.n; t0 += NT) {
+            int nt = a.n - t0 < NT ? a.n - t0 : NT;
+            float acc[2][R][NT]; // the gate's (or the one weight's) sums, the up's
+            for (int w = 0; w < 2; w++)
+                for (int r = 0; r < R; r++)
+                    for (int t = 0; t < NT; t++)
+                        acc[w][r][t] = 0;
+            for (int step = 0; step < it.steps; step++, q++) {
+                int st = (int)(q % stages);
+                ring_wait(ring, st, (uint32_t)((q / stages) & 1));
+                const uint8_t *sb = ring_stage(ring, st);
+                int64_t cs = it.c0 + (int64_t)(step % per) * g, ce = cs + g < it.c1 ? cs + g : it.c1;
+                int64_t end = 256 * it.c1 < cols ? 256 * it.c1 : cols;
+#pragma unroll
+                for (int u = 0; u < st_per_step<T>(1); u++) {
+                    int64_t e = 256 * (cs + u) + 8 * lane;
+                    if (u >= g || cs + u >= ce || e >= end)
+                        break;
+                    raw8 w[R];
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        const uint4 *p = (const uint4 *)(sb + r * g * CB + u * CB + lane * 8 * ES);
+                        w[r].v[0] = p[0];
+                        if (T == CU_F32)
+                            w[r].v[1] = p[1];
+                    }
+                    if (step < per)
+                        dot8<T, R, NT>(w, a.x, cols, e, t0, nt, acc[0]);
+                    else
+                        dot8<T, R, NT>(w, a.x, cols, e, t0, nt, acc[1]);
+                }
+                st_next<T>(ring, P);
+            }
+            if (it.on) // the split's partials (split_dot's shuffle tree)
+                for (int w = 0; w < (a.glu ? 2 : 1); w++)
+#pragma unroll
+                    for (int r = 0; r < R; r++)
+#pragma unroll
+                        for (int t = 0; t < NT; t++) {
+                            float v = w ? acc[1][r][t] : acc[0][r][t];
+                            for (int off = 16; off > 0; off >>= 1)
+                                v += __shfl_xor_sync(0xffffffffu, v, off);
+                            if (lane == 0)
+                                part[w][warp][r * NT + t] = v;
+                        }
+            __syncthreads();
+            int r = lane / NT, t = lane % NT;
+            if (it.on && s == 0 && lane < R * NT && it.r0 + r < rows && t < nt)
+                mm_out(a, i, rows, it.r0 + r, t0 + t, split_sum(part[0] + warp, S, lane),
+                       a.glu ? split_sum(part[1] + warp, S, lane) : 0.0f);
+            __syncthreads();
+        }
+    }
+}
+
+// BF16 tiles on the tensor cores, streamed: k_matmul_tc's arithmetic.
+template <int NTT>
+__global__ void __launch_bounds__(MM_WARPS * 32, 1) k_matmul_tc_st(cu_matmul_args a, int stages)
+{
+    constexpr int TOK = 8 * NTT;
+    extern __shared__ __align__(128) uint8_t st_smem[];
+    __shared__ float part[2][MM_WARPS][16 * TOK];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, passes = (a.n + TOK - 1) / TOK;
+    int64_t total = st_blocks(a), q = 0;
+    st_producer<CU_BF16> P(a, warp, passes, total);
+    cu_ring ring = st_start<CU_BF16>(st_smem, stages, warp, P);
+    cu_kernel_start();
+    int wn = a.glu ? 2 : 1, g = st_per_step<CU_BF16>(wn);
+    for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
+        st_item it = st_item_of<CU_BF16>(a, b, warp);
+        int64_t bb = b;
+        int i = mm_member(a, &bb);
+        const cu_weight W = pick(i, a.w);
+        int S = W.splits, s = warp % S;
+        int64_t cols = W.cols, rows = W.rows;
+        for (int t0 = 0; t0 < a.n; t0 += TOK) {
+            float acc[2][NTT][TP][4] = {};
+            for (int step = 0; step < it.steps; step++, q++) {
+                int st = (int)(q % stages);
+                ring_wait(ring, st, (uint32_t)((q / stages) & 1));
+                const uint8_t *sb = ring_stage(ring, st);
+                int64_t kb = it.c0 + (int64_t)step * g;
+#pragma unroll
+                for (int u = 0; u < st_per_step<CU_BF16>(1); u++) {
+                    if (u >= g || kb + u >= it.c1)
+                        break;
+                    uint32_t bf[NTT][TP][2];
+                    tc_bfrag<NTT>(a.x, cols, t0, a.n, kb + u, bf);
+                    uint4 w0 = *(const uint4 *)(sb + u * 512 + lane * 16);
+#pragma unroll
+                    for (int tt = 0; tt < NTT; tt++)
+#pragma unroll
+                        for (int p = 0; p < TP; p++)
+                            mma_bf16(acc[0][tt][p], w0, bf[tt][p][0], bf[tt][p][1]);
+                    if (a.glu) {
+                        uint4 w1 = *(const uint4 *)(sb + (g + u) * 512 + lane * 16);
+#pragma unroll
+                        for (int tt = 0; tt < NTT; tt++)
+#pragma unroll
+                            for (int p = 0; p < TP; p++)
+                                mma_bf16(acc[1][tt][p], w1, bf[tt][p][0], bf[tt][p][1]);
+                    }
+                }
+                st_next<CU_BF16>(ring, P);
+            }
+            if (it.on) {
+                tc_store<NTT, 1>((const float(&)[1][NTT][TP][4])acc[0], part[0][warp], NULL);
+                if (a.glu)
+                    tc_store<NTT, 1>((const float(&)[1][NTT][TP][4])acc[1], part[1][warp], NULL);
+            }
+            __syncthreads();
+            int64_t r0 = it.r0;
+            if (it.on && s == 0)
+                for (int k = lane; k < 16 * TOK; k += 32) {
+                    int r = k / TOK, t = k % TOK;
+                    if (r0 + r >= rows || t0 + t >= a.n)
+                        continue;
+                    mm_out(a, i, rows, r0 + r, t0 + t, split_sum(part[0] + warp, S, k),
+                           a.glu ? split_sum(part[1] + warp, S, k) : 0.0f);
+                }
+            __syncthreads();
+        }
+    }
+}
+
 /* ---- launching ---- */
 
 extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
@@ -772,12 +1076,73 @@ extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
     return s;
 }
 
+// Blocks of each streamed kernel the GPU holds at once (cu_matmul_init), by st_id.
+static int st_cap[8];
+
+template <int T, int NT> constexpr int st_id()
+{
+    return mm_tc(T) ? 6 + (NT > 1) : 2 * (T == CU_F32 ? 0 : T == CU_F16 ? 1 : 2) + (NT > 1);
+}
+
+static size_t st_smem_bytes(void)
+{
+    return (size_t)MM_WARPS * cu_stages * (ST_BYTES + 8);
+}
+
+template <typename... P> static cudaError_t st_prepare(void (*k)(P...), int n_sm, int *cap)
+{
+    size_t smem = st_smem_bytes();
+    int per = 0;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, MM_WARPS * 32, smem);
+    if (e == cudaSuccess && per < 1)
+        e = cudaErrorInvalidConfiguration; // cu_stages too many for the shared memory
+    *cap = per * n_sm;
+    return e;
+}
+
+extern "C" cudaError_t cu_matmul_init(int n_sm)
+{
+    cudaError_t e = cudaSuccess;
+#define ST_PREPARE(k, id)                                                                                              \
+    if (e == cudaSuccess)                                                                                              \
+        e = st_prepare(k, n_sm, &st_cap[id]);
+    ST_PREPARE((k_matmul_st<CU_F32, 1>), (st_id<CU_F32, 1>()))
+    ST_PREPARE((k_matmul_st<CU_F32, MM_NT>), (st_id<CU_F32, MM_NT>()))
+    ST_PREPARE((k_matmul_st<CU_F16, 1>), (st_id<CU_F16, 1>()))
+    ST_PREPARE((k_matmul_st<CU_F16, MM_NT>), (st_id<CU_F16, MM_NT>()))
+    ST_PREPARE((k_matmul_st<CU_BF16_ROWS, 1>), (st_id<CU_BF16_ROWS, 1>()))
+    ST_PREPARE((k_matmul_st<CU_BF16_ROWS, MM_NT>), (st_id<CU_BF16_ROWS, MM_NT>()))
+    ST_PREPARE((k_matmul_tc_st<1>), (st_id<CU_BF16, 1>()))
+    ST_PREPARE((k_matmul_tc_st<2>), (st_id<CU_BF16, MM_NT>()))
+#undef ST_PREPARE
+    return e;
+}
+
+// A streamed kernel's launch: persistent, as many blocks as the GPU holds (or fewer).
+template <int T, int NT, typename... P>
+static cudaError_t launch_st(void (*k)(P...), const cu_matmul_args *a, int64_t blocks, cudaStream_t s)
+{
+    int64_t cap = st_cap[st_id<T, NT>()];
+    unsigned nb = (unsigned)(blocks < cap ? blocks : cap);
+    return cu_enqueue_smem(k, dim3(nb), MM_WARPS * 32, st_smem_bytes(), s, *a, cu_stages);
+}
+
 template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cudaStream_t s)
 {
     int64_t blocks = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
         blocks += mm_blocks(a->w[i]);
     unsigned nb = (unsigned)blocks;
+    if (cu_stream)
+        switch (a->w[0].type) {
+        case CU_F32: return launch_st<CU_F32, NT>(k_matmul_st<CU_F32, NT>, a, blocks, s);
+        case CU_F16: return launch_st<CU_F16, NT>(k_matmul_st<CU_F16, NT>, a, blocks, s);
+        case CU_BF16_ROWS: return launch_st<CU_BF16_ROWS, NT>(k_matmul_st<CU_BF16_ROWS, NT>, a, blocks, s);
+        case CU_BF16: return launch_st<CU_BF16, NT>(k_matmul_tc_st<NT == 1 ? 1 : 2>, a, blocks, s);
+        default: break;
+        }
     switch (a->w[0].type) {
     case CU_F32: return cu_enqueue(k_matmul<CU_F32, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_F16: return cu_enqueue(k_matmul<CU_F16, NT>, dim3(nb), MM_WARPS * 32, s, *a);
