@@ -53,7 +53,6 @@ int cu_pdl = 1;
 int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
 int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
 int cu_stream = 1;
-int cu_stages = 4;
 
 // *flag from the environment variable `name` when it is set ("0": off, anything else: on).
 static void env_flag(const char *name, int *flag)
@@ -1169,9 +1168,6 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     env_flag("RP_CUDA_BF16_MMA", &cu_bf16_mma);
     env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
     env_flag("RP_CUDA_STREAM", &cu_stream);
-    const char *stages = getenv("RP_CUDA_STAGES");
-    if (stages && atoi(stages) >= 2 && atoi(stages) <= 8)
-        cu_stages = atoi(stages);
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

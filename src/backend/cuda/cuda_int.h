@@ -46,9 +46,9 @@ extern int cu_prefetch;
 // (faster for verification spans and batches).
 extern int cu_bf16_mma;
 // Float weights' matmuls stream their weights through shared memory (k_matmul_st,
-// k_matmul_tc_st: the same arithmetic), cu_stages stages a warp: on unless
-// RP_CUDA_STREAM=0; RP_CUDA_STAGES sets the stages (read when a backend is opened).
-extern int cu_stream, cu_stages;
+// k_matmul_tc_st: the same arithmetic): on unless RP_CUDA_STREAM=0 (read when a backend
+// is opened).
+extern int cu_stream;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
