@@ -52,7 +52,6 @@ void rp_cuda_use_graphs(bool on)
 int cu_pdl = 1;
 int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
 int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
-int cu_stream = 1;
 
 // *flag from the environment variable `name` when it is set ("0": off, anything else: on).
 static void env_flag(const char *name, int *flag)
@@ -1167,7 +1166,6 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     env_flag("RP_CUDA_PDL", &cu_pdl); // (each for measuring a variant against the default)
     env_flag("RP_CUDA_BF16_MMA", &cu_bf16_mma);
     env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
-    env_flag("RP_CUDA_STREAM", &cu_stream);
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||
@@ -1182,12 +1180,6 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
         return RP_ERR(RP_ERR_UNSUPPORTED, "device cuda:%d: %s has compute capability %d.%d; this build's kernels need 9.0 "
                       "(Hopper) or newer",
                       device, c->prop.name, c->prop.major, c->prop.minor);
-    }
-    if ((e = cu_matmul_init(c->prop.multiProcessorCount)) != cudaSuccess) {
-        st = cu_error(NULL, e, "preparing the matmul kernels", __FILE__, __LINE__);
-        cudaStreamDestroy(c->stream);
-        rp_free(c);
-        return st;
     }
     if ((st = rp_pool_create(p->n_threads > 0 ? p->n_threads : rp_cpu_count(), &c->pool))) {
         cudaStreamDestroy(c->stream);

@@ -40,11 +40,10 @@ __device__ __forceinline__ void cu_prefetch_l2(const void *p, uint32_t bytes)
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 }
 
-// Enqueues kernel<<<grid, threads, smem, s>>>(args...), returning the launch's own error (a bad
+// Enqueues kernel<<<grid, threads, 0, s>>>(args...), returning the launch's own error (a bad
 // configuration); errors inside a kernel show at the stream's next synchronize.
 template <typename... P, typename... A>
-static inline cudaError_t cu_enqueue_smem(void (*kernel)(P...), dim3 grid, unsigned threads, size_t smem,
-                                          cudaStream_t s, A... args)
+static inline cudaError_t cu_enqueue(void (*kernel)(P...), dim3 grid, unsigned threads, cudaStream_t s, A... args)
 {
     cudaLaunchAttribute at;
     at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -52,18 +51,11 @@ static inline cudaError_t cu_enqueue_smem(void (*kernel)(P...), dim3 grid, unsig
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cfg.attrs = &at;
     cfg.numAttrs = cu_pdl ? 1 : 0;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
     return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-template <typename... P, typename... A>
-static inline cudaError_t cu_enqueue(void (*kernel)(P...), dim3 grid, unsigned threads, cudaStream_t s, A... args)
-{
-    return cu_enqueue_smem(kernel, grid, threads, 0, s, args...);
 }
 
 __device__ __forceinline__ float cu_h2f(uint16_t h)

@@ -45,10 +45,6 @@ extern int cu_prefetch;
 // faster at one token), or tiles for the tensor cores (CU_BF16) when RP_CUDA_BF16_MMA=1
 // (faster for verification spans and batches).
 extern int cu_bf16_mma;
-// Float weights' matmuls stream their weights through shared memory (k_matmul_st,
-// k_matmul_tc_st: the same arithmetic): on unless RP_CUDA_STREAM=0 (read when a backend
-// is opened).
-extern int cu_stream;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
@@ -137,8 +133,6 @@ typedef struct cu_matmul_args {
     bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
-// Once per device, before any matmul: the streamed kernels' shared memory and grids.
-cudaError_t cu_matmul_init(int n_sm);
 
 // The K-splits of a weight's matmuls (1, 2, 4 or 8): the fewest that give a GPU of n_sm
 // SMs enough warps, each split keeping a few chunks of K (cuda_matmul.cu). A function of

@@ -41,7 +41,6 @@
  * the one ahead finishes); before it, only weights are touched (the optional L2 prefetch).
  */
 #include "cuda_common.cuh"
-#include "cuda_stream.cuh"
 
 #define MM_WARPS 8 // warps per block: up to 8 splits of the same rows
 #define MM_NT 4    // tokens per pass over a row
@@ -482,7 +481,10 @@ template <int T> __device__ __forceinline__ void mm_prefetch(const cu_weight &W,
 }
 
 // Blocks an SM at least: 3 (at most 80 registers a thread, 24 warps an SM) for the
-// one-token kernels whose sums fit without spilling, else 2 (128 registers, 16 warps).
+// one-token kernels whose sums fit so without spilling (float weights, Q8_0, Q6_K), else 2
+// (128 registers, 16 warps). A one-token matmul waits on its weight loads (ncu: three
+// quarters of its warps' cycles), so more warps keep more bytes in flight (bench/RESULTS.md,
+// session 15).
 __host__ __device__ constexpr int mm_min_blocks(int t, int nt)
 {
     return nt == 1 && (mm_float(t) || t == CU_Q8_0 || t == CU_Q6_K) ? 3 : 2;
@@ -659,14 +661,18 @@ __device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W
     }
 }
 
-// A warp's tensor-core sums into its partials p0 (p1: glu's up) as [row · 8 NTT + token],
-// each the sum of its parts' accumulators, the last first (lo + mid, then + hi). A lane
-// holds rows g and g + 8, tokens 2q and 2q + 1 of each token tile.
+// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
+// x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
+// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8,
+// tokens 2q and 2q + 1 of each token tile.
 template <int NTT, int WN>
-__device__ __forceinline__ void tc_store(const float (&acc)[WN][NTT][TP][4], float *p0, float *p1)
+__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
+                                        const float *x, int t0, int n, float *p0, float *p1)
 {
     constexpr int TOK = 8 * NTT;
     int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    float acc[WN][NTT][TP][4] = {};
+    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
 #pragma unroll
     for (int w = 0; w < WN; w++) {
         float *p = w == 0 ? p0 : p1;
@@ -684,17 +690,6 @@ __device__ __forceinline__ void tc_store(const float (&acc)[WN][NTT][TP][4], flo
             p[(g + 8) * TOK + c] = v[2], p[(g + 8) * TOK + c + 1] = v[3];
         }
     }
-}
-
-// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
-// x) for tokens [t0, t0 + 8 NTT) (tc_store).
-template <int NTT, int WN>
-__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
-                                        const float *x, int t0, int n, float *p0, float *p1)
-{
-    float acc[WN][NTT][TP][4] = {};
-    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
-    tc_store<NTT, WN>(acc, p0, p1);
 }
 
 #define TC_PREFETCH 8 // tiles of a warp's split brought into L2 while the kernel before finishes
@@ -775,333 +770,6 @@ extern "C" cudaError_t cu_launch_tile_bf16(const uint16_t *raw, uint8_t *tiles, 
     return cu_enqueue(k_tile_bf16, dim3((unsigned)((n + 255) / 256)), 256, s, raw, (uint4 *)tiles, rows, cols, n);
 }
 
-/* ---- float weights streamed through shared memory (k_matmul_st, k_matmul_tc_st) ----
- *
- * The same arithmetic as k_matmul (float rows) and k_matmul_tc (BF16 tiles), bit for bit,
- * with the weights brought in by the copy engine instead of each lane's loads: every warp
- * owns a ring of ST_STAGES stages of ST_BYTES in shared memory (cuda_stream.cuh) and keeps
- * the others loading while it multiplies the one that landed, so the bytes in flight do
- * not take a lane's registers. The grid is persistent (as many blocks as fit on the GPU at
- * once, block j taking the blocks j, j + grid, ... of the group's union that k_matmul
- * would launch), so a warp's ring runs on from one block's rows into the next block's, and
- * its first stages load before cu_kernel_start, while the kernel ahead finishes. A warp's
- * steps: for each block it takes, for each pass over the tokens, its split's chunks in
- * order, ST_BYTES at a time (rows: the gate's steps, then the up's; tiles: both at once).
- * A step's activations are loaded before the wait for its weights.
- */
-
-#define ST_BYTES 2048 // a warp's stage
-#define ST_STAGES 4   // stages a warp (a power of two)
-
-// Chunks (rows: 256 elements of each of a warp's rows) or tiles (per weight) in a stage.
-template <int T> __host__ __device__ constexpr int st_chunk_bytes()
-{
-    return T == CU_F32 ? 1024 : 512;
-}
-template <int T> __host__ __device__ constexpr int st_per_step(int wn)
-{
-    return mm_tc(T) ? ST_BYTES / (512 * wn) : ST_BYTES / (mm_rows(T) * st_chunk_bytes<T>());
-}
-
-// A warp's share of one block of the group's union: member i, its first row r0 (tiles:
-// 16 rb), its split [c0, c1) in chunks (tiles: in tiles), its steps a weight (per) and a
-// pass (steps); on: it has rows (a split may be empty when the splits are forced: its
-// partials are zeros).
-struct st_item {
-    int i, per, steps;
-    bool on;
-    int64_t r0;
-    int c0, c1;
-};
-
-template <int T> __device__ __forceinline__ st_item st_item_of(const cu_matmul_args &a, int64_t b, int warp)
-{
-    st_item it;
-    it.i = mm_member(a, &b);
-    const cu_weight W = pick(it.i, a.w);
-    int S = W.splits, s = warp % S, wn = a.glu ? 2 : 1, g = st_per_step<T>(wn);
-    int64_t unit = b * (MM_WARPS / S) + warp / S;
-    int chunks = (int)((W.cols + 255) / 256);
-    it.c0 = s * chunks / S, it.c1 = (s + 1) * chunks / S;
-    if (mm_tc(T)) {
-        int KB = (int)cu_tiles_k(W.cols);
-        it.r0 = 16 * unit, it.c0 *= 16, it.c1 = 16 * it.c1 < KB ? 16 * it.c1 : KB;
-    } else {
-        it.r0 = unit * mm_rows(T);
-    }
-    it.on = it.r0 < W.rows;
-    it.per = it.on && it.c1 > it.c0 ? (it.c1 - it.c0 + g - 1) / g : 0;
-    it.steps = mm_tc(T) ? it.per : wn * it.per;
-    return it;
-}
-
-// Blocks of the group's union.
-__device__ __forceinline__ int64_t st_blocks(const cu_matmul_args &a)
-{
-    int64_t n = 0;
-    for (int k = 0; k < CU_MM_GROUP; k++)
-        if (k < (a.glu ? 1 : a.count))
-            n += mm_blocks(pick(k, a.w));
-    return n;
-}
-
-// The copies of a warp's steps, in the order its loop consumes them: a cursor over (block,
-// pass, step), and lane 0 issuing the one under it into the ring's next stage.
-template <int T> struct st_producer {
-    int warp, passes, pass, step;
-    uint32_t issued;
-    int64_t b, total;
-    st_item it;
-
-    __device__ st_producer(const cu_matmul_args &a, int w, int p, int64_t tot)
-        : warp(w), passes(p), pass(0), step(0), issued(0), b(blockIdx.x), total(tot)
-    {
-        if (b < total)
-            it = st_item_of<T>(a, b, warp);
-        settle(a);
-    }
-    __device__ bool live() const
-    {
-        return b < total;
-    }
-    __device__ void settle(const cu_matmul_args &a) // onto the next step that exists
-    {
-        while (b < total && step >= it.steps) {
-            step = 0;
-            if (++pass < passes && it.steps)
-                break;
-            pass = 0, b += gridDim.x;
-            if (b < total)
-                it = st_item_of<T>(a, b, warp);
-        }
-    }
-    __device__ void issue(const cu_matmul_args &a, const cu_ring &r)
-    {
-        int s = (int)(issued % ST_STAGES);
-        if (threadIdx.x % 32 == 0) {
-            const cu_weight W = pick(it.i, a.w);
-            int64_t cols = W.cols;
-            if (mm_tc(T)) {
-                int wn = a.glu ? 2 : 1, g = st_per_step<T>(wn);
-                int kb = it.c0 + step * g, nt = it.c1 - kb < g ? it.c1 - kb : g;
-                uint32_t bytes = (uint32_t)(nt * 512);
-                ring_fill(r, s, wn * bytes);
-                int64_t at = ((it.r0 / 16) * cu_tiles_k(cols) + kb) * 512;
-                ring_copy(r, s, 0, W.plane[0] + at, bytes);
-                if (wn == 2)
-                    ring_copy(r, s, (uint32_t)(g * 512), a.w[1].plane[0] + at, bytes);
-            } else {
-                constexpr int R = mm_rows(T), ES = T == CU_F32 ? 4 : 2, g = st_per_step<T>(1);
-                bool up = step >= it.per; // glu: the up's steps second
-                const uint8_t *base = up ? a.w[1].plane[0] : W.plane[0];
-                int cs = it.c0 + (up ? step - it.per : step) * g, ce = cs + g < it.c1 ? cs + g : it.c1;
-                int64_t e0 = 256 * (int64_t)cs, e1 = 256 * (int64_t)ce < cols ? 256 * (int64_t)ce : cols;
-                uint32_t bytes = (uint32_t)((e1 - e0) * ES);
-                ring_fill(r, s, R * bytes);
-                for (int k = 0; k < R; k++)
-                    ring_copy(r, s, (uint32_t)(k * g * st_chunk_bytes<T>()),
-                              base + (clamp_row(W, it.r0 + k) * cols + e0) * ES, bytes);
-            }
-        }
-        issued++, step++;
-        settle(a);
-    }
-};
-
-// Sets up a warp's ring in the dynamic shared memory and issues its first stages (weights
-// only: before cu_kernel_start).
-template <int T>
-__device__ __forceinline__ cu_ring st_start(const cu_matmul_args &a, uint8_t *smem, int warp, st_producer<T> &P)
-{
-    cu_ring r;
-    r.stages = ST_STAGES, r.stage = ST_BYTES;
-    r.buf = smem + (size_t)warp * ST_STAGES * ST_BYTES;
-    r.bar = (uint64_t *)(smem + (size_t)MM_WARPS * ST_STAGES * ST_BYTES) + warp * ST_STAGES;
-    ring_init(r);
-    for (int k = 0; k < ST_STAGES && P.live(); k++)
-        P.issue(a, r);
-    return r;
-}
-
-// Step q's weights (q counted over the warp's whole run).
-__device__ __forceinline__ const uint8_t *st_wait(const cu_ring &r, uint32_t q)
-{
-    ring_wait(r, (int)(q % ST_STAGES), (q / ST_STAGES) & 1);
-    return ring_stage(r, (int)(q % ST_STAGES));
-}
-
-// After a step is read: its stage takes the next copy.
-template <int T> __device__ __forceinline__ void st_next(const cu_matmul_args &a, const cu_ring &r, st_producer<T> &P)
-{
-    __syncwarp();
-    if (P.live())
-        P.issue(a, r);
-}
-
-#define ST_SMEM ((size_t)MM_WARPS * ST_STAGES * (ST_BYTES + 8)) // a block's rings and barriers
-
-// Float rows (F32, F16, BF16 as rows) on CUDA cores, streamed: k_matmul's arithmetic.
-template <int T, int NT> __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_st(cu_matmul_args a)
-{
-    constexpr int R = mm_rows(T), CB = st_chunk_bytes<T>(), ES = T == CU_F32 ? 4 : 2, G = st_per_step<T>(1);
-    static_assert(R * NT <= MM_OUT, "a warp's outputs fit its partials");
-    extern __shared__ __align__(128) uint8_t st_smem[];
-    __shared__ float part[2][MM_WARPS][MM_OUT];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, passes = (a.n + NT - 1) / NT;
-    int64_t total = st_blocks(a);
-    uint32_t q = 0;
-    st_producer<T> P(a, warp, passes, total);
-    cu_ring ring = st_start<T>(a, st_smem, warp, P);
-    cu_kernel_start();
-    for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
-        st_item it = st_item_of<T>(a, b, warp);
-        const cu_weight W = pick(it.i, a.w);
-        int S = W.splits, s = warp % S;
-        int64_t cols = W.cols, rows = W.rows, end = 256 * (int64_t)it.c1 < cols ? 256 * (int64_t)it.c1 : cols;
-        for (int t0 = 0; t0 < a.n; t0 += NT) {
-            int nt = a.n - t0 < NT ? a.n - t0 : NT;
-            float acc[2][R][NT]; // the gate's (or the one weight's) sums, the up's
-            for (int w = 0; w < 2; w++)
-                for (int r = 0; r < R; r++)
-                    for (int t = 0; t < NT; t++)
-                        acc[w][r][t] = 0;
-            for (int step = 0; step < it.steps; step++, q++) {
-                bool up = step >= it.per;
-                int cs = it.c0 + (up ? step - it.per : step) * G;
-                float4 xv[G][2]; // one token's activations, loaded before the weights are waited for
-                if (NT == 1)
-#pragma unroll
-                    for (int u = 0; u < G; u++) {
-                        int64_t e = 256 * (int64_t)(cs + u) + 8 * lane;
-                        if (cs + u < it.c1 && e < end) {
-                            const float4 *xp = (const float4 *)(a.x + (int64_t)t0 * cols + e);
-                            xv[u][0] = xp[0], xv[u][1] = xp[1];
-                        }
-                    }
-                const uint8_t *sb = st_wait(ring, q);
-#pragma unroll
-                for (int u = 0; u < G; u++) {
-                    int64_t e = 256 * (int64_t)(cs + u) + 8 * lane;
-                    if (cs + u >= it.c1 || e >= end)
-                        break;
-                    raw8 w[R];
-#pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        const uint4 *p = (const uint4 *)(sb + r * G * CB + u * CB + lane * 8 * ES);
-                        w[r].v[0] = p[0];
-                        if (T == CU_F32)
-                            w[r].v[1] = p[1];
-                    }
-                    if (NT == 1) { // dot8 with the activations at hand
-                        float wf[R][8];
-                        for (int r = 0; r < R; r++)
-                            unpack8<T>(w[r], wf[r]);
-                        float xs[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
-                                       xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
-                        for (int r = 0; r < R; r++) {
-                            float sum = up ? acc[1][r][0] : acc[0][r][0];
-                            for (int k = 0; k < 8; k++)
-                                sum = fmaf(wf[r][k], xs[k], sum);
-                            if (up)
-                                acc[1][r][0] = sum;
-                            else
-                                acc[0][r][0] = sum;
-                        }
-                    } else if (up) {
-                        dot8<T, R, NT>(w, a.x, cols, e, t0, nt, acc[1]);
-                    } else {
-                        dot8<T, R, NT>(w, a.x, cols, e, t0, nt, acc[0]);
-                    }
-                }
-                st_next<T>(a, ring, P);
-            }
-            if (it.on) // the split's partials (split_dot's shuffle tree)
-                for (int w = 0; w < (a.glu ? 2 : 1); w++)
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int t = 0; t < NT; t++) {
-                            float v = w ? acc[1][r][t] : acc[0][r][t];
-                            for (int off = 16; off > 0; off >>= 1)
-                                v += __shfl_xor_sync(0xffffffffu, v, off);
-                            if (lane == 0)
-                                part[w][warp][r * NT + t] = v;
-                        }
-            __syncthreads();
-            int r = lane / NT, t = lane % NT;
-            if (it.on && s == 0 && lane < R * NT && it.r0 + r < rows && t < nt)
-                mm_out(a, it.i, rows, it.r0 + r, t0 + t, split_sum(part[0] + warp, S, lane),
-                       a.glu ? split_sum(part[1] + warp, S, lane) : 0.0f);
-            __syncthreads();
-        }
-    }
-}
-
-// BF16 tiles on the tensor cores, streamed: k_matmul_tc's arithmetic.
-template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2 : 1) k_matmul_tc_st(cu_matmul_args a)
-{
-    constexpr int TOK = 8 * NTT;
-    extern __shared__ __align__(128) uint8_t st_smem[];
-    __shared__ float part[2][MM_WARPS][16 * TOK];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, passes = (a.n + TOK - 1) / TOK;
-    int64_t total = st_blocks(a);
-    uint32_t q = 0;
-    st_producer<CU_BF16> P(a, warp, passes, total);
-    cu_ring ring = st_start<CU_BF16>(a, st_smem, warp, P);
-    cu_kernel_start();
-    int wn = a.glu ? 2 : 1, g = st_per_step<CU_BF16>(wn);
-    for (int64_t b = blockIdx.x; b < total; b += gridDim.x) {
-        st_item it = st_item_of<CU_BF16>(a, b, warp);
-        const cu_weight W = pick(it.i, a.w);
-        int S = W.splits, s = warp % S;
-        int64_t cols = W.cols, rows = W.rows;
-        for (int t0 = 0; t0 < a.n; t0 += TOK) {
-            float acc[2][NTT][TP][4] = {};
-            for (int step = 0; step < it.steps; step++, q++) {
-                int kb = it.c0 + step * g;
-                const uint8_t *sb = st_wait(ring, q);
-#pragma unroll
-                for (int u = 0; u < st_per_step<CU_BF16>(1); u++) {
-                    if (u >= g || kb + u >= it.c1)
-                        break;
-                    uint32_t bf[NTT][TP][2];
-                    tc_bfrag<NTT>(a.x, cols, t0, a.n, kb + u, bf);
-                    uint4 w0 = *(const uint4 *)(sb + u * 512 + lane * 16);
-#pragma unroll
-                    for (int tt = 0; tt < NTT; tt++)
-#pragma unroll
-                        for (int p = 0; p < TP; p++)
-                            mma_bf16(acc[0][tt][p], w0, bf[tt][p][0], bf[tt][p][1]);
-                    if (a.glu) {
-                        uint4 w1 = *(const uint4 *)(sb + (g + u) * 512 + lane * 16);
-#pragma unroll
-                        for (int tt = 0; tt < NTT; tt++)
-#pragma unroll
-                            for (int p = 0; p < TP; p++)
-                                mma_bf16(acc[1][tt][p], w1, bf[tt][p][0], bf[tt][p][1]);
-                    }
-                }
-                st_next<CU_BF16>(a, ring, P);
-            }
-            if (it.on) {
-                tc_store<NTT, 1>((const float(&)[1][NTT][TP][4])acc[0], part[0][warp], NULL);
-                if (a.glu)
-                    tc_store<NTT, 1>((const float(&)[1][NTT][TP][4])acc[1], part[1][warp], NULL);
-            }
-            __syncthreads();
-            if (it.on && s == 0)
-                for (int k = lane; k < 16 * TOK; k += 32) {
-                    int r = k / TOK, t = k % TOK;
-                    if (it.r0 + r >= rows || t0 + t >= a.n)
-                        continue;
-                    mm_out(a, it.i, rows, it.r0 + r, t0 + t, split_sum(part[0] + warp, S, k),
-                           a.glu ? split_sum(part[1] + warp, S, k) : 0.0f);
-                }
-            __syncthreads();
-        }
-    }
-}
-
 /* ---- launching ---- */
 
 extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
@@ -1114,68 +782,12 @@ extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
     return s;
 }
 
-// Blocks of each streamed kernel the GPU holds at once (cu_matmul_init), by st_id.
-static int st_cap[8];
-
-template <int T, int NT> constexpr int st_id()
-{
-    return mm_tc(T) ? 6 + (NT > 1) : 2 * (T == CU_F32 ? 0 : T == CU_F16 ? 1 : 2) + (NT > 1);
-}
-
-template <typename... P> static cudaError_t st_prepare(void (*k)(P...), int n_sm, int *cap)
-{
-    size_t smem = ST_SMEM;
-    int per = 0;
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k, MM_WARPS * 32, smem);
-    if (e == cudaSuccess && per < 1)
-        e = cudaErrorInvalidConfiguration;
-    *cap = per * n_sm;
-    return e;
-}
-
-extern "C" cudaError_t cu_matmul_init(int n_sm)
-{
-    cudaError_t e = cudaSuccess;
-#define ST_PREPARE(k, id)                                                                                              \
-    if (e == cudaSuccess)                                                                                              \
-        e = st_prepare(k, n_sm, &st_cap[id]);
-    ST_PREPARE((k_matmul_st<CU_F32, 1>), (st_id<CU_F32, 1>()))
-    ST_PREPARE((k_matmul_st<CU_F32, MM_NT>), (st_id<CU_F32, MM_NT>()))
-    ST_PREPARE((k_matmul_st<CU_F16, 1>), (st_id<CU_F16, 1>()))
-    ST_PREPARE((k_matmul_st<CU_F16, MM_NT>), (st_id<CU_F16, MM_NT>()))
-    ST_PREPARE((k_matmul_st<CU_BF16_ROWS, 1>), (st_id<CU_BF16_ROWS, 1>()))
-    ST_PREPARE((k_matmul_st<CU_BF16_ROWS, MM_NT>), (st_id<CU_BF16_ROWS, MM_NT>()))
-    ST_PREPARE((k_matmul_tc_st<1>), (st_id<CU_BF16, 1>()))
-    ST_PREPARE((k_matmul_tc_st<2>), (st_id<CU_BF16, MM_NT>()))
-#undef ST_PREPARE
-    return e;
-}
-
-// A streamed kernel's launch: persistent, as many blocks as the GPU holds (or fewer).
-template <int T, int NT, typename... P>
-static cudaError_t launch_st(void (*k)(P...), const cu_matmul_args *a, int64_t blocks, cudaStream_t s)
-{
-    int64_t cap = st_cap[st_id<T, NT>()];
-    unsigned nb = (unsigned)(blocks < cap ? blocks : cap);
-    return cu_enqueue_smem(k, dim3(nb), MM_WARPS * 32, ST_SMEM, s, *a);
-}
-
 template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cudaStream_t s)
 {
     int64_t blocks = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
         blocks += mm_blocks(a->w[i]);
     unsigned nb = (unsigned)blocks;
-    if (cu_stream)
-        switch (a->w[0].type) {
-        case CU_F32: return launch_st<CU_F32, NT>(k_matmul_st<CU_F32, NT>, a, blocks, s);
-        case CU_F16: return launch_st<CU_F16, NT>(k_matmul_st<CU_F16, NT>, a, blocks, s);
-        case CU_BF16_ROWS: return launch_st<CU_BF16_ROWS, NT>(k_matmul_st<CU_BF16_ROWS, NT>, a, blocks, s);
-        case CU_BF16: return launch_st<CU_BF16, NT>(k_matmul_tc_st<NT == 1 ? 1 : 2>, a, blocks, s);
-        default: break;
-        }
     switch (a->w[0].type) {
     case CU_F32: return cu_enqueue(k_matmul<CU_F32, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_F16: return cu_enqueue(k_matmul<CU_F16, NT>, dim3(nb), MM_WARPS * 32, s, *a);
