@@ -352,3 +352,25 @@ rp_status rp_backend_argmax(rp_backend *be, const float *x, int rows, int width,
 {
     return rows > 0 ? be->ops->argmax(be, x, rows, width, out) : RP_OK;
 }
+
+bool rp_backend_has_moe(rp_backend *be)
+{
+    return be->ops->moe_route && be->ops->moe_ffn;
+}
+
+rp_status rp_backend_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
+                               int32_t *ids, float *w)
+{
+    if (!rp_backend_has_moe(be))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "backend %s has no mixture-of-experts kernels", be->name);
+    if (n_used < 1 || n_used > n_expert)
+        return RP_ERR(RP_ERR_INVALID, "routing %d of %d experts", n_used, n_expert);
+    return n > 0 ? be->ops->moe_route(be, logits, n, n_expert, n_used, norm, ids, w) : RP_OK;
+}
+
+rp_status rp_backend_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out)
+{
+    if (!rp_backend_has_moe(be))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "backend %s has no mixture-of-experts kernels", be->name);
+    return n > 0 ? be->ops->moe_ffn(be, d, x, n, out) : RP_OK;
+}

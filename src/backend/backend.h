@@ -266,4 +266,33 @@ rp_status rp_backend_add(rp_backend *be, float *y, const float *x, size_t count)
 // tie; NaN never wins unless the whole row is NaN: then 0), int32 in backend memory.
 rp_status rp_backend_argmax(rp_backend *be, const float *x, int rows, int width, int32_t *out);
 
+/* ---- mixture of experts (optional: rp_backend_has_moe) ---- */
+
+// Routing: for each of the n rows of router logits (n_expert floats), the softmax over the
+// experts in float32 (exp(l - max) / the sum in expert order), its n_used largest
+// probabilities (a tie goes to the lower expert) in decreasing order with their experts,
+// divided by their sum (added in that order) when `norm`. ids and w: (n, n_used), backend
+// memory.
+rp_status rp_backend_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
+                               int32_t *ids, float *w);
+
+// One MoE MLP. Plain data; the arrays and scratch in backend memory.
+typedef struct rp_moe_desc {
+    int n_expert, n_used;
+    const rp_tensor *gate, *up, *down; // (n_expert) each: (ffn, dim), (ffn, dim), (dim, ffn)
+    const int32_t *ids;                // (n, n_used) the tokens' experts (rp_backend_moe_route)
+    const float *w;                    // (n, n_used) and their weights
+    float *x_rows, *o_rows;            // scratch (n, dim) each: an expert's input and output rows
+    float *g_rows, *u_rows;            // scratch (n, ffn) each
+} rp_moe_desc;
+
+// out (n, dim) = for each token, 0 + w_j · down_e(silu(gate_e · x) * up_e · x) added over its
+// experts e in increasing expert order (w_j its weight for e), each expert's matrices
+// multiplied once for all the tokens routed to it, with the same arithmetic as
+// rp_backend_matmul_glu and rp_backend_matmul (so a token's row does not depend on the
+// others). RP_ERR_UNSUPPORTED on a backend without it.
+rp_status rp_backend_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out);
+// Whether the backend has the two MoE ops.
+bool rp_backend_has_moe(rp_backend *be);
+
 #endif

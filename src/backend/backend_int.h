@@ -65,6 +65,10 @@ typedef struct rp_backend_ops {
     rp_status (*silu_mul)(rp_backend *be, const float *gate, const float *up, size_t count, float *out);
     rp_status (*add)(rp_backend *be, float *y, const float *x, size_t count);
     rp_status (*argmax)(rp_backend *be, const float *x, int rows, int width, int32_t *out);
+    // optional (NULL: RP_ERR_UNSUPPORTED), both or neither
+    rp_status (*moe_route)(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
+                           int32_t *ids, float *w);
+    rp_status (*moe_ffn)(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out);
 } rp_backend_ops;
 
 struct rp_backend {

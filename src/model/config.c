@@ -56,6 +56,8 @@ static rp_status arch_from_name(const char *path, const char *name, rp_model_con
         {"MistralForCausalLM", RP_ARCH_MISTRAL, "mistral"}, {"mistral", RP_ARCH_MISTRAL, "mistral"},
         {"Qwen2ForCausalLM", RP_ARCH_QWEN2, "qwen2"},       {"qwen2", RP_ARCH_QWEN2, "qwen2"},
         {"Qwen3ForCausalLM", RP_ARCH_QWEN3, "qwen3"},       {"qwen3", RP_ARCH_QWEN3, "qwen3"},
+        {"Qwen3MoeForCausalLM", RP_ARCH_QWEN3_MOE, "qwen3moe"}, {"qwen3_moe", RP_ARCH_QWEN3_MOE, "qwen3moe"},
+        {"qwen3moe", RP_ARCH_QWEN3_MOE, "qwen3moe"},
     };
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (strcmp(name, known[i].name) == 0) {
@@ -64,7 +66,7 @@ static rp_status arch_from_name(const char *path, const char *name, rp_model_con
             return RP_OK;
         }
     return RP_ERR(RP_ERR_UNSUPPORTED,
-                  "%s: architecture \"%s\" is not supported (supported: Llama, Mistral, Qwen2, Qwen3)", path, name);
+                  "%s: architecture \"%s\" is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE)", path, name);
 }
 
 // Reads rope scaling from a classic rope_scaling object or a rope_parameters object.
@@ -97,6 +99,36 @@ static rp_status rope_scaling_from_json(const char *path, json_t *rs, rp_model_c
     }
     return RP_ERR(RP_ERR_UNSUPPORTED, "%s: rope scaling type \"%s\" is not supported (default, linear, llama3 are)",
                   path, type);
+}
+
+// Qwen3-MoE's keys: num_experts (transformers 5 writes num_local_experts), num_experts_per_tok,
+// moe_intermediate_size, norm_topk_prob (default false), decoder_sparse_step (1), mlp_only_layers ([]).
+static rp_status moe_from_json(const char *path, json_t *root, rp_model_config *cfg)
+{
+    rp_status st;
+    const char *experts = json_object_get(root, "num_experts") ? "num_experts" : "num_local_experts";
+    if ((st = need_int(path, root, experts, &cfg->n_expert)) ||
+        (st = need_int(path, root, "num_experts_per_tok", &cfg->n_expert_used)) ||
+        (st = need_int(path, root, "moe_intermediate_size", &cfg->moe_ffn_dim)))
+        return st;
+    cfg->moe_norm_topk = json_is_true(json_object_get(root, "norm_topk_prob"));
+    cfg->moe_step = 1;
+    json_t *step = json_object_get(root, "decoder_sparse_step");
+    if (step && !js_int(root, "decoder_sparse_step", &cfg->moe_step))
+        return RP_ERR(RP_ERR_INVALID, "%s: \"decoder_sparse_step\" is not an integer", path);
+    json_t *dense = json_object_get(root, "mlp_only_layers");
+    if (dense && !json_is_array(dense))
+        return RP_ERR(RP_ERR_INVALID, "%s: \"mlp_only_layers\" is not a list", path);
+    size_t i;
+    json_t *v;
+    json_array_foreach(dense, i, v) {
+        json_int_t l = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (l < 0 || l >= 1024)
+            return RP_ERR(RP_ERR_INVALID, "%s: \"mlp_only_layers\" holds %s, not a layer index below 1024", path,
+                          json_is_integer(v) ? "an index out of range" : "a non-integer");
+        cfg->dense_layers[l / 32] |= 1u << (l % 32);
+    }
+    return RP_OK;
 }
 
 rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config *cfg)
@@ -141,7 +173,9 @@ rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config
     json_t *tie = json_object_get(root, "tie_word_embeddings");
     cfg->tied_embeddings = json_is_true(tie);
     cfg->qkv_bias = cfg->arch == RP_ARCH_QWEN2 || json_is_true(json_object_get(root, "attention_bias"));
-    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3;
+    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3 || cfg->arch == RP_ARCH_QWEN3_MOE;
+    if (cfg->arch == RP_ARCH_QWEN3_MOE && (st = moe_from_json(path, root, cfg)))
+        return st;
     cfg->rope_style = RP_ROPE_NEOX;
     cfg->rope_theta = 10000.0f;
     cfg->rope_factor = 1.0f;
@@ -287,7 +321,22 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
     // llama.cpp's converter permutes Llama Q/K rows for adjacent-pair rope; Qwen keeps HF's layout.
     cfg->rope_style = cfg->arch == RP_ARCH_LLAMA || cfg->arch == RP_ARCH_MISTRAL ? RP_ROPE_NORM : RP_ROPE_NEOX;
     cfg->qkv_bias = rp_gguf_find_tensor(g, "blk.0.attn_q.bias") != NULL;
-    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3;
+    cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3 || cfg->arch == RP_ARCH_QWEN3_MOE;
+    if (cfg->arch == RP_ARCH_QWEN3_MOE) { // llama.cpp's qwen3moe: every layer's MLP is experts, renormalized
+        if (!gg_int(g, arch, "expert_count", &cfg->n_expert) ||
+            !gg_int(g, arch, "expert_used_count", &cfg->n_expert_used) ||
+            !gg_int(g, arch, "expert_feed_forward_length", &cfg->moe_ffn_dim))
+            return RP_ERR(RP_ERR_INVALID, "%s: missing or invalid %s.expert_count, expert_used_count or "
+                                          "expert_feed_forward_length",
+                          path, arch);
+        cfg->moe_step = 1;
+        cfg->moe_norm_topk = true;
+        char nk[128];
+        snprintf(nk, sizeof(nk), "%s.expert_weights_norm", arch);
+        bool norm;
+        if (rp_gguf_get_bool(g, nk, &norm))
+            cfg->moe_norm_topk = norm;
+    }
     cfg->tied_embeddings = rp_gguf_find_tensor(g, "output.weight") == NULL;
     const rp_gguf_tensor *emb = rp_gguf_find_tensor(g, "token_embd.weight");
     if (!emb)
@@ -327,12 +376,26 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg)
         cfg->max_ctx = 4096;
     if (cfg->n_mtp < 0)
         return RP_ERR(RP_ERR_INVALID, "%s: negative number of MTP layers (%d)", path, cfg->n_mtp);
+    if (cfg->n_expert != 0 &&
+        (cfg->n_expert < 1 || cfg->n_expert > 1024 || cfg->n_expert_used < 1 || cfg->n_expert_used > 64 ||
+         cfg->n_expert_used > cfg->n_expert || cfg->moe_ffn_dim <= 0 || cfg->moe_ffn_dim > (1 << 22) ||
+         cfg->moe_step < 1))
+        return RP_ERR(RP_ERR_INVALID,
+                      "%s: mixture of experts with %d experts, %d a token, expert width %d, every %d layers: "
+                      "needs 1-1024 experts, 1-64 a token (at most the experts), a positive width and step",
+                      path, cfg->n_expert, cfg->n_expert_used, cfg->moe_ffn_dim, cfg->moe_step);
     if (cfg->n_mtp > 1) {
         // A stack of several MTP layers has no checkpoint of a supported architecture yet.
         RP_LOGW("%s: %d MTP layers; only a single MTP layer is supported, MTP drafting is off", path, cfg->n_mtp);
         cfg->n_mtp = 0;
     }
     return RP_OK;
+}
+
+bool rp_config_layer_moe(const rp_model_config *c, int l)
+{
+    return c->n_expert > 0 && l >= 0 && l < c->n_layer && (l + 1) % c->moe_step == 0 &&
+           !(l < 1024 && (c->dense_layers[l / 32] >> (l % 32)) & 1);
 }
 
 void rp_config_inv_freq(const rp_model_config *cfg, const float *freq_factors, float *inv_freq)

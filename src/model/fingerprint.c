@@ -157,7 +157,8 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
     int64_t ints[] = {c->arch,          c->n_vocab,          c->dim,          c->n_layer,     c->n_head,
                       c->n_kv_head,     c->head_dim,         c->ffn_dim,      c->tied_embeddings,
                       c->qkv_bias,      c->qk_norm,          c->rope_style,   c->rope_scaling, c->rope_orig_ctx,
-                      c->n_mtp};
+                      c->n_mtp,         c->n_expert,         c->n_expert_used, c->moe_ffn_dim, c->moe_norm_topk,
+                      c->moe_step};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
         put_i64(&h, ints[i]);
     float floats[] = {c->norm_eps, c->rope_theta, c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor};
@@ -178,7 +179,17 @@ rp_status rp_model_fingerprint(const rp_model *m, uint8_t out[16])
         put_tensor(&h, "w_gate", &L->w_gate);
         put_tensor(&h, "w_up", &L->w_up);
         put_tensor(&h, "w_down", &L->w_down);
+        if (L->ex_gate) {
+            put_tensor(&h, "router", &L->router);
+            for (int e = 0; e < c->n_expert; e++) {
+                put_tensor(&h, "ex_gate", &L->ex_gate[e]);
+                put_tensor(&h, "ex_up", &L->ex_up[e]);
+                put_tensor(&h, "ex_down", &L->ex_down[e]);
+            }
+        }
     }
+    for (int i = 0; i < 32; i++)
+        put_i64(&h, c->dense_layers[i]);
     if (c->n_mtp)
         put_tensor(&h, "mtp.fc", &m->mtp.fc);
 

@@ -10,6 +10,8 @@
  *   [Qwen3: per-head rmsnorm of q and k] ; rope(q, k)
  *   x += attention(q, K, V)·Woᵀ
  *   h = rmsnorm(x) ; x += (silu(h·Wgateᵀ) * h·Wupᵀ)·Wdownᵀ
+ *   [mixture of experts: x += Σ over the token's router-chosen experts e of
+ *    w_e · (silu(h·Wgate_eᵀ) * h·Wup_eᵀ)·Wdown_eᵀ]
  *
  * then the final norm and the output head for the tokens that want logits
  * (gathered first, so a prefill chunk computes one row, not hundreds). The MTP
@@ -79,6 +81,33 @@ void rp_model_prof_print(const rp_model *m)
             prof_add(m, kind, wbytes, t0_);                                                                            \
     } while (0)
 
+// A mixture-of-experts MLP on the normed rows s.h: the router's logits, each token's
+// experts and weights, their MLPs' weighted sum, added to the residual stream.
+static rp_status moe_forward(rp_model *m, const rp_layer *L, int n)
+{
+    const rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    rp_scratch *s = &m->s;
+    rp_moe_desc d = {.n_expert = c->n_expert,
+                     .n_used = c->n_expert_used,
+                     .gate = L->ex_gate,
+                     .up = L->ex_up,
+                     .down = L->ex_down,
+                     .ids = s->moe_ids,
+                     .w = s->moe_w,
+                     .x_rows = s->moe_x,
+                     .o_rows = s->moe_o,
+                     .g_rows = s->gate,
+                     .u_rows = s->up};
+    rp_status st;
+    if ((st = rp_backend_matmul(be, &L->router, s->h, n, s->moe_logits)) ||
+        (st = rp_backend_moe_route(be, s->moe_logits, n, c->n_expert, c->n_expert_used, c->moe_norm_topk, s->moe_ids,
+                                   s->moe_w)) ||
+        (st = rp_backend_moe_ffn(be, &d, s->h, n, s->moe_out)))
+        return st;
+    return rp_backend_add(be, s->x, s->moe_out, (size_t)n * c->dim);
+}
+
 static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
 {
     const rp_model_config *c = &m->cfg;
@@ -103,6 +132,8 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
     rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
     OP(RP_PROF_WO, L->wo.nbytes, rp_backend_matmul_group(be, &wo, 1, s->att, n));
     OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
+    if (L->ex_gate)
+        return moe_forward(m, L, n);
     OP(RP_PROF_GATE_UP, L->w_gate.nbytes + L->w_up.nbytes,
        rp_backend_matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
     rp_matmul_desc down = {&L->w_down, s->h, NULL, s->x}; // x += (silu(gate) * up)·Wdownᵀ

@@ -27,6 +27,13 @@
  * tensors are `blk.N.nextn.eh_proj` (HF `mtp.fc`), `nextn.enorm`
  * (`mtp.pre_fc_norm_embedding`), `nextn.hnorm` (`mtp.pre_fc_norm_hidden`) and
  * `nextn.shared_head_norm` (`mtp.norm`); HF's layer is `mtp.layers.0.*`.
+ *
+ * A mixture-of-experts layer (Qwen3-MoE) has a router, `ffn_gate_inp` (HF `mlp.gate`),
+ * and its experts' matrices: in GGUF one 3-D tensor per kind (`ffn_gate_exps`,
+ * `ffn_up_exps`, `ffn_down_exps`: [cols, rows, n_expert]) whose expert e is the e-th
+ * slice; in HF one tensor per expert (`mlp.experts.E.gate_proj`, ...). Either way each
+ * expert becomes a weight of its own. The router keeps the file's type (--quant does
+ * not round the routing); the experts quantize as any matrix.
  */
 #include "model_int.h"
 
@@ -372,6 +379,7 @@ static const char *hf_name(const char *canonical, int layer, int n_layer, char *
         {"ffn_gate.weight", "mlp.gate_proj.weight"},
         {"ffn_up.weight", "mlp.up_proj.weight"},
         {"ffn_down.weight", "mlp.down_proj.weight"},
+        {"ffn_gate_inp.weight", "mlp.gate.weight"},
     };
     const char *hf = canonical;
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -387,6 +395,84 @@ static const char *hf_name(const char *canonical, int layer, int n_layer, char *
 }
 
 /* ---- the architecture's tensors ---- */
+
+// The experts of kind `kind` ("gate", "up", "down") of layer l, each e0 x e1, into out[n_expert]
+// (NULL in the sizing pass, which makes nothing). GGUF: slices of `ffn_<kind>_exps.weight`.
+static rp_status get_experts(source *src, const char *kind, int l, int64_t e0, int64_t e1, rp_tensor *out)
+{
+    rp_model *m = src->m;
+    int E = m->cfg.n_expert;
+    rp_tensor dummy;
+    char name[160];
+    rp_status st;
+    if (m->gguf) {
+        snprintf(name, sizeof(name), "blk.%d.ffn_%s_exps.weight", l, kind);
+        src_tensor t;
+        if (!find_tensor(src, name, &t))
+            return RP_ERR(RP_ERR_INVALID, "%s: missing tensor '%s'", src->path, name);
+        if ((int)t.type < 0 || !rp_dtype_valid((int)t.type))
+            return RP_ERR(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has an unsupported data type", src->path, name);
+        size_t row;
+        if (t.n_dims != 3 || t.ne[0] != e0 || t.ne[1] != e1 || t.ne[2] != E || !rp_dtype_row_bytes(t.type, e0, &row))
+            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has shape [%lld, %lld, %lld], expected [%lld, %lld, %d]",
+                          src->path, name, (long long)t.ne[0], (long long)t.ne[1], (long long)t.ne[2], (long long)e0,
+                          (long long)e1, E);
+        if ((st = mark_used(src, t.data)))
+            return st;
+        for (int e = 0; e < E; e++) {
+            src_tensor x = t;
+            x.n_dims = 2, x.ne[2] = 1;
+            x.data = (const uint8_t *)t.data + (size_t)e * row * (size_t)e1;
+            if ((st = take_weight(src, &x, e0, e1, true, out ? &out[e] : &dummy)))
+                return rp_error_prefix(st, "%s: expert %d", src->path, e);
+        }
+        return RP_OK;
+    }
+    for (int e = 0; e < E; e++) {
+        snprintf(name, sizeof(name), "mlp.experts.%d.%s_proj.weight", e, kind);
+        src_tensor t;
+        bool found;
+        if ((st = get(src, name, l, e0, e1, true, &t, &found)) ||
+            (st = take_weight(src, &t, e0, e1, true, out ? &out[e] : &dummy)))
+            return rp_error_prefix(st, "%s", src->path);
+    }
+    return RP_OK;
+}
+
+// Layer l's mixture of experts: the router (the file's type) and the experts.
+static rp_status get_moe(source *src, int l, rp_layer *L)
+{
+    rp_model *m = src->m;
+    const rp_model_config *c = &m->cfg;
+    src_tensor t;
+    bool found;
+    rp_status st = get(src, "ffn_gate_inp.weight", l, c->dim, c->n_expert, true, &t, &found);
+    if (st)
+        return st;
+    if (src->dry) {
+        size_t row;
+        if (!rp_dtype_row_bytes(t.type, c->dim, &row))
+            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has a bad shape", src->path, t.name);
+        src->bytes += row * (size_t)c->n_expert;
+        src->type_bytes[t.type] += row * (size_t)c->n_expert;
+    } else if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_expert, t.data, false, true, &L->router))) {
+        return rp_error_prefix(st, "%s", src->path);
+    }
+    if (!src->dry) {
+        L->ex_gate = rp_calloc((size_t)c->n_expert, sizeof(rp_tensor));
+        L->ex_up = rp_calloc((size_t)c->n_expert, sizeof(rp_tensor));
+        L->ex_down = rp_calloc((size_t)c->n_expert, sizeof(rp_tensor));
+        if (!L->ex_gate || !L->ex_up || !L->ex_down)
+            return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    size_t before = m->weight_bytes;
+    if ((st = get_experts(src, "gate", l, c->dim, c->moe_ffn_dim, L->ex_gate)) ||
+        (st = get_experts(src, "up", l, c->dim, c->moe_ffn_dim, L->ex_up)) ||
+        (st = get_experts(src, "down", l, c->moe_ffn_dim, c->dim, L->ex_down)))
+        return st;
+    m->expert_bytes += m->weight_bytes - before;
+    return RP_OK;
+}
 
 // Takes every tensor the architecture needs. Run twice (load_from): dry, to check each
 // tensor and count the bytes (nothing allocated but m->layers, for the out-parameters;
@@ -430,9 +516,10 @@ static rp_status load_tensors(source *src)
             (st = get_weight(src, "attn_k.weight", l, c->dim, kv_dim, &L->wk)) ||
             (st = get_weight(src, "attn_v.weight", l, c->dim, kv_dim, &L->wv)) ||
             (st = get_weight(src, "attn_output.weight", l, q_dim, c->dim, &L->wo)) ||
-            (st = get_weight(src, "ffn_gate.weight", l, c->dim, c->ffn_dim, &L->w_gate)) ||
-            (st = get_weight(src, "ffn_up.weight", l, c->dim, c->ffn_dim, &L->w_up)) ||
-            (st = get_weight(src, "ffn_down.weight", l, c->ffn_dim, c->dim, &L->w_down)) ||
+            (rp_config_layer_moe(c, l) ? (st = get_moe(src, l, L))
+                                       : ((st = get_weight(src, "ffn_gate.weight", l, c->dim, c->ffn_dim, &L->w_gate)) ||
+                                          (st = get_weight(src, "ffn_up.weight", l, c->dim, c->ffn_dim, &L->w_up)) ||
+                                          (st = get_weight(src, "ffn_down.weight", l, c->ffn_dim, c->dim, &L->w_down)))) ||
             (st = get_vector(src, "attn_q.bias", l, q_dim, c->qkv_bias, &L->bq)) ||
             (st = get_vector(src, "attn_k.bias", l, kv_dim, c->qkv_bias, &L->bk)) ||
             (st = get_vector(src, "attn_v.bias", l, kv_dim, c->qkv_bias, &L->bv)) ||
@@ -511,6 +598,13 @@ static void list_unused(source *src)
 static rp_status load_from(rp_model *m, const char *path,
                            const char *(*name_of)(const char *, int, int, char *, size_t))
 {
+    if (m->cfg.n_expert > 0 && !rp_backend_has_moe(m->be)) {
+        rp_backend_info bi;
+        rp_backend_get_info(m->be, &bi);
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: %s is a mixture-of-experts model; the %s backend has no kernels for "
+                                          "its expert layers yet (use --device cpu)",
+                      path, m->cfg.arch_name, bi.name);
+    }
     source src = {.m = m, .path = path, .name_of = name_of, .dry = true};
     rp_status st = load_tensors(&src);
     rp_free(m->layers); // the sizing pass leaves nothing behind but its counts

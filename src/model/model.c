@@ -31,7 +31,7 @@ typedef struct scratch_buf {
     bool on;
 } scratch_buf;
 
-enum { N_SCRATCH = 12 };
+enum { N_SCRATCH = 18 };
 
 // The scratch's buffers for this model (the one table allocating, sizing and freeing them read).
 static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
@@ -39,6 +39,8 @@ static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
     const rp_model_config *c = &m->cfg;
     size_t B = (size_t)m->params.max_batch;
     size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
+    size_t ffn = (size_t)(c->moe_ffn_dim > c->ffn_dim ? c->moe_ffn_dim : c->ffn_dim);
+    bool moe = c->n_expert > 0;
     const scratch_buf bufs[] = {
         {&m->s.x, B * c->dim, true},
         {&m->s.h, B * c->dim, true},
@@ -46,12 +48,18 @@ static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
         {&m->s.k, B * kvd, true},
         {&m->s.v, B * kvd, true},
         {&m->s.att, B * qd, true},
-        {&m->s.gate, B * c->ffn_dim, true},
-        {&m->s.up, B * c->ffn_dim, true},
+        {&m->s.gate, B * ffn, true},
+        {&m->s.up, B * ffn, true},
         {&m->s.logits, B * c->n_vocab, !m->host_memory}, // host memory: the caller's rows
         {&m->s.ids, B, !m->host_memory},
         {&m->s.cat, B * 2 * c->dim, c->n_mtp > 0},
         {&m->s.inv_freq, (size_t)c->head_dim / 2, true},
+        {&m->s.moe_logits, B * (size_t)c->n_expert, moe},
+        {&m->s.moe_ids, B * (size_t)c->n_expert_used, moe},
+        {&m->s.moe_w, B * (size_t)c->n_expert_used, moe},
+        {&m->s.moe_x, B * c->dim, moe},
+        {&m->s.moe_o, B * c->dim, moe},
+        {&m->s.moe_out, B * c->dim, moe},
     };
     _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == N_SCRATCH, "N_SCRATCH is the table's length");
     memcpy(out, bufs, sizeof(bufs));
@@ -204,10 +212,25 @@ static void release_tensors(rp_model *m)
             rp_backend_tensor_deinit(be, one[i]);
     for (int l = 0; m->layers && l < m->cfg.n_layer + m->cfg.n_mtp; l++) {
         rp_layer *L = &m->layers[l];
-        rp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        rp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
             if (ts[i]->data)
                 rp_backend_tensor_deinit(be, ts[i]);
+        rp_tensor *ex[] = {L->ex_gate, L->ex_up, L->ex_down};
+        for (size_t i = 0; i < sizeof(ex) / sizeof(ex[0]); i++)
+            for (int e = 0; ex[i] && e < m->cfg.n_expert; e++)
+                if (ex[i][e].data)
+                    rp_backend_tensor_deinit(be, &ex[i][e]);
+    }
+}
+
+// The layers' expert arrays (load.c allocates them).
+static void free_experts(rp_model *m)
+{
+    for (int l = 0; m->layers && l < m->cfg.n_layer + m->cfg.n_mtp; l++) {
+        rp_free(m->layers[l].ex_gate);
+        rp_free(m->layers[l].ex_up);
+        rp_free(m->layers[l].ex_down);
     }
 }
 
@@ -231,6 +254,7 @@ void rp_model_destroy(rp_model *m)
     }
     rp_model_arena_free(m);
     rp_free(m->dev_owned);
+    free_experts(m);
     rp_free(m->layers);
     rp_free(m->inv_freq);
     rp_free(m->bs.slot);
@@ -269,6 +293,9 @@ size_t rp_model_weight_bytes(const rp_model *m)
     size_t b = m->weight_bytes - m->mtp_weight_bytes;
     if (!m->cfg.tied_embeddings)
         b -= m->tok_embd.nbytes;
+    // A token reads its n_expert_used experts of each MoE layer: on average that share of theirs.
+    if (m->cfg.n_expert > 0)
+        b -= m->expert_bytes - (size_t)((double)m->expert_bytes * m->cfg.n_expert_used / m->cfg.n_expert);
     return b;
 }
 

@@ -12,8 +12,11 @@
  * for the tokens that asked for them.
  *
  * Architectures: Llama (2, 3 with its rope scaling), Mistral, Qwen2/2.5 (q/k/v
- * bias), Qwen3 (q/k RMSNorm). Tensors an architecture does not use are listed
- * at load and skipped.
+ * bias), Qwen3 (q/k RMSNorm), Qwen3-MoE (Qwen3's attention; MLPs that are a
+ * mixture of experts: a router picks each token's top-k experts by softmax
+ * probability, optionally renormalized, and the token's MLP output is the
+ * probability-weighted sum of theirs, added in increasing expert order). Tensors
+ * an architecture does not use are listed at load and skipped.
  *
  * Multi-token prediction (MTP): a model whose config announces one MTP layer
  * (config.json `mtp_num_hidden_layers`, GGUF `<arch>.nextn_predict_layers`)
@@ -46,6 +49,7 @@ typedef enum rp_arch {
     RP_ARCH_MISTRAL = 1,
     RP_ARCH_QWEN2 = 2,
     RP_ARCH_QWEN3 = 3,
+    RP_ARCH_QWEN3_MOE = 4, // Qwen3's attention, mixture-of-experts MLPs
 } rp_arch;
 
 typedef enum rp_rope_scaling {
@@ -81,7 +85,18 @@ typedef struct rp_model_config {
     int32_t eos_ids[8];          // end-of-sequence ids from the model files
     int n_eos;
     int n_mtp;                   // MTP layers loaded: 0, or 1 (their decoder layers come after n_layer)
+    // Mixture of experts (Qwen3-MoE): a layer l < n_layer whose MLP is not dense (rp_config_layer_moe)
+    // routes each token to n_expert_used of n_expert experts, each a SiLU-gated MLP of moe_ffn_dim.
+    int n_expert;                // 0: every MLP is dense
+    int n_expert_used;
+    int moe_ffn_dim;
+    bool moe_norm_topk;          // the chosen experts' probabilities renormalized to sum to 1
+    int moe_step;                // decoder_sparse_step: layers l with (l + 1) % moe_step == 0 ...
+    uint32_t dense_layers[32];   // ... unless their bit is set here (mlp_only_layers; layers < 1024)
 } rp_model_config;
+
+// Whether layer l's MLP is a mixture of experts (the MTP layer's never is).
+bool rp_config_layer_moe(const rp_model_config *c, int l);
 
 typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / Q4_0 / Q4_K (rows of a
@@ -118,7 +133,8 @@ void rp_model_own_backend(rp_model *m);
 const rp_model_config *rp_model_get_config(const rp_model *m);
 rp_backend *rp_model_backend(rp_model *m);
 // Bytes of weights read per decoded token (all matrices, embeddings row excluded;
-// the MTP block, which plain decoding never reads, excluded).
+// the MTP block, which plain decoding never reads, excluded; of a mixture of experts'
+// experts, the share a token reads on average: n_expert_used / n_expert).
 size_t rp_model_weight_bytes(const rp_model *m);
 // A one-line description: "qwen2, 24 layers, dim 896, q8_0 weights (...)".
 const char *rp_model_describe(const rp_model *m);

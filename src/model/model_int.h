@@ -23,6 +23,9 @@ typedef struct rp_layer {
     rp_tensor w_gate;       // (ffn_dim, dim)
     rp_tensor w_up;         // (ffn_dim, dim)
     rp_tensor w_down;       // (dim, ffn_dim)
+    // A mixture-of-experts MLP (rp_config_layer_moe) instead of w_gate/w_up/w_down:
+    rp_tensor router;                       // (n_expert, dim)
+    rp_tensor *ex_gate, *ex_up, *ex_down;   // (n_expert) each: (moe_ffn_dim, dim) x2, (dim, moe_ffn_dim)
 } rp_layer;
 
 // The multi-token-prediction block (models with an `mtp.*` layer; see model.h).
@@ -48,6 +51,12 @@ typedef struct rp_scratch {
     int32_t *ids;  // (max_batch) argmax ids, with logits
     float *cat;    // (max_batch, 2*dim) the MTP's concatenated input; NULL without MTP
     float *inv_freq; // (head_dim/2) rope frequencies (the model's inv_freq, uploaded)
+    // Mixture of experts (NULL in a dense model): the router's logits, each token's experts and
+    // weights, an expert's gathered input rows and their output rows, the MLP's output.
+    float *moe_logits;                    // (max_batch, n_expert)
+    int32_t *moe_ids;                     // (max_batch, n_expert_used)
+    float *moe_w;                         // (max_batch, n_expert_used)
+    float *moe_x, *moe_o, *moe_out;       // (max_batch, dim) each; gate/up above hold the experts' too
 } rp_scratch;
 
 // The forward's batch descriptor (rp_batch_desc) storage, host memory, grown by doubling
@@ -117,6 +126,7 @@ struct rp_model {
     rp_batch_store bs;   // the descriptor of the forward under way
     size_t weight_bytes;     // every weight loaded, MTP included
     size_t mtp_weight_bytes; // of which the MTP block's
+    size_t expert_bytes;     // of which the experts' (a token reads n_expert_used / n_expert of them)
     char desc[256];
     rp_prof *prof; // NULL unless RP_PROFILE=N (forward.c)
 };

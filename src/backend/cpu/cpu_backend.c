@@ -604,6 +604,8 @@ static const rp_backend_ops cpu_ops = {
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,
     .argmax = cpu_argmax,
+    .moe_route = rp_cpu_moe_route,
+    .moe_ffn = rp_cpu_moe_ffn,
 };
 
 rp_status rp_backend_cpu_create(const rp_backend_params *p, rp_backend **out)

@@ -7,7 +7,7 @@
  * kernels for some types and the F32 / F16 GEMM; matmul_avx512bf16.c: BF16 weights
  * against bf16 activations; the highest level the CPU has is chosen at run time) and
  * the attention driver (cpu_attention.c) with its chunk kernels (attn_avx2.c,
- * attn_avx512.c).
+ * attn_avx512.c); the mixture-of-experts ops are cpu_moe.c.
  */
 #ifndef RP_CPU_INT_H
 #define RP_CPU_INT_H
@@ -66,6 +66,11 @@ typedef struct cpu_backend {
 
 // Grows a 64-byte aligned scratch buffer to at least `need` bytes (cpu_backend.c).
 rp_status rp_cpu_grow(void **buf, size_t *size, size_t need);
+
+// The mixture-of-experts ops (cpu_moe.c; backend.h's rp_backend_moe_route / _ffn).
+rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
+                           int32_t *ids, float *w);
+rp_status rp_cpu_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out);
 
 // The attention op (cpu_attention.c): stores the batch's K and V, then attends.
 rp_status rp_cpu_attention(cpu_backend *c, const float *q, const float *k, const float *v, rp_kv_layer *kv,

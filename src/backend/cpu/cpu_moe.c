@@ -1,0 +1,87 @@
+/*
+ * cpu_moe.c - the CPU backend's mixture-of-experts ops: routing (softmax over the
+ * router's logits, top-k, renormalization) and the experts' MLPs.
+ *
+ * Routing is per token and scalar (a few dozen to a few hundred experts). The MLPs go
+ * expert by expert: the tokens routed to expert e are gathered, multiplied by its gate,
+ * up and down matrices with the backend's own matmuls (so each expert's weights are read
+ * once a forward, for all its tokens, and a token's numbers are those of a matmul of its
+ * row alone), and their rows, scaled by the tokens' weights, added to the output in
+ * increasing expert order.
+ */
+#include "cpu_int.h"
+
+#include <math.h>
+
+rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
+                           int32_t *ids, float *w)
+{
+    (void)be;
+    float *p = rp_malloc((size_t)n_expert * sizeof(float));
+    if (!p)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory routing %d experts", n_expert);
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (size_t)t * n_expert;
+        float max = l[0], sum = 0;
+        for (int e = 1; e < n_expert; e++)
+            max = l[e] > max ? l[e] : max;
+        for (int e = 0; e < n_expert; e++)
+            sum += p[e] = expf(l[e] - max);
+        for (int e = 0; e < n_expert; e++)
+            p[e] /= sum;
+        int32_t *id = ids + (size_t)t * n_used;
+        float *wt = w + (size_t)t * n_used, picked = 0;
+        for (int j = 0; j < n_used; j++) { // the j-th largest: strictly larger wins, so a tie keeps the lower expert
+            int best = -1;
+            for (int e = 0; e < n_expert; e++) {
+                bool taken = false;
+                for (int i = 0; i < j && !taken; i++)
+                    taken = id[i] == e;
+                if (!taken && (best < 0 || p[e] > p[best] || (p[best] != p[best] && p[e] == p[e])))
+                    best = e;
+            }
+            id[j] = best;
+            wt[j] = p[best];
+            picked += p[best];
+        }
+        if (norm)
+            for (int j = 0; j < n_used; j++)
+                wt[j] /= picked;
+    }
+    rp_free(p);
+    return RP_OK;
+}
+
+rp_status rp_cpu_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out)
+{
+    int64_t dim = d->down[0].ne[1];
+    int *rows = rp_malloc((size_t)n * sizeof(int));
+    float *wts = rp_malloc((size_t)n * sizeof(float));
+    rp_status st = rows && wts ? RP_OK : RP_ERR(RP_ERR_NOMEM, "out of memory for the experts' rows");
+    memset(out, 0, (size_t)n * (size_t)dim * sizeof(float));
+    for (int e = 0; e < d->n_expert && !st; e++) {
+        int m = 0; // the tokens routed to e, in batch order
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < d->n_used; j++)
+                if (d->ids[(size_t)t * d->n_used + j] == e) {
+                    rows[m] = t;
+                    wts[m++] = d->w[(size_t)t * d->n_used + j];
+                }
+        if (m == 0)
+            continue;
+        for (int i = 0; i < m; i++)
+            memcpy(d->x_rows + (size_t)i * dim, x + (size_t)rows[i] * dim, (size_t)dim * sizeof(float));
+        if ((st = rp_backend_matmul_glu(be, &d->gate[e], &d->up[e], d->x_rows, m, d->u_rows, d->g_rows)) ||
+            (st = rp_backend_matmul(be, &d->down[e], d->g_rows, m, d->o_rows)))
+            break;
+        for (int i = 0; i < m; i++) {
+            float *o = out + (size_t)rows[i] * dim;
+            const float *r = d->o_rows + (size_t)i * dim;
+            for (int64_t k = 0; k < dim; k++)
+                o[k] += r[k] * wts[i];
+        }
+    }
+    rp_free(rows);
+    rp_free(wts);
+    return st;
+}
