@@ -329,7 +329,13 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
             return RP_ERR(RP_ERR_INVALID, "%s: missing or invalid %s.expert_count, expert_used_count or "
                                           "expert_feed_forward_length",
                           path, arch);
-        cfg->moe_step = 1;
+        cfg->moe_step = 1; // a layer without a router is dense (llama.cpp's files have one in every layer)
+        for (int l = 0; l < cfg->n_layer && l < 1024; l++) {
+            char tn[64];
+            snprintf(tn, sizeof(tn), "blk.%d.ffn_gate_inp.weight", l);
+            if (!rp_gguf_find_tensor(g, tn))
+                cfg->dense_layers[l / 32] |= 1u << (l % 32);
+        }
         cfg->moe_norm_topk = true;
         char nk[128];
         snprintf(nk, sizeof(nk), "%s.expert_weights_norm", arch);

@@ -13,6 +13,13 @@
  * of the blocks are MTP, its decoder layer is block n_layer and `mtp.fc`,
  * `mtp.pre_fc_norm_embedding`, `mtp.pre_fc_norm_hidden`, `mtp.norm` become
  * `blk.N.nextn.eh_proj`, `.enorm`, `.hnorm`, `.shared_head_norm`.
+ *
+ * A mixture of experts (Qwen3-MoE) is written as llama.cpp's qwen3moe: `<arch>.expert_count`,
+ * `expert_used_count`, `expert_feed_forward_length` (and `expert_weights_norm`), the router
+ * `blk.N.ffn_gate_inp` in F32 and each kind of expert matrix stacked into one 3-D tensor
+ * (`ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps`). A dense layer among MoE ones
+ * (mlp_only_layers, decoder_sparse_step) keeps its `ffn_gate`/`ffn_up`/`ffn_down`; the
+ * loader tells the kinds apart by the router's presence.
  */
 #include "model_int.h"
 
@@ -39,29 +46,18 @@ static int64_t permuted_row(int64_t r, int head_dim)
     return h * head_dim + i * 2 + s;
 }
 
-// Copies tensor `hf` as `gguf_name`, converted to `type` (F32 for vectors), rows
-// permuted for rope when `permute` (head_dim > 0).
-static rp_status put(conv *c, const char *hf, const char *gguf_name, bool matrix, int permute_head_dim)
+// The rows of tensor t (ne0 columns, ne1 rows), converted to `out`, into buf (ne1 rows of
+// `out`), rows permuted for rope when permute_head_dim > 0.
+static rp_status convert_rows(const rp_st_tensor *t, int64_t ne0, int64_t ne1, rp_dtype out, int permute_head_dim,
+                              uint8_t *buf)
 {
-    const rp_st_tensor *t;
-    rp_status st = rp_st_get(c->st, hf, &t);
-    if (st)
-        return st;
-    int64_t ne0 = t->n_dims ? t->shape[t->n_dims - 1] : 1, ne1 = t->n_elems / (ne0 ? ne0 : 1);
-    rp_dtype out = matrix ? c->type : RP_DTYPE_F32;
-    if (matrix && rp_dtype_is_quant(out) && ne0 % rp_dtype_block(out) != 0)
-        out = RP_DTYPE_F32;
     size_t src_row, dst_row;
     rp_dtype_row_bytes(t->type, ne0, &src_row);
-    if (!rp_dtype_row_bytes(out, ne0, &dst_row))
-        return RP_ERR(RP_ERR_INVALID, "%s: cannot write as %s", hf, rp_dtype_name(out));
-    uint8_t *buf = rp_malloc(dst_row * (size_t)ne1);
+    rp_dtype_row_bytes(out, ne0, &dst_row);
     float *row = rp_malloc((size_t)ne0 * sizeof(float));
-    if (!buf || !row) {
-        rp_free(buf);
-        rp_free(row);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory converting %s", hf);
-    }
+    if (!row)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory converting %s", t->name);
+    rp_status st = RP_OK;
     for (int64_t r = 0; r < ne1 && !st; r++) {
         int64_t dr = permute_head_dim ? permuted_row(r, permute_head_dim) : r;
         rp_dequantize(t->type, (const uint8_t *)t->data + (size_t)r * src_row, row, ne0);
@@ -76,11 +72,75 @@ static rp_status put(conv *c, const char *hf, const char *gguf_name, bool matrix
         else
             st = rp_quantize(out, row, dst, ne0);
     }
+    rp_free(row);
+    return st;
+}
+
+// The type a matrix of ne0 columns is written as: the requested type, F32 where its rows
+// are not a whole number of the type's blocks.
+static rp_dtype matrix_type(const conv *c, int64_t ne0)
+{
+    return rp_dtype_is_quant(c->type) && ne0 % rp_dtype_block(c->type) != 0 ? RP_DTYPE_F32 : c->type;
+}
+
+// Copies tensor `hf` as `gguf_name`: a matrix converted to `type` (F32 when `keep_f32`), a
+// vector (matrix false) as F32; rows permuted for rope when permute_head_dim > 0.
+static rp_status put_as(conv *c, const char *hf, const char *gguf_name, bool matrix, bool keep_f32,
+                        int permute_head_dim)
+{
+    const rp_st_tensor *t;
+    rp_status st = rp_st_get(c->st, hf, &t);
+    if (st)
+        return st;
+    int64_t ne0 = t->n_dims ? t->shape[t->n_dims - 1] : 1, ne1 = t->n_elems / (ne0 ? ne0 : 1);
+    rp_dtype out = matrix && !keep_f32 ? matrix_type(c, ne0) : RP_DTYPE_F32;
+    size_t dst_row;
+    if (!rp_dtype_row_bytes(out, ne0, &dst_row))
+        return RP_ERR(RP_ERR_INVALID, "%s: cannot write as %s", hf, rp_dtype_name(out));
+    uint8_t *buf = rp_malloc(dst_row * (size_t)ne1);
+    if (!buf)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory converting %s", hf);
+    st = convert_rows(t, ne0, ne1, out, permute_head_dim, buf);
     int64_t ne[2] = {ne0, ne1};
     if (!st)
         st = rp_gguf_writer_add_tensor(c->w, gguf_name, out, matrix ? 2 : 1, ne, buf);
     rp_free(buf);
-    rp_free(row);
+    return st;
+}
+
+static rp_status put(conv *c, const char *hf, const char *gguf_name, bool matrix, int permute_head_dim)
+{
+    return put_as(c, hf, gguf_name, matrix, false, permute_head_dim);
+}
+
+// Layer l's experts of one kind (HF `mlp.experts.E.<kind>_proj.weight`, each ne0 x ne1) as
+// llama.cpp's one 3-D tensor `blk.l.ffn_<kind>_exps.weight` [ne0, ne1, n_expert].
+static rp_status put_experts(conv *c, int l, const char *kind, int64_t ne0, int64_t ne1)
+{
+    int E = c->cfg->n_expert;
+    rp_dtype out = matrix_type(c, ne0);
+    size_t row, slice;
+    if (!rp_dtype_row_bytes(out, ne0, &row) || !rp_mul_size(row, (size_t)ne1, &slice))
+        return RP_ERR(RP_ERR_INVALID, "layer %d: experts of %s too large", l, kind);
+    uint8_t *buf = rp_malloc(slice * (size_t)E);
+    if (!buf)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory converting layer %d's experts", l);
+    rp_status st = RP_OK;
+    for (int e = 0; e < E && !st; e++) {
+        char hf[160];
+        const rp_st_tensor *t;
+        snprintf(hf, sizeof(hf), "model.layers.%d.mlp.experts.%d.%s_proj.weight", l, e, kind);
+        if (!(st = rp_st_get(c->st, hf, &t)) && (t->n_dims != 2 || t->shape[1] != ne0 || t->shape[0] != ne1))
+            st = RP_ERR(RP_ERR_INVALID, "%s: shape is not [%lld, %lld]", hf, (long long)ne1, (long long)ne0);
+        if (!st)
+            st = convert_rows(t, ne0, ne1, out, 0, buf + (size_t)e * slice);
+    }
+    char gg[160];
+    snprintf(gg, sizeof(gg), "blk.%d.ffn_%s_exps.weight", l, kind);
+    int64_t ne[3] = {ne0, ne1, E};
+    if (!st)
+        st = rp_gguf_writer_add_tensor(c->w, gg, out, 3, ne, buf);
+    rp_free(buf);
     return st;
 }
 
@@ -115,6 +175,15 @@ static rp_status put_metadata(conv *c)
     F32("attention.layer_norm_rms_epsilon", g->norm_eps);
     F32("rope.freq_base", g->rope_theta);
     U32("vocab_size", g->n_vocab);
+    if (g->n_expert > 0) {
+        U32("expert_count", g->n_expert);
+        U32("expert_used_count", g->n_expert_used);
+        U32("expert_feed_forward_length", g->moe_ffn_dim);
+        if (!st) {
+            snprintf(k, sizeof(k), "%s.expert_weights_norm", arch);
+            st = rp_gguf_writer_add_bool(c->w, k, g->moe_norm_topk);
+        }
+    }
     if (g->rope_scaling == RP_ROPE_SCALING_LINEAR) {
         if (!st) {
             snprintf(k, sizeof(k), "%s.rope.scaling.type", arch);
@@ -187,8 +256,20 @@ static rp_status put_tensors(conv *c)
         {"mlp.up_proj.weight", "ffn_up.weight", true, 0, false},
         {"mlp.down_proj.weight", "ffn_down.weight", true, 0, false},
     };
-    for (int l = 0; l < g->n_layer + g->n_mtp && !st; l++)
+    for (int l = 0; l < g->n_layer + g->n_mtp && !st; l++) {
+        bool moe = rp_config_layer_moe(g, l);
+        if (moe) { // the router stays F32 (as llama.cpp writes it), the experts stacked
+            char hf[160], gg[160];
+            snprintf(hf, sizeof(hf), "model.layers.%d.mlp.gate.weight", l);
+            snprintf(gg, sizeof(gg), "blk.%d.ffn_gate_inp.weight", l);
+            if ((st = put_as(c, hf, gg, true, true, 0)) || (st = put_experts(c, l, "gate", g->dim, g->moe_ffn_dim)) ||
+                (st = put_experts(c, l, "up", g->dim, g->moe_ffn_dim)) ||
+                (st = put_experts(c, l, "down", g->moe_ffn_dim, g->dim)))
+                break;
+        }
         for (size_t i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]) && !st; i++) {
+            if (moe && strncmp(per_layer[i].hf, "mlp.", 4) == 0)
+                continue;
             char hf[160], gg[160];
             if (l < g->n_layer)
                 snprintf(hf, sizeof(hf), "model.layers.%d.%s", l, per_layer[i].hf);
@@ -200,6 +281,7 @@ static rp_status put_tensors(conv *c)
             // A q/k bias is permuted like the rows it belongs to.
             st = put(c, hf, gg, per_layer[i].matrix, perm && per_layer[i].rope ? g->head_dim : 0);
         }
+    }
     static const struct {
         const char *hf, *gg;
         bool matrix;

@@ -52,7 +52,7 @@ static void compare(const char *hf, const char *gguf, rp_dtype load_quant, bool 
 static void test_convert_fixture_models(void **state)
 {
     // F32 (llama2, permuted), F16 (mistral, permuted), sharded BF16 with q/k norm (qwen3), llama3 rope scaling.
-    static const char *models[] = {"llama2", "mistral", "qwen3", "llama3", "qwen2"};
+    static const char *models[] = {"llama2", "mistral", "qwen3", "llama3", "qwen2", "qwen3-moe"};
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         char hf[4096], out[256], rel[64];
         snprintf(rel, sizeof(rel), "tests/data/models/%s", models[i]);
