@@ -188,8 +188,11 @@ rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params 
     }
     const rp_model_config *c = &m->cfg;
     rp_dtype wtype = m->layers[0].wq.type;
-    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads, vocab %d, %s weights%s, %.1f MB",
-             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, c->n_vocab,
+    char experts[64] = "";
+    if (c->n_expert > 0)
+        snprintf(experts, sizeof(experts), ", %d experts (%d a token)", c->n_expert, c->n_expert_used);
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads%s, vocab %d, %s weights%s, %.1f MB",
+             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, experts, c->n_vocab,
              rp_dtype_name(wtype), rp_backend_numerics_note(be, wtype), m->weight_bytes / 1e6);
     if (!m->params.quiet)
         RP_LOGI("loaded %s (%s) on %s in %.2f s", path, m->desc, bi.name, rp_time_s() - t0);

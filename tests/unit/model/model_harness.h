@@ -128,6 +128,19 @@ static inline rp_model *harness_load_act(const char *path, int threads, rp_dtype
     return m;
 }
 
+// Whether the test device (rp_test_device) has the mixture-of-experts kernels (the CPU does).
+static inline bool harness_device_has_moe(void)
+{
+    rp_backend_params bp;
+    rp_backend_params_default(&bp);
+    rp_backend *be;
+    if (rp_backend_open(rp_test_device(), &bp, &be))
+        fail_msg("opening %s: %s", rp_test_device(), rp_error_message());
+    bool has = rp_backend_has_moe(be);
+    rp_backend_destroy(be);
+    return has;
+}
+
 // A model with float32 activations: the numbers the reference fixtures hold.
 static inline rp_model *harness_load(const char *path, int threads, rp_dtype quant)
 {

@@ -102,6 +102,14 @@ static void test_fixture_models(void **state)
     check_model(path, RP_DTYPE_F32, false); // BF16 weights: bf16 activations where the CPU has them
     check_model(path, RP_DTYPE_Q8_0, true);
     check_model(path, RP_DTYPE_Q4_0, true);
+    // A mixture of experts: a token's experts see only the tokens routed to them.
+    if (!harness_device_has_moe()) {
+        print_message("  qwen3-moe: skipped, %s has no mixture-of-experts kernels yet\n", rp_test_device());
+        return;
+    }
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3-moe"));
+    check_model(path, RP_DTYPE_F32, true);
+    check_model(path, RP_DTYPE_Q8_0, true);
 }
 
 static void test_float_model(void **state)
