@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """make_bench_model.py - a ~0.5B Qwen2-shaped model with random weights, for benchmarks.
 
-Usage: python3 bench/make_bench_model.py OUTDIR [--shape 0.5b|7b]
+Usage: python3 bench/make_bench_model.py OUTDIR [--shape 0.5b|7b|30b-a3b] [--layers N]
 
 --shape 7b makes the shapes of Qwen2.5-7B instead (hidden 3584, 28 layers, 28 heads
 / 4 KV heads, head_dim 128, intermediate 18944, vocab 152064, untied lm_head, rope_theta
 1e6, q/k/v bias: ~15.2 GB of BF16), the GPU benchmark's model (bench/gpu_decode.sh).
+--shape 30b-a3b makes Qwen3-30B-A3B's (Qwen3MoeForCausalLM: hidden 2048, 48 layers, 32
+heads / 4 KV heads of 128, q/k norm, no bias, 128 experts of width 768, 8 a token,
+renormalized, vocab 151936, untied: ~61 GB of BF16); --layers N keeps the first N layers
+(each ~1.2 GB), so a machine of ordinary memory measures a layer's decode cost.
 
 Writes a Hugging Face snapshot folder with the exact tensor shapes of
 Qwen2-0.5B (hidden 896, 24 layers, 14 heads / 2 KV heads, head_dim 64,
@@ -50,7 +54,12 @@ TIED = True
 SHAPES = {  # --shape: (hidden, layers, heads, kv heads, intermediate, vocab, tied)
     "0.5b": (896, 24, 14, 2, 4864, 151936, True),
     "7b": (3584, 28, 28, 4, 18944, 152064, False),
+    "30b-a3b": (2048, 48, 32, 4, 6144, 151936, False),
 }
+MOE_SHAPES = {  # --shape: (head_dim, experts, experts a token, expert width) of the Qwen3-MoE shapes
+    "30b-a3b": (128, 128, 8, 768),
+}
+MOE = None  # (head_dim, experts, used, width) when the shape is a Qwen3-MoE
 BOS = EOS = 151643  # <|endoftext|>
 IM_START, IM_END = 151644, 151645
 
@@ -61,6 +70,8 @@ def tensor_list():
     """[(name, shape, kind)] in file order; kind: 'w' weight/bias, 'norm'."""
     kv = KV_HEADS * HEAD_DIM
     t = [("model.embed_tokens.weight", [VOCAB, HIDDEN], "w")]
+    if MOE:
+        return t + moe_layers() + [("model.norm.weight", [HIDDEN], "norm"), ("lm_head.weight", [VOCAB, HIDDEN], "w")]
     for i in range(LAYERS):
         p = f"model.layers.{i}."
         t += [
@@ -81,6 +92,33 @@ def tensor_list():
     if not TIED:
         t.append(("lm_head.weight", [VOCAB, HIDDEN], "w"))
     return t  # tied embeddings: no lm_head.weight
+
+
+def moe_layers():
+    """Qwen3-MoE decoder layers: q/k norm, no bias, a router and per-expert MLPs."""
+    hd, n_exp, _, width = MOE
+    t = []
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        t += [
+            (p + "input_layernorm.weight", [HIDDEN], "norm"),
+            (p + "self_attn.q_proj.weight", [HEADS * hd, HIDDEN], "w"),
+            (p + "self_attn.k_proj.weight", [KV_HEADS * hd, HIDDEN], "w"),
+            (p + "self_attn.v_proj.weight", [KV_HEADS * hd, HIDDEN], "w"),
+            (p + "self_attn.o_proj.weight", [HIDDEN, HEADS * hd], "w"),
+            (p + "self_attn.q_norm.weight", [hd], "norm"),
+            (p + "self_attn.k_norm.weight", [hd], "norm"),
+            (p + "post_attention_layernorm.weight", [HIDDEN], "norm"),
+            (p + "mlp.gate.weight", [n_exp, HIDDEN], "w"),
+        ]
+        for e in range(n_exp):
+            q = p + f"mlp.experts.{e}."
+            t += [
+                (q + "gate_proj.weight", [width, HIDDEN], "w"),
+                (q + "up_proj.weight", [width, HIDDEN], "w"),
+                (q + "down_proj.weight", [HIDDEN, width], "w"),
+            ]
+    return t
 
 
 def numel(shape):
@@ -148,6 +186,34 @@ def write_safetensors(path, tensors):
 
 
 def config():
+    if MOE:
+        hd, n_exp, used, width = MOE
+        return {
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "attention_bias": False,
+            "bos_token_id": BOS,
+            "eos_token_id": EOS,
+            "decoder_sparse_step": 1,
+            "head_dim": hd,
+            "hidden_act": "silu",
+            "hidden_size": HIDDEN,
+            "intermediate_size": INTERMEDIATE,
+            "max_position_embeddings": 40960,
+            "mlp_only_layers": [],
+            "moe_intermediate_size": width,
+            "norm_topk_prob": True,
+            "num_attention_heads": HEADS,
+            "num_experts": n_exp,
+            "num_experts_per_tok": used,
+            "num_hidden_layers": LAYERS,
+            "num_key_value_heads": KV_HEADS,
+            "rms_norm_eps": 1e-06,
+            "rope_theta": 1000000.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "vocab_size": VOCAB,
+        }
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "model_type": "qwen2",
@@ -260,17 +326,24 @@ def write_json(path, obj):
 
 
 def main():
-    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, TIED
+    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, TIED, MOE
     args = sys.argv[1:]
-    shape = "0.5b"
-    if len(args) == 3 and args[1] == "--shape" and args[2] in SHAPES:
-        shape = args[2]
-        args = args[:1]
+    shape, layers = "0.5b", None
+    while len(args) >= 3 and args[-2] in ("--shape", "--layers"):
+        if args[-2] == "--shape" and args[-1] in SHAPES:
+            shape = args[-1]
+        elif args[-2] == "--layers" and args[-1].isdigit() and int(args[-1]) > 0:
+            layers = int(args[-1])
+        else:
+            break
+        args = args[:-2]
     if len(args) != 1 or args[0].startswith("-"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         sys.exit(2)
     HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, TIED = SHAPES[shape]
+    LAYERS = min(LAYERS, layers) if layers else LAYERS
     HEAD_DIM = HIDDEN // HEADS
+    MOE = MOE_SHAPES.get(shape)
     out = args[0]
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
