@@ -31,8 +31,9 @@
 
 /* ---- the op profile (RP_PROFILE=N: the forwards of N tokens, model_int.h) ---- */
 
-static const char *const prof_names[RP_PROF_N] = {"embed", "rmsnorm", "qkv matmul", "rope", "attention",
-                                                  "wo matmul", "gate/up matmul", "down matmul", "norm+lm_head"};
+static const char *const prof_names[RP_PROF_N] = {"embed",       "rmsnorm",     "qkv matmul",    "rope",
+                                                  "attention",   "wo matmul",   "gate/up matmul", "down matmul",
+                                                  "moe router",  "moe experts", "norm+lm_head"};
 
 // The clock after the backend has finished what it was given.
 static double prof_now(rp_model *m)
@@ -83,7 +84,7 @@ void rp_model_prof_print(const rp_model *m)
 
 // A mixture-of-experts MLP on the normed rows s.h: the router's logits, each token's
 // experts and weights, their MLPs' weighted sum, added to the residual stream.
-static rp_status moe_forward(rp_model *m, const rp_layer *L, int n)
+static rp_status moe_forward(rp_model *m, const rp_layer *L, int n, bool prof)
 {
     const rp_model_config *c = &m->cfg;
     rp_backend *be = m->be;
@@ -100,12 +101,15 @@ static rp_status moe_forward(rp_model *m, const rp_layer *L, int n)
                      .g_rows = s->gate,
                      .u_rows = s->up};
     rp_status st;
-    if ((st = rp_backend_matmul(be, &L->router, s->h, n, s->moe_logits)) ||
-        (st = rp_backend_moe_route(be, s->moe_logits, n, c->n_expert, c->n_expert_used, c->moe_norm_topk, s->moe_ids,
-                                   s->moe_w)) ||
-        (st = rp_backend_moe_ffn(be, &d, s->h, n, s->moe_out)))
-        return st;
-    return rp_backend_add(be, s->x, s->moe_out, (size_t)n * c->dim);
+    OP(RP_PROF_ROUTER, L->router.nbytes, rp_backend_matmul(be, &L->router, s->h, n, s->moe_logits));
+    OP(RP_PROF_ROUTER, 0,
+       rp_backend_moe_route(be, s->moe_logits, n, c->n_expert, c->n_expert_used, c->moe_norm_topk, s->moe_ids,
+                            s->moe_w));
+    size_t expert = L->ex_gate[0].nbytes + L->ex_up[0].nbytes + L->ex_down[0].nbytes; // (the tokens' share when n > 1)
+    OP(RP_PROF_EXPERTS, expert * (size_t)(n * c->n_expert_used < c->n_expert ? n * c->n_expert_used : c->n_expert),
+       rp_backend_moe_ffn(be, &d, s->h, n, s->moe_out));
+    OP(RP_PROF_EXPERTS, 0, rp_backend_add(be, s->x, s->moe_out, (size_t)n * c->dim));
+    return RP_OK;
 }
 
 static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
@@ -133,7 +137,7 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
     OP(RP_PROF_WO, L->wo.nbytes, rp_backend_matmul_group(be, &wo, 1, s->att, n));
     OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
     if (L->ex_gate)
-        return moe_forward(m, L, n);
+        return moe_forward(m, L, n, prof);
     OP(RP_PROF_GATE_UP, L->w_gate.nbytes + L->w_up.nbytes,
        rp_backend_matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
     rp_matmul_desc down = {&L->w_down, s->h, NULL, s->x}; // x += (silu(gate) * up)·Wdownᵀ

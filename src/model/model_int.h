@@ -82,6 +82,8 @@ enum {
     RP_PROF_WO,
     RP_PROF_GATE_UP,
     RP_PROF_DOWN,
+    RP_PROF_ROUTER,  // a mixture of experts' router and routing
+    RP_PROF_EXPERTS, // and its experts' MLPs
     RP_PROF_HEAD,
     RP_PROF_N
 };
