@@ -282,8 +282,10 @@ typedef struct rp_moe_desc {
     const rp_tensor *gate, *up, *down; // (n_expert) each: (ffn, dim), (ffn, dim), (dim, ffn)
     const int32_t *ids;                // (n, n_used) the tokens' experts (rp_backend_moe_route)
     const float *w;                    // (n, n_used) and their weights
-    float *x_rows, *o_rows;            // scratch (n, dim) each: an expert's input and output rows
-    float *g_rows, *u_rows;            // scratch (n, ffn) each
+    float *x_rows, *o_rows;            // scratch (cap_rows, dim) each: an expert's input and output rows
+    float *g_rows, *u_rows;            // scratch (cap_rows, ffn) each
+    int cap_rows;                      // rows the scratch holds: at least n (n_used or more lets a
+                                       // one-token call run its experts' matrices together)
 } rp_moe_desc;
 
 // out (n, dim) = for each token, 0 + w_j · down_e(silu(gate_e · x) * up_e · x) added over its

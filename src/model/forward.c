@@ -99,7 +99,8 @@ static rp_status moe_forward(rp_model *m, const rp_layer *L, int n, bool prof)
                      .x_rows = s->moe_x,
                      .o_rows = s->moe_o,
                      .g_rows = s->gate,
-                     .u_rows = s->up};
+                     .u_rows = s->up,
+                     .cap_rows = m->params.max_batch};
     rp_status st;
     OP(RP_PROF_ROUTER, L->router.nbytes, rp_backend_matmul(be, &L->router, s->h, n, s->moe_logits));
     OP(RP_PROF_ROUTER, 0,

@@ -110,8 +110,9 @@ size_t rp_cpu_matmul_scratch_bytes(rp_dtype wtype, int64_t ne0, int n);
 // activations rounded to bf16 where rp_cpu_has_bf16_dot() (else ignored).
 void rp_cpu_matmul(rp_pool *pool, const rp_tensor *w, const float *x, int n, float *y, void *scratch, bool bf16_act);
 
-// Weights per fused group (rp_cpu_matmul_group).
-#define RP_MM_MAX_GROUP 4
+// Weights per fused group (rp_cpu_matmul_group): Q, K and V; a token's routed experts'
+// gate and up matrices (cpu_moe.c), 8 experts a group.
+#define RP_MM_MAX_GROUP 16
 
 // True when rp_cpu_matmul_group can run these matmuls as one: 1..RP_MM_MAX_GROUP
 // weights of one type and one row length.

@@ -7,7 +7,10 @@
  * up and down matrices with the backend's own matmuls (so each expert's weights are read
  * once a forward, for all its tokens, and a token's numbers are those of a matmul of its
  * row alone), and their rows, scaled by the tokens' weights, added to the output in
- * increasing expert order.
+ * increasing expert order. One token (a decode step) runs its experts' gate and up
+ * matrices as one matmul group (one pool run for 8 experts instead of 8, the activations
+ * quantized once): a group's results are bitwise its separate matmuls', so the token's
+ * row is the same as in a batch.
  */
 #include "cpu_int.h"
 
@@ -52,8 +55,47 @@ rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_exp
     return RP_OK;
 }
 
+// One token's experts (ids, w: n_used each), their rows in the scratch: gate and up of up
+// to RP_MM_MAX_GROUP / 2 experts a matmul group, then silu · up, the downs, and the rows
+// added in increasing expert order (as the general path: 0 + o · w, expert after expert).
+static rp_status one_token(rp_backend *be, const rp_moe_desc *d, const float *x, float *out)
+{
+    int k = d->n_used, e[64];
+    float w[64];
+    for (int j = 0; j < k; j++) { // in increasing expert order (insertion)
+        int i = j;
+        for (; i > 0 && e[i - 1] > d->ids[j]; i--)
+            e[i] = e[i - 1], w[i] = w[i - 1];
+        e[i] = d->ids[j], w[i] = d->w[j];
+    }
+    int64_t dim = d->down[0].ne[1], ffn = d->gate[0].ne[1];
+    rp_status st = RP_OK;
+    for (int j0 = 0; j0 < k && !st; j0 += RP_MM_MAX_GROUP / 2) {
+        int g = k - j0 < RP_MM_MAX_GROUP / 2 ? k - j0 : RP_MM_MAX_GROUP / 2;
+        rp_matmul_desc mm[RP_MM_MAX_GROUP];
+        for (int i = 0; i < g; i++) {
+            mm[2 * i] = (rp_matmul_desc){.w = &d->gate[e[j0 + i]], .y = d->g_rows + (size_t)(j0 + i) * ffn};
+            mm[2 * i + 1] = (rp_matmul_desc){.w = &d->up[e[j0 + i]], .y = d->u_rows + (size_t)(j0 + i) * ffn};
+        }
+        st = rp_backend_matmul_group(be, mm, 2 * g, x, 1);
+    }
+    if (!st)
+        st = rp_backend_silu_mul(be, d->g_rows, d->u_rows, (size_t)k * ffn, d->g_rows);
+    for (int j = 0; j < k && !st; j++)
+        st = rp_backend_matmul(be, &d->down[e[j]], d->g_rows + (size_t)j * ffn, 1, d->o_rows + (size_t)j * dim);
+    if (st)
+        return st;
+    memset(out, 0, (size_t)dim * sizeof(float));
+    for (int j = 0; j < k; j++)
+        for (int64_t i = 0; i < dim; i++)
+            out[i] += d->o_rows[(size_t)j * dim + i] * w[j];
+    return RP_OK;
+}
+
 rp_status rp_cpu_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out)
 {
+    if (n == 1 && d->cap_rows >= d->n_used && d->n_used <= 64)
+        return one_token(be, d, x, out);
     int64_t dim = d->down[0].ne[1];
     int *rows = rp_malloc((size_t)n * sizeof(int));
     float *wts = rp_malloc((size_t)n * sizeof(float));

@@ -5,8 +5,8 @@
  * experts' weighted outputs added in increasing expert order), on every compiled backend
  * that has them; a backend without them must refuse with RP_ERR_UNSUPPORTED.
  *
- * Beyond the numbers: a token's output row is bitwise the same alone as inside a batch
- * (each expert's matmuls see only the tokens routed to it), ties between experts go to
+ * Beyond the numbers: a token's output row is bitwise the same alone (the CPU's fused
+ * one-token path) as inside a batch (expert by expert), ties between experts go to
  * the lower expert, and bad routing sizes are refused.
  */
 #include "test_util.h"
@@ -198,8 +198,9 @@ static void ref_ffn(const experts *x, const float *in, const int32_t *ids, const
 static void run_ffn(rp_backend *be, const experts *x, const float *in, const int32_t *ids, const float *w, int n,
                     float *out)
 {
-    float *xr = malloc((size_t)n * DIM * sizeof(float)), *orow = malloc((size_t)n * DIM * sizeof(float));
-    float *g = malloc((size_t)n * FFN * sizeof(float)), *u = malloc((size_t)n * FFN * sizeof(float));
+    int cap = n > NK ? n : NK; // room for one token's experts: its fused path
+    float *xr = malloc((size_t)cap * DIM * sizeof(float)), *orow = malloc((size_t)cap * DIM * sizeof(float));
+    float *g = malloc((size_t)cap * FFN * sizeof(float)), *u = malloc((size_t)cap * FFN * sizeof(float));
     rp_moe_desc d = {.n_expert = NE,
                      .n_used = NK,
                      .gate = x->t[0],
@@ -210,7 +211,8 @@ static void run_ffn(rp_backend *be, const experts *x, const float *in, const int
                      .x_rows = xr,
                      .o_rows = orow,
                      .g_rows = g,
-                     .u_rows = u};
+                     .u_rows = u,
+                     .cap_rows = cap};
     for (int i = 0; i < n * DIM; i++)
         out[i] = NAN; // every element must be written
     assert_int_equal(rp_backend_moe_ffn(be, &d, in, n, out), RP_OK);
