@@ -21,8 +21,12 @@ rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_exp
 {
     (void)be;
     float *p = rp_malloc((size_t)n_expert * sizeof(float));
-    if (!p)
+    bool *taken = rp_malloc((size_t)n_expert);
+    if (!p || !taken) {
+        rp_free(p);
+        rp_free(taken);
         return RP_ERR(RP_ERR_NOMEM, "out of memory routing %d experts", n_expert);
+    }
     for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * n_expert;
         float max = l[0], sum = 0;
@@ -34,15 +38,13 @@ rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_exp
             p[e] /= sum;
         int32_t *id = ids + (size_t)t * n_used;
         float *wt = w + (size_t)t * n_used, picked = 0;
+        memset(taken, 0, (size_t)n_expert);
         for (int j = 0; j < n_used; j++) { // the j-th largest: strictly larger wins, so a tie keeps the lower expert
             int best = -1;
-            for (int e = 0; e < n_expert; e++) {
-                bool taken = false;
-                for (int i = 0; i < j && !taken; i++)
-                    taken = id[i] == e;
-                if (!taken && (best < 0 || p[e] > p[best] || (p[best] != p[best] && p[e] == p[e])))
+            for (int e = 0; e < n_expert; e++)
+                if (!taken[e] && (best < 0 || p[e] > p[best] || (p[best] != p[best] && p[e] == p[e])))
                     best = e;
-            }
+            taken[best] = true;
             id[j] = best;
             wt[j] = p[best];
             picked += p[best];
@@ -52,6 +54,7 @@ rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_exp
                 wt[j] /= picked;
     }
     rp_free(p);
+    rp_free(taken);
     return RP_OK;
 }
 
