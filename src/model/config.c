@@ -101,6 +101,12 @@ static rp_status rope_scaling_from_json(const char *path, json_t *rs, rp_model_c
                   path, type);
 }
 
+// Marks layer l's MLP dense in a mixture-of-experts model (rp_config_layer_moe).
+static void set_dense(rp_model_config *cfg, int l)
+{
+    cfg->dense_layers[l / 32] |= 1u << (l % 32);
+}
+
 // Qwen3-MoE's keys: num_experts (transformers 5 writes num_local_experts), num_experts_per_tok,
 // moe_intermediate_size, norm_topk_prob (default false), decoder_sparse_step (1), mlp_only_layers ([]).
 static rp_status moe_from_json(const char *path, json_t *root, rp_model_config *cfg)
@@ -126,7 +132,7 @@ static rp_status moe_from_json(const char *path, json_t *root, rp_model_config *
         if (l < 0 || l >= 1024)
             return RP_ERR(RP_ERR_INVALID, "%s: \"mlp_only_layers\" holds %s, not a layer index below 1024", path,
                           json_is_integer(v) ? "an index out of range" : "a non-integer");
-        cfg->dense_layers[l / 32] |= 1u << (l % 32);
+        set_dense(cfg, (int)l);
     }
     return RP_OK;
 }
@@ -334,7 +340,7 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
             char tn[64];
             snprintf(tn, sizeof(tn), "blk.%d.ffn_gate_inp.weight", l);
             if (!rp_gguf_find_tensor(g, tn))
-                cfg->dense_layers[l / 32] |= 1u << (l % 32);
+                set_dense(cfg, l);
         }
         cfg->moe_norm_topk = true;
         char nk[128];

@@ -298,13 +298,14 @@ static rp_status get(source *src, const char *canonical, int layer, int64_t e0, 
     return mark_used(src, t->data);
 }
 
-// The weight of tensor t (found by get, e0 x e1), quantizable: made, or in the sizing
-// pass counted (rows x row bytes of the type it will be stored as).
-static rp_status take_weight(source *src, const src_tensor *t, int64_t e0, int64_t e1, bool streamed, rp_tensor *out)
+// The weight of tensor t (found by get, e0 x e1): made, or in the sizing pass counted
+// (rows x row bytes of the type it will be stored as). A router is not quantizable.
+static rp_status take_weight_as(source *src, const src_tensor *t, int64_t e0, int64_t e1, bool quantizable,
+                                bool streamed, rp_tensor *out)
 {
     if (!src->dry)
-        return rp_model_make_weight(src->m, t->name, t->type, e0, e1, t->data, true, streamed, out);
-    rp_dtype type = stored_type(src->m, t->type, e0, true);
+        return rp_model_make_weight(src->m, t->name, t->type, e0, e1, t->data, quantizable, streamed, out);
+    rp_dtype type = stored_type(src->m, t->type, e0, quantizable);
     size_t row_bytes, total;
     if (!rp_dtype_row_bytes(type, e0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)e1, &total))
         return RP_ERR(RP_ERR_INVALID, "tensor '%s' has a bad shape [%lld, %lld] for %s", t->name, (long long)e0,
@@ -312,6 +313,11 @@ static rp_status take_weight(source *src, const src_tensor *t, int64_t e0, int64
     src->bytes += total;
     src->type_bytes[type] += total;
     return RP_OK;
+}
+
+static rp_status take_weight(source *src, const src_tensor *t, int64_t e0, int64_t e1, bool streamed, rp_tensor *out)
+{
+    return take_weight_as(src, t, e0, e1, true, streamed, out);
 }
 
 static rp_status get_weight(source *src, const char *canonical, int layer, int64_t e0, int64_t e1, rp_tensor *out)
@@ -449,15 +455,9 @@ static rp_status get_moe(source *src, int l, rp_layer *L)
     rp_status st = get(src, "ffn_gate_inp.weight", l, c->dim, c->n_expert, true, &t, &found);
     if (st)
         return st;
-    if (src->dry) {
-        size_t row;
-        if (!rp_dtype_row_bytes(t.type, c->dim, &row))
-            return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has a bad shape", src->path, t.name);
-        src->bytes += row * (size_t)c->n_expert;
-        src->type_bytes[t.type] += row * (size_t)c->n_expert;
-    } else if ((st = rp_model_make_weight(m, t.name, t.type, c->dim, c->n_expert, t.data, false, true, &L->router))) {
+    rp_tensor dummy;
+    if ((st = take_weight_as(src, &t, c->dim, c->n_expert, false, true, src->dry ? &dummy : &L->router)))
         return rp_error_prefix(st, "%s", src->path);
-    }
     if (!src->dry) {
         L->ex_gate = rp_calloc((size_t)c->n_expert, sizeof(rp_tensor));
         L->ex_up = rp_calloc((size_t)c->n_expert, sizeof(rp_tensor));

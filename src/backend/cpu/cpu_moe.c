@@ -16,17 +16,16 @@
 
 #include <math.h>
 
+#define RP_MOE_MAX_EXPERTS 1024 // rp_config_validate's limit
+
 rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
                            int32_t *ids, float *w)
 {
     (void)be;
-    float *p = rp_malloc((size_t)n_expert * sizeof(float));
-    bool *taken = rp_malloc((size_t)n_expert);
-    if (!p || !taken) {
-        rp_free(p);
-        rp_free(taken);
-        return RP_ERR(RP_ERR_NOMEM, "out of memory routing %d experts", n_expert);
-    }
+    if (n_expert > RP_MOE_MAX_EXPERTS)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "routing %d experts (at most %d)", n_expert, RP_MOE_MAX_EXPERTS);
+    float p[RP_MOE_MAX_EXPERTS];
+    bool taken[RP_MOE_MAX_EXPERTS];
     for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * n_expert;
         float max = l[0], sum = 0;
@@ -53,8 +52,6 @@ rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_exp
             for (int j = 0; j < n_used; j++)
                 wt[j] /= picked;
     }
-    rp_free(p);
-    rp_free(taken);
     return RP_OK;
 }
 
