@@ -326,10 +326,11 @@ rp_status rp_backend_rmsnorm(rp_backend *be, const float *x, const float *w, flo
     return rows > 0 ? be->ops->rmsnorm(be, x, w, eps, rows, width, out) : RP_OK;
 }
 
-rp_status rp_backend_rope(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq,
+rp_status rp_backend_rope(rp_backend *be, float *x, int n_head, int head_dim, int rot_dim, const float *inv_freq,
                           rp_rope_style style)
 {
-    return be->ops->rope(be, x, n_head, head_dim, inv_freq, style);
+    RP_ASSERT(rot_dim > 0 && rot_dim % 2 == 0 && rot_dim <= head_dim);
+    return be->ops->rope(be, x, n_head, head_dim, rot_dim, inv_freq, style);
 }
 
 rp_status rp_backend_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
@@ -373,4 +374,34 @@ rp_status rp_backend_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *
     if (!rp_backend_has_moe(be))
         return RP_ERR(RP_ERR_UNSUPPORTED, "backend %s has no mixture-of-experts kernels", be->name);
     return n > 0 ? be->ops->moe_ffn(be, d, x, n, out) : RP_OK;
+}
+
+rp_status rp_backend_sigmoid_mul(rp_backend *be, const float *x, const float *gate, int rows, int width,
+                                 int gate_width, float *out)
+{
+    RP_ASSERT(gate_width == width || gate_width == 1);
+    return rows > 0 ? be->ops->sigmoid_mul(be, x, gate, rows, width, gate_width, out) : RP_OK;
+}
+
+size_t rp_state_floats(const rp_state_layer *st)
+{
+    size_t conv_dim = 2 * (size_t)st->n_k_head * st->dk + (size_t)st->n_v_head * st->dv;
+    return (size_t)st->n_v_head * st->dk * st->dv + (size_t)(st->kc - 1) * conv_dim;
+}
+
+size_t rp_state_log_floats(const rp_state_layer *st)
+{
+    return 2 * (size_t)st->n_k_head * st->dk + (size_t)st->n_v_head * st->dv + 2 * (size_t)st->n_v_head;
+}
+
+bool rp_backend_has_gdn(rp_backend *be)
+{
+    return be->ops->gdn != NULL;
+}
+
+rp_status rp_backend_gdn(rp_backend *be, const rp_gdn_desc *d)
+{
+    if (!rp_backend_has_gdn(be))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "the %s backend has no Gated DeltaNet kernels", be->name);
+    return be->ops->gdn(be, d);
 }

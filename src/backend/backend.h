@@ -177,9 +177,11 @@ rp_status rp_backend_kv_block_copy(rp_backend *be, rp_kv_layer *kv, int32_t dst,
 
 /* ---- one forward ---- */
 
-// Rotary embedding: per pair i < head_dim/2 the angle is pos * inv_freq[i].
-// NEOX pairs element i with i + head_dim/2 (HF rotate_half); NORM pairs 2i with
-// 2i+1 (llama.cpp's layout for Llama GGUF files, whose Q/K rows it permuted).
+// Rotary embedding over the first rot_dim dims of each head (rot_dim == head_dim: all;
+// partial rotary leaves dims [rot_dim, head_dim) as they are): per pair i < rot_dim/2 the
+// angle is pos * inv_freq[i]. NEOX pairs element i with i + rot_dim/2 (HF rotate_half);
+// NORM pairs 2i with 2i+1 (llama.cpp's layout for Llama GGUF files, whose Q/K rows it
+// permuted).
 typedef enum rp_rope_style {
     RP_ROPE_NEOX = 0,
     RP_ROPE_NORM = 1,
@@ -203,6 +205,12 @@ typedef struct rp_batch_desc {
     const int32_t *rows;     // (n_rows) batch index of each
     int n_logit_rows;        // of those, the ones that want logits, ascending
     const int32_t *logit_rows; // (n_logit_rows) index into rows of each
+    // Recurrent state (models with Gated DeltaNet layers; NULL otherwise): per sequence,
+    // the state copy its tokens start from (rp_state_layer: slot * 2 + copy; their end
+    // state goes to the other copy, state_in[s] ^ 1), and its tokens' run in batch order.
+    const int32_t *state_in;   // (n_seqs)
+    const int32_t *seq_first;  // (n_seqs) batch index of the sequence's first token
+    const int32_t *seq_count;  // (n_seqs) its tokens in this batch (consecutive positions)
 } rp_batch_desc;
 
 // Starts a forward: the ops until the next call read the batch's per-token facts from
@@ -249,15 +257,20 @@ rp_status rp_backend_add_bias(rp_backend *be, float *y, const float *b, int n, i
 // out[t] = x[t] / rms(x[t]) * w, per row of `width` (rows = n * groups, for per-head norms)
 rp_status rp_backend_rmsnorm(rp_backend *be, const float *x, const float *w, float eps, int rows, int width,
                              float *out);
-// x (desc.n_tokens, n_head * head_dim) rotated in place, token t by desc.pos[t];
-// inv_freq (head_dim / 2) is backend memory.
-rp_status rp_backend_rope(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq,
+// x (desc.n_tokens, n_head * head_dim) rotated in place, token t by desc.pos[t], over the
+// first rot_dim (even, <= head_dim) dims of each head; inv_freq (rot_dim / 2) is backend memory.
+rp_status rp_backend_rope(rp_backend *be, float *x, int n_head, int head_dim, int rot_dim, const float *inv_freq,
                           rp_rope_style style);
 // Writes k, v (desc.n_tokens, n_kv_head*head_dim) into the layer's slots desc.slot
 // (converted to its type), then out[t] (n_head*head_dim) = softmax(q[t]·K[0..pos[t]]ᵀ ·
 // scale) · V over the token's own sequence (desc.seq, its block table).
 rp_status rp_backend_attention(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                                int n_head, int n_kv_head, int head_dim, float scale, float *out);
+// out[t][i] = x[t][i] * sigmoid(gate[t][i * gate_width / width]) for t < rows, i < width:
+// gate_width == width gates each element (gated attention), gate_width == 1 scales each
+// row by one gate (a shared expert's). sigmoid(g) = 1 / (1 + exp(-g)) in float32. out may be x.
+rp_status rp_backend_sigmoid_mul(rp_backend *be, const float *x, const float *gate, int rows, int width,
+                                 int gate_width, float *out);
 // out = silu(gate) * up, element-wise over count floats
 rp_status rp_backend_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out);
 // y += x, element-wise over count floats
@@ -296,5 +309,52 @@ typedef struct rp_moe_desc {
 rp_status rp_backend_moe_ffn(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out);
 // Whether the backend has the two MoE ops.
 bool rp_backend_has_moe(rp_backend *be);
+
+/* ---- Gated DeltaNet (optional: rp_backend_has_gdn) ---- */
+
+// The recurrent state of one Gated DeltaNet layer for n_slots sequences, float32 in
+// backend memory, laid out as below on every backend (so it crosses the seam as bytes).
+// Each slot has two copies (ping-pong: a forward reads one and writes the other, so the
+// state before the forward survives it); copy r of slot s is state + (2s + r) *
+// rp_state_floats(st): the n_v_head (dk, dv) matrices S (row i: key dim, column c: value
+// dim), then the conv window, the last kc - 1 raw conv inputs (conv_dim each, oldest
+// first). The log keeps, per slot, the inputs of the last forward's tokens of that slot's
+// sequence when they were at most log_cap (rows of conv_dim + 2 * n_v_head floats: the
+// raw conv input, b, a), so a rollback can replay a prefix of them (rp_backend_gdn with
+// mixed NULL). Made and owned by the KV pool (kv.h).
+typedef struct rp_state_layer {
+    float *state; // (2 * n_slots, rp_state_floats)
+    float *log;   // (n_slots, log_cap, rp_state_log_floats)
+    int n_slots, log_cap;
+    int n_k_head, n_v_head, dk, dv, kc; // conv_dim = 2 * n_k_head * dk + n_v_head * dv
+} rp_state_layer;
+
+// Floats of one copy of one slot's state, and of one log row.
+size_t rp_state_floats(const rp_state_layer *st);
+size_t rp_state_log_floats(const rp_state_layer *st);
+
+// One Gated DeltaNet layer's recurrence. Plain data; pointers in backend memory.
+typedef struct rp_gdn_desc {
+    const float *conv_w;           // (conv_dim, kc) the depthwise causal conv's weights
+    const float *a_log, *dt_bias;  // (n_v_head) each
+    const float *mixed;            // (n, conv_dim) the raw conv inputs [q heads | k heads | v heads];
+                                   // NULL: a replay, inputs from the log (rows 0.. of each slot)
+    const float *b, *a;            // (n, n_v_head) each (ignored in a replay)
+    float *out;                    // (n, n_v_head * dv) the heads' outputs; NULL in a replay
+    rp_state_layer *st;
+} rp_gdn_desc;
+
+// For each sequence s of the batch (rp_batch_desc's state_in, seq_first, seq_count), its
+// tokens in order from the state copy state_in[s]: the conv over the window and the token's
+// raw input, silu, split into q, k (n_k_head heads of dk) and v (n_v_head of dv); q and k
+// L2-normalized (x / sqrt(Σx² + 1e-6)), q scaled by 1/sqrt(dk); value head j uses key head
+// j / (n_v_head / n_k_head); beta = sigmoid(b[j]), g = -exp(a_log[j]) · softplus(a[j] +
+// dt_bias[j]); then S ← exp(g)·S, p = Sᵀk, δ = beta·(v − p), S ← S + k·δᵀ, out = Sᵀq. The end
+// state goes to copy state_in[s] ^ 1; a sequence's inputs are logged when seq_count[s] <=
+// log_cap (not in a replay). Each output depends only on its sequence's state and tokens.
+// RP_ERR_UNSUPPORTED on a backend without it.
+rp_status rp_backend_gdn(rp_backend *be, const rp_gdn_desc *d);
+// Whether the backend has rp_backend_gdn.
+bool rp_backend_has_gdn(rp_backend *be);
 
 #endif

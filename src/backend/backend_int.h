@@ -59,16 +59,20 @@ typedef struct rp_backend_ops {
                             float *up_out, float *out);
     rp_status (*add_bias)(rp_backend *be, float *y, const float *b, int n, int width);
     rp_status (*rmsnorm)(rp_backend *be, const float *x, const float *w, float eps, int rows, int width, float *out);
-    rp_status (*rope)(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq, rp_rope_style style);
+    rp_status (*rope)(rp_backend *be, float *x, int n_head, int head_dim, int rot_dim, const float *inv_freq,
+                      rp_rope_style style);
     rp_status (*attention)(rp_backend *be, const float *q, const float *k, const float *v, rp_kv_layer *kv,
                            int n_head, int n_kv_head, int head_dim, float scale, float *out);
     rp_status (*silu_mul)(rp_backend *be, const float *gate, const float *up, size_t count, float *out);
+    rp_status (*sigmoid_mul)(rp_backend *be, const float *x, const float *gate, int rows, int width, int gate_width,
+                             float *out);
     rp_status (*add)(rp_backend *be, float *y, const float *x, size_t count);
     rp_status (*argmax)(rp_backend *be, const float *x, int rows, int width, int32_t *out);
     // optional (NULL: RP_ERR_UNSUPPORTED), both or neither
     rp_status (*moe_route)(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,
                            int32_t *ids, float *w);
     rp_status (*moe_ffn)(rp_backend *be, const rp_moe_desc *d, const float *x, int n, float *out);
+    rp_status (*gdn)(rp_backend *be, const rp_gdn_desc *d); // optional (NULL: RP_ERR_UNSUPPORTED)
 } rp_backend_ops;
 
 struct rp_backend {

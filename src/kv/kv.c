@@ -24,6 +24,11 @@ struct rp_kv_pool {
     int n_free, n_cached_free;
     rp_kv_evict_fn evict;
     void *evict_ctx;
+    // recurrent state (rp_kv_pool_add_states)
+    rp_kv_state_geom sg;
+    rp_state_layer *states; // (sg.n_layer)
+    uint8_t *slot_used;     // (sg.n_slots)
+    int n_free_states;
 };
 
 size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_size, rp_dtype type)
@@ -81,6 +86,12 @@ void rp_kv_pool_destroy(rp_kv_pool *p)
 {
     if (!p)
         return;
+    for (int l = 0; p->states && l < p->sg.n_layer; l++) {
+        rp_backend_free(p->be, p->states[l].state);
+        rp_backend_free(p->be, p->states[l].log);
+    }
+    rp_free(p->states);
+    rp_free(p->slot_used);
     if (p->layers)
         for (int l = 0; l < p->n_layer; l++)
             rp_backend_kv_layer_deinit(p->be, &p->layers[l]);
@@ -146,6 +157,117 @@ void rp_kv_pool_set_evict(rp_kv_pool *p, rp_kv_evict_fn fn, void *ctx)
 {
     p->evict = fn;
     p->evict_ctx = ctx;
+}
+
+/* ---- recurrent state --------------------------------------------------------- */
+
+// A state layer of geometry g (no memory), for its sizes.
+static rp_state_layer state_shape(const rp_kv_state_geom *g)
+{
+    return (rp_state_layer){.n_slots = g->n_slots,
+                            .log_cap = g->log_cap,
+                            .n_k_head = g->n_k_head,
+                            .n_v_head = g->n_v_head,
+                            .dk = g->dk,
+                            .dv = g->dv,
+                            .kc = g->kc};
+}
+
+size_t rp_kv_state_slot_bytes(const rp_kv_state_geom *g)
+{
+    rp_state_layer st = state_shape(g);
+    return (size_t)g->n_layer * (2 * rp_state_floats(&st) + (size_t)g->log_cap * rp_state_log_floats(&st)) *
+           sizeof(float);
+}
+
+size_t rp_kv_pool_state_slot_bytes(const rp_kv_pool *p)
+{
+    return p->states ? rp_kv_state_slot_bytes(&p->sg) : 0;
+}
+
+rp_status rp_kv_pool_add_states(rp_kv_pool *p, const rp_kv_state_geom *g)
+{
+    if (p->states)
+        return RP_ERR(RP_ERR_INVALID, "kv pool: state layers already added");
+    if (g->n_layer <= 0 || g->n_k_head <= 0 || g->n_v_head <= 0 || g->n_v_head % g->n_k_head || g->dk <= 0 ||
+        g->dv <= 0 || g->kc < 1 || g->n_slots <= 0 || g->log_cap < 0)
+        return RP_ERR(RP_ERR_INVALID, "kv pool: invalid recurrent state geometry");
+    p->sg = *g;
+    p->states = rp_calloc((size_t)g->n_layer, sizeof(rp_state_layer));
+    p->slot_used = rp_calloc((size_t)g->n_slots, 1);
+    if (!p->states || !p->slot_used)
+        return RP_ERR(RP_ERR_NOMEM, "kv pool: out of memory");
+    for (int l = 0; l < g->n_layer; l++) {
+        rp_state_layer *st = &p->states[l];
+        *st = state_shape(g);
+        size_t sb, lb;
+        if (!rp_mul_size(2 * (size_t)g->n_slots * sizeof(float), rp_state_floats(st), &sb) ||
+            !rp_mul_size((size_t)g->n_slots * g->log_cap * sizeof(float), rp_state_log_floats(st), &lb))
+            return RP_ERR(RP_ERR_RANGE, "kv pool: recurrent state too large");
+        rp_status s = rp_backend_alloc(p->be, sb, (void **)&st->state);
+        if (!s && lb)
+            s = rp_backend_alloc(p->be, lb, (void **)&st->log);
+        if (s)
+            return rp_error_prefix(s, "recurrent state for %d sequences (%.1f MiB each)", g->n_slots,
+                                   (double)rp_kv_state_slot_bytes(g) / (1 << 20));
+    }
+    p->n_free_states = g->n_slots;
+    return RP_OK;
+}
+
+int rp_kv_pool_n_state_layers(const rp_kv_pool *p)
+{
+    return p->states ? p->sg.n_layer : 0;
+}
+
+rp_state_layer *rp_kv_pool_state_layer(rp_kv_pool *p, int layer)
+{
+    RP_ASSERT(p->states && layer >= 0 && layer < p->sg.n_layer);
+    return &p->states[layer];
+}
+
+int rp_kv_pool_free_states(const rp_kv_pool *p)
+{
+    return p->n_free_states;
+}
+
+void rp_kv_seq_state_advance(const rp_kv_pool *p, rp_kv_seq *s, int32_t n)
+{
+    RP_ASSERT(s->state_slot > 0 && n >= 0 && s->state_pos + n <= s->n_tokens);
+    if (n == 0)
+        return;
+    s->log_pos = n <= p->sg.log_cap ? s->state_pos : -1;
+    s->state_pos += n;
+    s->state_cur ^= 1;
+}
+
+// Takes a free state slot for s (RP_ERR_RANGE when none is free).
+static rp_status state_take(rp_kv_pool *p, rp_kv_seq *s)
+{
+    if (!p->states || s->state_slot > 0)
+        return RP_OK;
+    for (int i = 0; i < p->sg.n_slots; i++)
+        if (!p->slot_used[i]) {
+            p->slot_used[i] = 1;
+            p->n_free_states--;
+            s->state_slot = i + 1;
+            s->state_pos = 0;
+            s->state_cur = 0;
+            s->log_pos = -1;
+            return RP_OK;
+        }
+    return RP_ERR(RP_ERR_RANGE, "recurrent state full: all %d slots in use", p->sg.n_slots);
+}
+
+static void state_release(rp_kv_pool *p, rp_kv_seq *s)
+{
+    if (s->state_slot <= 0)
+        return;
+    RP_ASSERT(p->states && s->state_slot <= p->sg.n_slots && p->slot_used[s->state_slot - 1]);
+    p->slot_used[s->state_slot - 1] = 0;
+    p->n_free_states++;
+    s->state_slot = s->state_pos = s->state_cur = 0;
+    s->log_pos = -1;
 }
 
 /* ---- the free list ---------------------------------------------------------- */
@@ -334,7 +456,7 @@ rp_status rp_kv_seq_reserve(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens)
     if (more > p->n_free)
         return RP_ERR(RP_ERR_RANGE, "KV cache full: %d more blocks needed, %d free", more, p->n_free);
     rp_status st = grow_table(s, need);
-    if (st)
+    if (st || (st = state_take(p, s)))
         return st;
     for (int32_t i = 0; i < more; i++) {
         int32_t b = -1;
@@ -383,6 +505,9 @@ rp_status rp_kv_seq_unshare_last(rp_kv_pool *p, rp_kv_seq *s)
 
 void rp_kv_seq_truncate(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens)
 {
+    if (n_tokens == 0)
+        state_release(p, s);
+    RP_ASSERT(n_tokens == 0 || n_tokens >= s->state_pos);
     if (n_tokens >= s->n_tokens)
         return;
     int32_t keep = (n_tokens + p->block_size - 1) / p->block_size;

@@ -25,6 +25,18 @@
  * change: a sequence that has to write into its last block when that block is
  * shared makes it private first (rp_kv_seq_unshare_last).
  *
+ * Recurrent state (models with Gated DeltaNet layers, rp_kv_pool_add_states): the
+ * pool also holds n_slots state slots per state layer (backend.h's rp_state_layer:
+ * two copies of a sequence's state, and a log of its last forward's inputs). A
+ * sequence takes a slot with its first reservation and gives it back when truncated
+ * to nothing. Its state has consumed positions [0, state_pos); the forward advances
+ * it (reading copy state_cur, writing the other, rp_kv_seq_state_advance). After a
+ * forward of at most log_cap tokens the other copy still holds the state before it
+ * (at log_pos) and the log its inputs, so the model can roll the state back to any
+ * position in [log_pos, state_pos] (rp_model_seq_truncate replays the log); below
+ * log_pos the state is gone, and truncating there (other than to 0) is a programmer
+ * error.
+ *
  * Threads: the pool and its sequences belong to the engine thread.
  */
 #ifndef RP_KV_H
@@ -40,6 +52,12 @@ typedef struct rp_kv_seq {
     int32_t n_blocks;
     int32_t cap;
     int32_t n_tokens; // slots held: positions [0, n_tokens)
+    // Recurrent state (a pool with state layers; all 0 otherwise and when it holds none):
+    int32_t state_slot; // 1 + its slot, 0: none
+    int32_t state_pos;  // positions the state has consumed: [0, state_pos) (<= n_tokens)
+    int32_t state_cur;  // the copy (0 or 1) holding the state at state_pos
+    int32_t log_pos;    // >= 0: the other copy holds the state at log_pos and the log the inputs
+                        // from there to state_pos; -1: no rollback possible
 } rp_kv_seq;
 
 // Called when a cached block is about to be handed out for new contents; the
@@ -68,6 +86,31 @@ size_t rp_kv_block_bytes(int n_layer, int n_kv_head, int head_dim, int block_siz
 size_t rp_kv_pool_block_bytes(const rp_kv_pool *p);
 // Sets the hook called before a cached block is reused (NULL: none).
 void rp_kv_pool_set_evict(rp_kv_pool *p, rp_kv_evict_fn fn, void *ctx);
+
+// ---- recurrent state ----
+
+// The geometry of a pool's state layers (all alike): rp_state_layer's.
+typedef struct rp_kv_state_geom {
+    int n_layer;                  // state layers
+    int n_k_head, n_v_head, dk, dv, kc;
+    int n_slots;                  // sequences that can hold state at once
+    int log_cap;                  // tokens a forward may have for its state to be rolled back
+} rp_kv_state_geom;
+
+// Gives the pool state layers (once, before any sequence reserves). Errors: RP_ERR_INVALID
+// (geometry, called twice), RP_ERR_NOMEM (the message names the size).
+rp_status rp_kv_pool_add_states(rp_kv_pool *p, const rp_kv_state_geom *g);
+// Bytes of state one slot takes over all state layers (both copies and the log), for a
+// geometry (a memory budget's sizing) and for the pool's (0 without states).
+size_t rp_kv_state_slot_bytes(const rp_kv_state_geom *g);
+size_t rp_kv_pool_state_slot_bytes(const rp_kv_pool *p);
+int rp_kv_pool_n_state_layers(const rp_kv_pool *p);
+rp_state_layer *rp_kv_pool_state_layer(rp_kv_pool *p, int layer);
+// Slots no sequence holds (0 without states).
+int rp_kv_pool_free_states(const rp_kv_pool *p);
+// After a forward ran n tokens of s from state_pos: the state is at state_pos + n in the other
+// copy; rollback possible when n <= log_cap. For the model's forward.
+void rp_kv_seq_state_advance(const rp_kv_pool *p, rp_kv_seq *s, int32_t n);
 
 // ---- single blocks (b in [0, n_blocks); RP_ASSERT on a bad id) ----
 
@@ -98,8 +141,9 @@ rp_status rp_kv_block_copy(rp_kv_pool *p, int32_t dst, int32_t src);
 void rp_kv_seq_init(rp_kv_seq *s);
 // Releases the sequence's blocks and its table.
 void rp_kv_seq_deinit(rp_kv_pool *p, rp_kv_seq *s);
-// Grows the sequence to hold n_tokens slots, taking blocks from the pool.
-// RP_ERR_RANGE (nothing changed) when the pool has too few free blocks;
+// Grows the sequence to hold n_tokens slots, taking blocks from the pool (and, in a pool
+// with state layers, a state slot if it holds none). RP_ERR_RANGE (nothing changed) when
+// the pool has too few free blocks or no free state slot;
 // RP_ERR_NOMEM (nothing changed) when the table cannot grow.
 rp_status rp_kv_seq_reserve(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens);
 // Appends n whole blocks whose references the caller hands over (each block
@@ -112,7 +156,8 @@ rp_status rp_kv_seq_adopt(rp_kv_pool *p, rp_kv_seq *s, const int32_t *blocks, in
 // loses a reference). RP_ERR_RANGE (nothing changed) when no block is free.
 rp_status rp_kv_seq_unshare_last(rp_kv_pool *p, rp_kv_seq *s);
 // Shrinks the sequence to n_tokens slots (n_tokens <= s->n_tokens); blocks past
-// the end are released.
+// the end are released. With state: n_tokens 0 gives the state slot back; otherwise
+// n_tokens must not be below state_pos (rp_model_seq_truncate rolls the state back first).
 void rp_kv_seq_truncate(rp_kv_pool *p, rp_kv_seq *s, int32_t n_tokens);
 // The slot of position pos (pos < s->n_tokens).
 static inline int32_t rp_kv_seq_slot(const rp_kv_pool *p, const rp_kv_seq *s, int32_t pos)

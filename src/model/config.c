@@ -58,6 +58,11 @@ static rp_status arch_from_name(const char *path, const char *name, rp_model_con
         {"Qwen3ForCausalLM", RP_ARCH_QWEN3, "qwen3"},       {"qwen3", RP_ARCH_QWEN3, "qwen3"},
         {"Qwen3MoeForCausalLM", RP_ARCH_QWEN3_MOE, "qwen3moe"}, {"qwen3_moe", RP_ARCH_QWEN3_MOE, "qwen3moe"},
         {"qwen3moe", RP_ARCH_QWEN3_MOE, "qwen3moe"},
+        {"Qwen3_5ForConditionalGeneration", RP_ARCH_QWEN3_5, "qwen35"}, {"Qwen3_5ForCausalLM", RP_ARCH_QWEN3_5, "qwen35"},
+        {"qwen3_5", RP_ARCH_QWEN3_5, "qwen35"}, {"qwen3_5_text", RP_ARCH_QWEN3_5, "qwen35"},
+        {"Qwen3_5MoeForConditionalGeneration", RP_ARCH_QWEN3_5_MOE, "qwen35moe"},
+        {"Qwen3_5MoeForCausalLM", RP_ARCH_QWEN3_5_MOE, "qwen35moe"}, {"qwen3_5_moe", RP_ARCH_QWEN3_5_MOE, "qwen35moe"},
+        {"qwen3_5_moe_text", RP_ARCH_QWEN3_5_MOE, "qwen35moe"},
     };
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
         if (strcmp(name, known[i].name) == 0) {
@@ -66,7 +71,8 @@ static rp_status arch_from_name(const char *path, const char *name, rp_model_con
             return RP_OK;
         }
     return RP_ERR(RP_ERR_UNSUPPORTED,
-                  "%s: architecture \"%s\" is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE)", path, name);
+                  "%s: architecture \"%s\" is not supported (supported: Llama, Mistral, Qwen2, Qwen3, Qwen3-MoE, "
+                  "Qwen3.5, Qwen3.5-MoE)", path, name);
 }
 
 // Reads rope scaling from a classic rope_scaling object or a rope_parameters object.
@@ -137,6 +143,73 @@ static rp_status moe_from_json(const char *path, json_t *root, rp_model_config *
     return RP_OK;
 }
 
+static bool is_hybrid(rp_arch a)
+{
+    return a == RP_ARCH_QWEN3_5 || a == RP_ARCH_QWEN3_5_MOE;
+}
+
+// Qwen3.5's text config (the object under text_config in the published vision-language
+// checkpoints, or the root of a text-only one): the Gated DeltaNet geometry, the layer plan
+// (layer_types, else every full_attention_interval-th layer full attention), partial rotary
+// (rope_parameters.partial_rotary_factor, else the top level's, else 0.25) and, for the MoE,
+// the experts with their shared expert (every layer MoE, top-k always renormalized).
+// docs/models/qwen3_5.md has the facts and where they come from.
+static rp_status hybrid_from_json(const char *path, json_t *tc, rp_model_config *cfg)
+{
+    rp_status st;
+    if ((st = need_int(path, tc, "linear_num_key_heads", &cfg->gdn_k_heads)) ||
+        (st = need_int(path, tc, "linear_num_value_heads", &cfg->gdn_v_heads)) ||
+        (st = need_int(path, tc, "linear_key_head_dim", &cfg->gdn_dk)) ||
+        (st = need_int(path, tc, "linear_value_head_dim", &cfg->gdn_dv)))
+        return st;
+    cfg->gdn_kc = 4;
+    if (json_object_get(tc, "linear_conv_kernel_dim") && !js_int(tc, "linear_conv_kernel_dim", &cfg->gdn_kc))
+        return RP_ERR(RP_ERR_INVALID, "%s: \"linear_conv_kernel_dim\" is not an integer", path);
+    json_t *types = json_object_get(tc, "layer_types");
+    if (types) {
+        if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layer)
+            return RP_ERR(RP_ERR_INVALID, "%s: \"layer_types\" is not a list of %d layer kinds", path, cfg->n_layer);
+        for (int l = 0; l < cfg->n_layer && l < 1024; l++) {
+            const char *k = json_string_value(json_array_get(types, (size_t)l));
+            if (k && strcmp(k, "linear_attention") == 0)
+                cfg->gdn_layers[l / 32] |= 1u << (l % 32);
+            else if (!k || strcmp(k, "full_attention") != 0)
+                return RP_ERR(RP_ERR_UNSUPPORTED, "%s: layer_types[%d] is %s%s%s (linear_attention and full_attention "
+                                                  "are supported)",
+                              path, l, k ? "\"" : "not a string", k ? k : "", k ? "\"" : "");
+        }
+    } else {
+        int every = 4;
+        if (json_object_get(tc, "full_attention_interval") && (!js_int(tc, "full_attention_interval", &every) || every < 1))
+            return RP_ERR(RP_ERR_INVALID, "%s: \"full_attention_interval\" is not a positive integer", path);
+        for (int l = 0; l < cfg->n_layer && l < 1024; l++)
+            if ((l + 1) % every != 0)
+                cfg->gdn_layers[l / 32] |= 1u << (l % 32);
+    }
+    float partial = 0.25f;
+    json_t *rp = json_object_get(tc, "rope_parameters");
+    if (!(json_is_object(rp) && js_num(rp, "partial_rotary_factor", &partial)))
+        js_num(tc, "partial_rotary_factor", &partial);
+    if (!(partial > 0 && partial <= 1))
+        return RP_ERR(RP_ERR_INVALID, "%s: partial_rotary_factor %g is not in (0, 1]", path, (double)partial);
+    cfg->rot_dim = (int)((float)cfg->head_dim * partial);
+    cfg->attn_gate = true;
+    cfg->norm_unit_offset = true;
+    cfg->qk_norm = true;
+    if (cfg->arch == RP_ARCH_QWEN3_5_MOE) {
+        const char *experts = json_object_get(tc, "num_experts") ? "num_experts" : "num_local_experts";
+        if ((st = need_int(path, tc, experts, &cfg->n_expert)) ||
+            (st = need_int(path, tc, "num_experts_per_tok", &cfg->n_expert_used)) ||
+            (st = need_int(path, tc, "moe_intermediate_size", &cfg->moe_ffn_dim)) ||
+            (st = need_int(path, tc, "shared_expert_intermediate_size", &cfg->shared_ffn_dim)))
+            return st;
+        cfg->moe_norm_topk = true;
+        cfg->moe_step = 1;
+        cfg->ffn_dim = cfg->shared_ffn_dim; // the dense-shaped MLP of every layer is its shared expert
+    }
+    return RP_OK;
+}
+
 rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config *cfg)
 {
     memset(cfg, 0, sizeof(*cfg));
@@ -154,6 +227,10 @@ rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config
         st = RP_ERR(RP_ERR_INVALID, "%s: neither \"architectures\" nor \"model_type\" names the architecture", path);
     if (st)
         return st;
+    // A vision-language checkpoint (Qwen3.5) nests its language model's keys under text_config.
+    json_t *text = json_object_get(root, "text_config");
+    if (is_hybrid(cfg->arch) && json_is_object(text))
+        root = text;
     json_t *act = json_object_get(root, "hidden_act");
     if (json_is_string(act) && strcmp(json_string_value(act), "silu") != 0)
         return RP_ERR(RP_ERR_UNSUPPORTED, "%s: hidden_act \"%s\" is not supported (silu is)", path,
@@ -162,7 +239,7 @@ rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config
         (st = need_int(path, root, "hidden_size", &cfg->dim)) ||
         (st = need_int(path, root, "num_hidden_layers", &cfg->n_layer)) ||
         (st = need_int(path, root, "num_attention_heads", &cfg->n_head)) ||
-        (st = need_int(path, root, "intermediate_size", &cfg->ffn_dim)))
+        (cfg->arch != RP_ARCH_QWEN3_5_MOE && (st = need_int(path, root, "intermediate_size", &cfg->ffn_dim))))
         return st;
     if (!js_int(root, "num_key_value_heads", &cfg->n_kv_head))
         cfg->n_kv_head = cfg->n_head;
@@ -181,6 +258,9 @@ rp_status rp_config_from_hf_json(const char *path, json_t *root, rp_model_config
     cfg->qkv_bias = cfg->arch == RP_ARCH_QWEN2 || json_is_true(json_object_get(root, "attention_bias"));
     cfg->qk_norm = cfg->arch == RP_ARCH_QWEN3 || cfg->arch == RP_ARCH_QWEN3_MOE;
     if (cfg->arch == RP_ARCH_QWEN3_MOE && (st = moe_from_json(path, root, cfg)))
+        return st;
+    cfg->rot_dim = cfg->head_dim;
+    if (is_hybrid(cfg->arch) && (st = hybrid_from_json(path, root, cfg)))
         return st;
     cfg->rope_style = RP_ROPE_NEOX;
     cfg->rope_theta = 10000.0f;
@@ -283,6 +363,9 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
     rp_status st = arch_from_name(path, arch, cfg);
     if (st)
         return st;
+    if (is_hybrid(cfg->arch))
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: %s GGUF files are not supported yet (load the Hugging Face folder)", path,
+                      arch);
     static const char *required[] = {"embedding_length", "block_count", "feed_forward_length",
                                      "attention.head_count"};
     int *dst[] = {&cfg->dim, &cfg->n_layer, &cfg->ffn_dim, &cfg->n_head};
@@ -304,6 +387,7 @@ rp_status rp_config_from_gguf(const rp_gguf *g, rp_model_config *cfg)
     if (gg_int(g, arch, "rope.dimension_count", &rope_dim) && rope_dim != cfg->head_dim)
         return RP_ERR(RP_ERR_UNSUPPORTED, "%s: partial rotary embedding (%d of %d dims) is not supported", path,
                       rope_dim, cfg->head_dim);
+    cfg->rot_dim = cfg->head_dim;
     cfg->norm_eps = 1e-6f;
     gg_float(g, arch, "attention.layer_norm_rms_epsilon", &cfg->norm_eps);
     cfg->max_ctx = 4096;
@@ -396,6 +480,24 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg)
                       "%s: mixture of experts with %d experts, %d a token, expert width %d, every %d layers: "
                       "needs 1-1024 experts, 1-64 a token (at most the experts), a positive width and step",
                       path, cfg->n_expert, cfg->n_expert_used, cfg->moe_ffn_dim, cfg->moe_step);
+    if (rp_config_gdn_layers(cfg) > 0) {
+        int nk = cfg->gdn_k_heads, nv = cfg->gdn_v_heads;
+        if (nk <= 0 || nv <= 0 || nv % nk != 0 || cfg->gdn_dk <= 0 || cfg->gdn_dk > 512 || cfg->gdn_dv <= 0 ||
+            cfg->gdn_dv > 512 || cfg->gdn_kc < 1 || cfg->gdn_kc > 8)
+            return RP_ERR(RP_ERR_UNSUPPORTED,
+                          "%s: Gated DeltaNet with %d key / %d value heads of %d / %d, conv kernel %d: needs value heads "
+                          "a multiple of key heads, heads of 1-512, a kernel of 1-8",
+                          path, nk, nv, cfg->gdn_dk, cfg->gdn_dv, cfg->gdn_kc);
+    }
+    if (cfg->rot_dim <= 0 || cfg->rot_dim > cfg->head_dim || cfg->rot_dim % 2 != 0)
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: rotary over %d of %d head dims (needs an even count, at most head_dim)",
+                      path, cfg->rot_dim, cfg->head_dim);
+    if (cfg->shared_ffn_dim < 0 || cfg->shared_ffn_dim > (1 << 22))
+        return RP_ERR(RP_ERR_INVALID, "%s: shared expert width %d", path, cfg->shared_ffn_dim);
+    if (cfg->n_mtp > 0 && is_hybrid(cfg->arch)) {
+        RP_LOGW("%s: the %s MTP layer is not supported yet; MTP drafting is off", path, cfg->arch_name);
+        cfg->n_mtp = 0;
+    }
     if (cfg->n_mtp > 1) {
         // A stack of several MTP layers has no checkpoint of a supported architecture yet.
         RP_LOGW("%s: %d MTP layers; only a single MTP layer is supported, MTP drafting is off", path, cfg->n_mtp);
@@ -410,12 +512,30 @@ bool rp_config_layer_moe(const rp_model_config *c, int l)
            !(l < 1024 && (c->dense_layers[l / 32] >> (l % 32)) & 1);
 }
 
+bool rp_config_layer_gdn(const rp_model_config *c, int l)
+{
+    return l >= 0 && l < c->n_layer && l < 1024 && (c->gdn_layers[l / 32] >> (l % 32)) & 1;
+}
+
+int rp_config_gdn_layers(const rp_model_config *c)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_layer; l++)
+        n += rp_config_layer_gdn(c, l);
+    return n;
+}
+
+int rp_config_kv_layers(const rp_model_config *c)
+{
+    return c->n_layer + c->n_mtp - rp_config_gdn_layers(c);
+}
+
 void rp_config_inv_freq(const rp_model_config *cfg, const float *freq_factors, float *inv_freq)
 {
-    int half = cfg->head_dim / 2;
+    int half = cfg->rot_dim / 2;
     for (int i = 0; i < half; i++) {
-        // As transformers: base ** (2i/d) in float32.
-        float expo = (float)(2 * i) / (float)cfg->head_dim;
+        // As transformers: base ** (2i/d) in float32, d the rotary dims.
+        float expo = (float)(2 * i) / (float)cfg->rot_dim;
         float f = 1.0f / powf(cfg->rope_theta, expo);
         if (freq_factors)
             f /= freq_factors[i];

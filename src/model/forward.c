@@ -33,7 +33,8 @@
 
 static const char *const prof_names[RP_PROF_N] = {"embed",       "rmsnorm",     "qkv matmul",    "rope",
                                                   "attention",   "wo matmul",   "gate/up matmul", "down matmul",
-                                                  "moe router",  "moe experts", "norm+lm_head"};
+                                                  "moe router",  "moe experts", "gdn proj",      "gdn",
+                                                  "norm+lm_head"};
 
 // The clock after the backend has finished what it was given.
 static double prof_now(rp_model *m)
@@ -109,11 +110,85 @@ static rp_status moe_forward(rp_model *m, const rp_layer *L, int n, bool prof)
     size_t expert = L->ex_gate[0].nbytes + L->ex_up[0].nbytes + L->ex_down[0].nbytes; // (the tokens' share when n > 1)
     OP(RP_PROF_EXPERTS, expert * (size_t)(n * c->n_expert_used < c->n_expert ? n * c->n_expert_used : c->n_expert),
        rp_backend_moe_ffn(be, &d, s->h, n, s->moe_out));
+    if (c->shared_ffn_dim > 0) { // moe_out += sigmoid(h·w_gateᵀ) · shared expert(h)
+        OP(RP_PROF_GATE_UP, L->w_gate.nbytes + L->w_up.nbytes,
+           rp_backend_matmul_glu(be, &L->w_gate, &L->w_up, s->h, n, s->up, s->gate));
+        OP(RP_PROF_DOWN, L->w_down.nbytes, rp_backend_matmul(be, &L->w_down, s->gate, n, s->moe_x));
+        OP(RP_PROF_ROUTER, L->sh_gate_w.nbytes, rp_backend_matmul(be, &L->sh_gate_w, s->h, n, s->sh_g));
+        OP(RP_PROF_EXPERTS, 0, rp_backend_sigmoid_mul(be, s->moe_x, s->sh_g, n, c->dim, 1, s->moe_x));
+        OP(RP_PROF_EXPERTS, 0, rp_backend_add(be, s->moe_out, s->moe_x, (size_t)n * c->dim));
+    }
     OP(RP_PROF_EXPERTS, 0, rp_backend_add(be, s->x, s->moe_out, (size_t)n * c->dim));
     return RP_OK;
 }
 
-static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
+// A Gated DeltaNet layer's mixer on the normed rows s.h, added to the residual stream:
+// the four input projections, the recurrence (rp_backend_gdn, over state layer sl), the
+// gated RMSNorm per value head (w · x̂ · silu(z)), the output projection.
+static rp_status gdn_forward(rp_model *m, const rp_layer *L, rp_state_layer *sl, int n, bool prof)
+{
+    const rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    rp_scratch *s = &m->s;
+    int nv = c->gdn_v_heads, dv = c->gdn_dv;
+    rp_status st;
+    rp_matmul_desc in[4] = {{&L->w_qkv, s->mixed, NULL, NULL},
+                            {&L->w_z, s->z, NULL, NULL},
+                            {&L->w_b, s->gb, NULL, NULL},
+                            {&L->w_a, s->ga, NULL, NULL}};
+    OP(RP_PROF_GDN_PROJ, L->w_qkv.nbytes + L->w_z.nbytes + L->w_b.nbytes + L->w_a.nbytes,
+       rp_backend_matmul_group(be, in, 4, s->h, n));
+    rp_gdn_desc d = {.conv_w = L->conv_w,
+                     .a_log = L->a_log,
+                     .dt_bias = L->dt_bias,
+                     .mixed = s->mixed,
+                     .b = s->gb,
+                     .a = s->ga,
+                     .out = s->gdn_o,
+                     .st = sl};
+    OP(RP_PROF_GDN, 0, rp_backend_gdn(be, &d));
+    OP(RP_PROF_GDN, 0, rp_backend_rmsnorm(be, s->gdn_o, L->gdn_norm, c->norm_eps, n * nv, dv, s->gdn_o));
+    OP(RP_PROF_GDN, 0, rp_backend_silu_mul(be, s->z, s->gdn_o, (size_t)n * nv * dv, s->gdn_o));
+    rp_matmul_desc out = {&L->w_out, s->h, NULL, s->x}; // x += o·Woutᵀ
+    OP(RP_PROF_GDN_PROJ, L->w_out.nbytes, rp_backend_matmul_group(be, &out, 1, s->gdn_o, n));
+    return RP_OK;
+}
+
+// Attention on the normed rows s.h over KV layer kv, added to the residual stream.
+static rp_status attn_forward(rp_model *m, const rp_layer *L, rp_kv_layer *kv, int n, bool prof)
+{
+    const rp_model_config *c = &m->cfg;
+    rp_backend *be = m->be;
+    rp_scratch *s = &m->s;
+    rp_status st;
+    rp_matmul_desc qkv[4] = {{&L->wq, s->q, L->bq, NULL},
+                             {&L->wk, s->k, L->bk, NULL},
+                             {&L->wv, s->v, L->bv, NULL},
+                             {&L->wq_gate, s->qg, NULL, NULL}};
+    OP(RP_PROF_QKV, L->wq.nbytes + L->wk.nbytes + L->wv.nbytes + L->wq_gate.nbytes,
+       rp_backend_matmul_group(be, qkv, L->wq_gate.data ? 4 : 3, s->h, n));
+    if (L->q_norm) {
+        OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
+        OP(RP_PROF_NORM, 0,
+           rp_backend_rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
+    }
+    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->q, c->n_head, c->head_dim, c->rot_dim, s->inv_freq, c->rope_style));
+    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->k, c->n_kv_head, c->head_dim, c->rot_dim, s->inv_freq, c->rope_style));
+    float scale = (float)(1.0 / sqrt((double)c->head_dim));
+    OP(RP_PROF_ATTN, 0,
+       rp_backend_attention(be, s->q, s->k, s->v, kv, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
+    if (L->wq_gate.data) { // gated attention: each head's output times sigmoid(its gate)
+        int qd = c->n_head * c->head_dim;
+        OP(RP_PROF_ATTN, 0, rp_backend_sigmoid_mul(be, s->att, s->qg, n, qd, qd, s->att));
+    }
+    rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
+    OP(RP_PROF_WO, L->wo.nbytes, rp_backend_matmul_group(be, &wo, 1, s->att, n));
+    return RP_OK;
+}
+
+// Layer l: its mixer (attention over KV layer L->kv_index, or Gated DeltaNet over state layer
+// L->kv_index), then its MLP (dense, or a mixture of experts).
+static rp_status layer_forward(rp_model *m, int l, rp_kv_pool *pool, int n)
 {
     const rp_model_config *c = &m->cfg;
     const rp_layer *L = &m->layers[l];
@@ -122,20 +197,9 @@ static rp_status layer_forward(rp_model *m, int l, rp_kv_layer *kv, int n)
     bool prof = m->prof && n == m->prof->n_tokens && l < c->n_layer; // the MTP layer is not profiled
     rp_status st;
     OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->attn_norm, c->norm_eps, n, c->dim, s->h));
-    rp_matmul_desc qkv[3] = {{&L->wq, s->q, L->bq, NULL}, {&L->wk, s->k, L->bk, NULL}, {&L->wv, s->v, L->bv, NULL}};
-    OP(RP_PROF_QKV, L->wq.nbytes + L->wk.nbytes + L->wv.nbytes, rp_backend_matmul_group(be, qkv, 3, s->h, n));
-    if (L->q_norm) {
-        OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->q, L->q_norm, c->norm_eps, n * c->n_head, c->head_dim, s->q));
-        OP(RP_PROF_NORM, 0,
-           rp_backend_rmsnorm(be, s->k, L->k_norm, c->norm_eps, n * c->n_kv_head, c->head_dim, s->k));
-    }
-    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->q, c->n_head, c->head_dim, s->inv_freq, c->rope_style));
-    OP(RP_PROF_ROPE, 0, rp_backend_rope(be, s->k, c->n_kv_head, c->head_dim, s->inv_freq, c->rope_style));
-    float scale = (float)(1.0 / sqrt((double)c->head_dim));
-    OP(RP_PROF_ATTN, 0,
-       rp_backend_attention(be, s->q, s->k, s->v, kv, c->n_head, c->n_kv_head, c->head_dim, scale, s->att));
-    rp_matmul_desc wo = {&L->wo, s->h, NULL, s->x}; // x += att·Woᵀ
-    OP(RP_PROF_WO, L->wo.nbytes, rp_backend_matmul_group(be, &wo, 1, s->att, n));
+    if ((st = L->w_qkv.data ? gdn_forward(m, L, rp_kv_pool_state_layer(pool, L->kv_index), n, prof)
+                            : attn_forward(m, L, rp_kv_pool_layer(pool, L->kv_index), n, prof)))
+        return st;
     OP(RP_PROF_NORM, 0, rp_backend_rmsnorm(be, s->x, L->ffn_norm, c->norm_eps, n, c->dim, s->h));
     if (L->ex_gate)
         return moe_forward(m, L, n, prof);
@@ -162,12 +226,59 @@ static bool grow_i32(int32_t **a, int *cap, int n)
     return true;
 }
 
+// How a forward treats the sequences' recurrent state (begin).
+typedef enum state_use {
+    STATE_NONE,   // no Gated DeltaNet layer runs (a dense model; the MTP layer)
+    STATE_FORWARD, // the layers advance each sequence's state from state_pos
+    STATE_REPLAY,  // a rollback: the state in the other copy, at log_pos, is advanced over the log
+} state_use;
+
+// The recurrent-state fields of the descriptor d: each sequence's run of tokens (consecutive
+// in the batch, at consecutive positions starting where its state is) and the copy it starts from.
+static rp_status state_fields(rp_model *m, const rp_batch *b, state_use use, rp_batch_desc *d)
+{
+    rp_batch_store *bs = &m->bs;
+    int ns = b->n_seqs;
+    if (!grow_i32(&bs->state_in, &bs->cap_state, ns) || !grow_i32(&bs->seq_first, &bs->cap_first, ns) ||
+        !grow_i32(&bs->seq_count, &bs->cap_count, ns))
+        return RP_ERR(RP_ERR_NOMEM, "out of memory for the batch's state fields");
+    for (int s = 0; s < ns; s++)
+        bs->seq_first[s] = -1, bs->seq_count[s] = 0;
+    for (int t = 0; t < b->n_tokens; t++) {
+        int s = b->seq[t];
+        if (bs->seq_first[s] < 0)
+            bs->seq_first[s] = t;
+        else if (t != bs->seq_first[s] + bs->seq_count[s] || b->pos[t] != b->pos[bs->seq_first[s]] + bs->seq_count[s])
+            return RP_ERR(RP_ERR_INVALID, "token %d of sequence %d is not next to its others at the next position "
+                                          "(a model with recurrent state needs each sequence's tokens in order)",
+                          t, s);
+        bs->seq_count[s]++;
+    }
+    for (int s = 0; s < ns; s++) {
+        const rp_kv_seq *sq = b->seqs[s];
+        bs->state_in[s] = -1;
+        if (bs->seq_count[s] == 0)
+            continue;
+        if (sq->state_slot <= 0)
+            return RP_ERR(RP_ERR_INVALID, "sequence %d holds no recurrent state slot (reserve its KV first)", s);
+        int32_t at = use == STATE_REPLAY ? sq->log_pos : sq->state_pos;
+        if (b->pos[bs->seq_first[s]] != at)
+            return RP_ERR(RP_ERR_INVALID, "sequence %d's tokens start at position %d, its recurrent state is at %d", s,
+                          b->pos[bs->seq_first[s]], at);
+        bs->state_in[s] = 2 * (sq->state_slot - 1) + (use == STATE_REPLAY ? sq->state_cur ^ 1 : sq->state_cur);
+    }
+    d->state_in = bs->state_in;
+    d->seq_first = bs->seq_first;
+    d->seq_count = bs->seq_count;
+    return RP_OK;
+}
+
 // Checks the batch, fills its descriptor (KV slots, the flattened block tables, the
 // rows wanting output: logits, or with `hidden_rows` a hidden row only, rp_batch.
-// want_hidden) and hands it to the backend. *n_out: the output rows, *n_logit: of those
-// the ones wanting logits.
-static rp_status begin(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, bool hidden_rows, int *n_out,
-                       int *n_logit)
+// want_hidden; the recurrent state's fields) and hands it to the backend. *n_out: the
+// output rows, *n_logit: of those the ones wanting logits.
+static rp_status begin(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_layers, bool hidden_rows,
+                       state_use use, int *n_out, int *n_logit)
 {
     const rp_model_config *c = &m->cfg;
     rp_batch_store *bs = &m->bs;
@@ -219,6 +330,9 @@ static rp_status begin(rp_model *m, rp_kv_pool *kv, const rp_batch *b, int n_lay
                        .rows = bs->rows,
                        .n_logit_rows = *n_logit,
                        .logit_rows = bs->logit_rows};
+    rp_status st;
+    if (use != STATE_NONE && (st = state_fields(m, b, use, &d)))
+        return st;
     return rp_backend_begin_batch(m->be, &d);
 }
 
@@ -286,17 +400,23 @@ static rp_status forward(rp_model *m, rp_kv_pool *kv, const rp_batch *b, const h
     if (n <= 0)
         return RP_OK;
     bool hidden_rows = o->hidden && b->want_hidden; // some rows may want a hidden row and no logits
-    rp_status st = begin(m, kv, b, c->n_layer, hidden_rows, &n_out, &n_logit);
+    bool state = rp_config_gdn_layers(c) > 0;
+    if (state && rp_kv_pool_n_state_layers(kv) < rp_config_gdn_layers(c))
+        return RP_ERR(RP_ERR_INVALID, "the KV pool has no recurrent state for this model (make it with rp_model_kv_create)");
+    rp_status st = begin(m, kv, b, rp_config_kv_layers(c) - c->n_mtp, hidden_rows, state ? STATE_FORWARD : STATE_NONE,
+                         &n_out, &n_logit);
     if (st)
         return st;
     bool prof = m->prof && n == m->prof->n_tokens;
     double t0 = prof ? prof_now(m) : 0;
     OP(RP_PROF_EMBED, 0, rp_backend_get_rows(m->be, &m->tok_embd, m->s.x));
     for (int l = 0; l < c->n_layer; l++)
-        if ((st = layer_forward(m, l, rp_kv_pool_layer(kv, l), n)))
+        if ((st = layer_forward(m, l, kv, n)))
             return st;
     OP(RP_PROF_HEAD, n_logit > 0 && (o->logits || o->ids) ? m->output.nbytes : 0,
        head(m, m->out_norm, n_out, n_logit, o));
+    for (int s = 0; state && s < b->n_seqs; s++) // done: the states moved on (to the other copy)
+        rp_kv_seq_state_advance(kv, b->seqs[s], m->bs.seq_count[s]);
     if (prof) {
         m->prof->total += prof_now(m) - t0;
         m->prof->forwards++;
@@ -334,7 +454,7 @@ rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, c
         return RP_OK;
     if (!hidden)
         return RP_ERR(RP_ERR_INVALID, "MTP forward without hidden-state rows");
-    rp_status st = begin(m, kv, b, c->n_layer + c->n_mtp, false, &n_out, &n_logit);
+    rp_status st = begin(m, kv, b, rp_config_kv_layers(c), false, STATE_NONE, &n_out, &n_logit);
     if (st)
         return st;
     size_t row = (size_t)c->dim * sizeof(float);
@@ -348,9 +468,69 @@ rp_status rp_model_forward_mtp(rp_model *m, rp_kv_pool *kv, const rp_batch *b, c
         (st = rp_backend_matmul(be, &m->mtp.fc, cat, n, m->s.x)))
         return st;
     for (int l = c->n_layer; l < c->n_layer + c->n_mtp && !st; l++)
-        st = layer_forward(m, l, rp_kv_pool_layer(kv, l), n);
+        st = layer_forward(m, l, kv, n);
     if (st)
         return st;
     head_out o = {.logits = logits, .hidden = hidden_out};
     return head(m, m->mtp.norm, n_out, n_logit, &o);
+}
+
+/*
+ * Rolling recurrent state back (rp_model_seq_truncate): a replay is a forward of the Gated
+ * DeltaNet layers' recurrences alone, over the logged inputs of sequence s's last forward,
+ * from the state copy at log_pos into the copy at state_pos (which it overwrites).
+ */
+rp_status rp_model_seq_truncate(rp_model *m, rp_kv_pool *kv, rp_kv_seq *s, int32_t n_tokens)
+{
+    const rp_model_config *c = &m->cfg;
+    if (n_tokens == 0 || s->state_slot <= 0 || n_tokens >= s->state_pos) {
+        rp_kv_seq_truncate(kv, s, n_tokens);
+        return RP_OK;
+    }
+    if (s->log_pos < 0 || n_tokens < s->log_pos)
+        return RP_ERR(RP_ERR_INVALID,
+                      "cannot roll the recurrent state back to position %d: it is at %d and only positions from %d on "
+                      "can be restored",
+                      n_tokens, s->state_pos, s->log_pos < 0 ? s->state_pos : s->log_pos);
+    int r = n_tokens - s->log_pos;
+    if (r == 0) { // the other copy is the state wanted
+        s->state_cur ^= 1;
+        s->state_pos = s->log_pos;
+        s->log_pos = -1;
+        rp_kv_seq_truncate(kv, s, n_tokens);
+        return RP_OK;
+    }
+    int32_t *arr = rp_malloc((size_t)r * 3 * sizeof(int32_t));
+    bool *want = rp_calloc((size_t)r, sizeof(bool));
+    if (!arr || !want) {
+        rp_free(arr);
+        rp_free(want);
+        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    int32_t *tok = arr, *pos = arr + r, *seq = arr + 2 * r;
+    for (int i = 0; i < r; i++)
+        tok[i] = 0, pos[i] = s->log_pos + i, seq[i] = 0;
+    rp_kv_seq *seqs[1] = {s};
+    rp_batch b = {.n_tokens = r, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want, .seqs = seqs, .n_seqs = 1};
+    int n_out, n_logit;
+    rp_status st = begin(m, kv, &b, rp_config_kv_layers(c) - c->n_mtp, false, STATE_REPLAY, &n_out, &n_logit);
+    for (int l = 0; !st && l < c->n_layer; l++) {
+        const rp_layer *L = &m->layers[l];
+        if (!L->w_qkv.data)
+            continue;
+        rp_gdn_desc d = {.conv_w = L->conv_w,
+                         .a_log = L->a_log,
+                         .dt_bias = L->dt_bias,
+                         .st = rp_kv_pool_state_layer(kv, L->kv_index)};
+        st = rp_backend_gdn(m->be, &d);
+    }
+    if (!st)
+        st = rp_backend_synchronize(m->be);
+    rp_free(arr);
+    rp_free(want);
+    if (st)
+        return st;
+    s->state_pos = n_tokens; // in copy state_cur again; the other still at log_pos, the log still good
+    rp_kv_seq_truncate(kv, s, n_tokens);
+    return RP_OK;
 }

@@ -52,16 +52,18 @@ typedef struct src_tensor {
 } src_tensor;
 
 // Where tensors come from during one load, and what the sizing pass counts.
-typedef struct source {
+typedef struct source source;
+struct source {
     rp_model *m;
     const char *path; // for messages
-    const char *(*name_of)(const char *canonical, int layer, int n_layer, char *buf, size_t cap);
+    const char *(*name_of)(const source *src, const char *canonical, int layer, char *buf, size_t cap);
+    const char *hf_prefix; // HF: the text model's prefix, "model." or (vision-language) "model.language_model."
     const void **used; // identities of the tensors taken
     int n_used, cap_used;
     bool dry;                            // the sizing pass: tensors looked up and checked, none made
     uint64_t bytes;                      // dry: backend memory the weights and vectors will take
     uint64_t type_bytes[RP_DTYPE_COUNT]; // dry: of which the matrices', by the type they are stored as
-} source;
+};
 
 /* ---- ownership helpers ---- */
 
@@ -217,7 +219,7 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
     return RP_OK;
 }
 
-rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data,
+rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data, float offset,
                                float **out)
 {
     rp_backend *be = m->be;
@@ -225,6 +227,9 @@ rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int
     if (!host)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     rp_dequantize(type, data, host, n);
+    if (offset != 0)
+        for (int64_t i = 0; i < n; i++)
+            host[i] += offset; // (1 + w) in float32, as the reference computes it
     void *dev = NULL;
     rp_status st = rp_backend_alloc(be, (size_t)n * sizeof(float), &dev);
     if (!st)
@@ -279,7 +284,7 @@ static rp_status get(source *src, const char *canonical, int layer, int64_t e0, 
                      src_tensor *t, bool *found)
 {
     char buf[160];
-    const char *name = src->name_of(canonical, layer, src->m->cfg.n_layer, buf, sizeof(buf));
+    const char *name = src->name_of(src, canonical, layer, buf, sizeof(buf));
     *found = false;
     if (!find_tensor(src, name, t)) {
         if (required)
@@ -330,34 +335,97 @@ static rp_status get_weight(source *src, const char *canonical, int layer, int64
     return st;
 }
 
-static rp_status get_vector(source *src, const char *canonical, int layer, int64_t n, bool required, float **out)
+// A vector (n elements, or with e1 > 0 any tensor of e0 x e1 elements whose first dim is e0,
+// such as a conv's [channels, 1, kernel]) as f32, `offset` added to each element.
+static rp_status get_vector_as(source *src, const char *canonical, int layer, int64_t e0, int64_t e1, bool required,
+                               float offset, float **out)
 {
     src_tensor t;
     bool found;
     *out = NULL;
-    rp_status st = get(src, canonical, layer, n, 0, required, &t, &found);
+    rp_status st = RP_OK;
+    int64_t n = e1 > 0 ? e0 * e1 : e0;
+    if (e1 > 0) {
+        char buf[160];
+        const char *name = src->name_of(src, canonical, layer, buf, sizeof(buf));
+        found = find_tensor(src, name, &t);
+        int64_t rest = 1;
+        for (int d = 1; found && d < t.n_dims; d++)
+            rest *= t.ne[d];
+        if (!found && required)
+            st = RP_ERR(RP_ERR_INVALID, "%s: missing tensor '%s'", src->path, name);
+        else if (found && ((int)t.type < 0 || !rp_dtype_valid((int)t.type)))
+            st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: tensor '%s' has an unsupported data type", src->path, name);
+        else if (found && (t.ne[0] != e0 || rest != e1))
+            st = shape_error(src, name, t.ne, t.n_dims, e0, e1);
+        else if (found)
+            st = mark_used(src, t.data);
+    } else {
+        st = get(src, canonical, layer, n, 0, required, &t, &found);
+    }
     if (!st && found && rp_dtype_is_quant(t.type))
         st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: vector '%s' is quantized", src->path, t.name);
     if (!st && found && src->dry)
         src->bytes += (uint64_t)n * sizeof(float); // converted to f32 (rp_model_make_vector)
     else if (!st && found)
-        st = rp_model_make_vector(src->m, t.name, t.type, n, t.data, out);
+        st = rp_model_make_vector(src->m, t.name, t.type, n, t.data, offset, out);
     return st;
+}
+
+static rp_status get_vector(source *src, const char *canonical, int layer, int64_t n, bool required, float **out)
+{
+    return get_vector_as(src, canonical, layer, n, 0, required, 0, out);
+}
+
+// An RMSNorm's weight: as stored, or with 1 added where the architecture multiplies by (1 + w).
+static rp_status get_norm(source *src, const char *canonical, int layer, int64_t n, bool required, float **out)
+{
+    return get_vector_as(src, canonical, layer, n, 0, required, src->m->cfg.norm_unit_offset ? 1.0f : 0, out);
+}
+
+// Rows [offset, offset + group) of every `stride` rows of t (e0 columns, e1 rows) as a weight of
+// e1 / stride * group rows: one of the parts a fused projection interleaves (gated attention's
+// q_proj holds each head's query then its gate). The rows are copied: into the weight arena
+// when the tensor will alias them (host memory, not quantized), else into a temporary buffer
+// (quantized, or uploaded by a device backend) freed once the weight is made.
+static rp_status take_rows(source *src, const src_tensor *t, int64_t e0, int64_t e1, int64_t stride, int64_t offset,
+                           int64_t group, rp_tensor *out)
+{
+    rp_model *m = src->m;
+    int64_t rows = e1 / stride * group;
+    size_t row_bytes, total;
+    if (!rp_dtype_row_bytes(t->type, e0, &row_bytes) || !rp_mul_size(row_bytes, (size_t)rows, &total))
+        return RP_ERR(RP_ERR_INVALID, "%s: tensor '%s' has a bad shape", src->path, t->name);
+    src_tensor part = *t;
+    part.ne[1] = rows;
+    if (src->dry)
+        return take_weight(src, &part, e0, rows, true, out);
+    bool alias = m->host_memory && stored_type(m, t->type, e0, true) == t->type;
+    uint8_t *tmp = NULL, *buf = alias ? arena_alloc(m, total) : (tmp = rp_malloc(total));
+    if (!buf)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory splitting '%s'", t->name);
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(buf + (size_t)r * row_bytes,
+               (const uint8_t *)t->data + (size_t)((r / group) * stride + offset + r % group) * row_bytes, row_bytes);
+    rp_status st = rp_model_make_weight(m, t->name, t->type, e0, rows, buf, true, false, out);
+    rp_free(tmp);
+    return st ? rp_error_prefix(st, "%s", src->path) : RP_OK;
 }
 
 /* Canonical names are GGUF's; HF names are derived from them. Layers from
  * n_layer on are the MTP block's. */
-static const char *gguf_name(const char *canonical, int layer, int n_layer, char *buf, size_t cap)
+static const char *gguf_name(const source *src, const char *canonical, int layer, char *buf, size_t cap)
 {
-    (void)n_layer;
+    (void)src;
     if (layer < 0)
         return canonical;
     snprintf(buf, cap, "blk.%d.%s", layer, canonical);
     return buf;
 }
 
-static const char *hf_name(const char *canonical, int layer, int n_layer, char *buf, size_t cap)
+static const char *hf_name(const source *src, const char *canonical, int layer, char *buf, size_t cap)
 {
+    int n_layer = src->m->cfg.n_layer;
     static const char *mtp_map[][2] = {
         {"nextn.eh_proj.weight", "mtp.fc.weight"},
         {"nextn.enorm.weight", "mtp.pre_fc_norm_embedding.weight"},
@@ -386,17 +454,34 @@ static const char *hf_name(const char *canonical, int layer, int n_layer, char *
         {"ffn_up.weight", "mlp.up_proj.weight"},
         {"ffn_down.weight", "mlp.down_proj.weight"},
         {"ffn_gate_inp.weight", "mlp.gate.weight"},
+        {"ffn_gate_shexp.weight", "mlp.shared_expert.gate_proj.weight"},
+        {"ffn_up_shexp.weight", "mlp.shared_expert.up_proj.weight"},
+        {"ffn_down_shexp.weight", "mlp.shared_expert.down_proj.weight"},
+        {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+        {"ssm_in_qkv.weight", "linear_attn.in_proj_qkv.weight"},
+        {"ssm_in_z.weight", "linear_attn.in_proj_z.weight"},
+        {"ssm_in_b.weight", "linear_attn.in_proj_b.weight"},
+        {"ssm_in_a.weight", "linear_attn.in_proj_a.weight"},
+        {"ssm_conv1d.weight", "linear_attn.conv1d.weight"},
+        {"ssm_dt.bias", "linear_attn.dt_bias"},
+        {"ssm_a_log", "linear_attn.A_log"},
+        {"ssm_norm.weight", "linear_attn.norm.weight"},
+        {"ssm_out.weight", "linear_attn.out_proj.weight"},
     };
     const char *hf = canonical;
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
         if (strcmp(canonical, map[i][0]) == 0)
             hf = map[i][1];
+    if (layer < 0 && strncmp(hf, "model.", 6) == 0) { // the text model's own tensors
+        snprintf(buf, cap, "%s%s", src->hf_prefix, hf + 6);
+        return buf;
+    }
     if (layer < 0)
         return hf;
     if (layer >= n_layer)
         snprintf(buf, cap, "mtp.layers.%d.%s", layer - n_layer, hf);
     else
-        snprintf(buf, cap, "model.layers.%d.%s", layer, hf);
+        snprintf(buf, cap, "%slayers.%d.%s", src->hf_prefix, layer, hf);
     return buf;
 }
 
@@ -474,6 +559,85 @@ static rp_status get_moe(source *src, int l, rp_layer *L)
     return RP_OK;
 }
 
+// The shared expert of a MoE layer (cfg.shared_ffn_dim > 0): a dense MLP in w_gate/w_up/w_down
+// and its gate's row (the file's type, as the router).
+static rp_status get_shared_expert(source *src, int l, rp_layer *L)
+{
+    const rp_model_config *c = &src->m->cfg;
+    src_tensor t;
+    bool found;
+    rp_tensor dummy;
+    rp_status st;
+    if ((st = get_weight(src, "ffn_gate_shexp.weight", l, c->dim, c->shared_ffn_dim, &L->w_gate)) ||
+        (st = get_weight(src, "ffn_up_shexp.weight", l, c->dim, c->shared_ffn_dim, &L->w_up)) ||
+        (st = get_weight(src, "ffn_down_shexp.weight", l, c->shared_ffn_dim, c->dim, &L->w_down)) ||
+        (st = get(src, "ffn_gate_inp_shexp.weight", l, c->dim, 1, true, &t, &found)))
+        return st;
+    if ((st = take_weight_as(src, &t, c->dim, 1, false, true, src->dry ? &dummy : &L->sh_gate_w)))
+        return rp_error_prefix(st, "%s", src->path);
+    return RP_OK;
+}
+
+// Layer l's attention: Q (with gated attention, q_proj's query rows, its gate rows apart), K,
+// V, the output, biases and the q/k norms where the architecture has them.
+static rp_status get_attention(source *src, int l, rp_layer *L)
+{
+    const rp_model_config *c = &src->m->cfg;
+    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
+    rp_status st;
+    if (c->attn_gate) { // rows: head h's query [2h·hd, 2h·hd + hd), then its gate
+        src_tensor t;
+        bool found;
+        if ((st = get(src, "attn_q.weight", l, c->dim, 2 * q_dim, true, &t, &found)) ||
+            (st = take_rows(src, &t, c->dim, 2 * q_dim, 2 * c->head_dim, 0, c->head_dim, &L->wq)) ||
+            (st = take_rows(src, &t, c->dim, 2 * q_dim, 2 * c->head_dim, c->head_dim, c->head_dim, &L->wq_gate)))
+            return st;
+    } else if ((st = get_weight(src, "attn_q.weight", l, c->dim, q_dim, &L->wq))) {
+        return st;
+    }
+    if ((st = get_weight(src, "attn_k.weight", l, c->dim, kv_dim, &L->wk)) ||
+        (st = get_weight(src, "attn_v.weight", l, c->dim, kv_dim, &L->wv)) ||
+        (st = get_weight(src, "attn_output.weight", l, q_dim, c->dim, &L->wo)) ||
+        (st = get_vector(src, "attn_q.bias", l, q_dim, c->qkv_bias, &L->bq)) ||
+        (st = get_vector(src, "attn_k.bias", l, kv_dim, c->qkv_bias, &L->bk)) ||
+        (st = get_vector(src, "attn_v.bias", l, kv_dim, c->qkv_bias, &L->bv)) ||
+        (st = get_norm(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
+        (st = get_norm(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
+        return st;
+    return RP_OK;
+}
+
+// Layer l's Gated DeltaNet: the four input projections, the conv's weights, the decay's and
+// beta's parameters, the gated norm and the output projection.
+static rp_status get_gdn(source *src, int l, rp_layer *L)
+{
+    const rp_model_config *c = &src->m->cfg;
+    int64_t vd = (int64_t)c->gdn_v_heads * c->gdn_dv, conv = 2 * (int64_t)c->gdn_k_heads * c->gdn_dk + vd;
+    rp_status st;
+    if ((st = get_weight(src, "ssm_in_qkv.weight", l, c->dim, conv, &L->w_qkv)) ||
+        (st = get_weight(src, "ssm_in_z.weight", l, c->dim, vd, &L->w_z)) ||
+        (st = get_weight(src, "ssm_in_b.weight", l, c->dim, c->gdn_v_heads, &L->w_b)) ||
+        (st = get_weight(src, "ssm_in_a.weight", l, c->dim, c->gdn_v_heads, &L->w_a)) ||
+        (st = get_weight(src, "ssm_out.weight", l, vd, c->dim, &L->w_out)) ||
+        (st = get_vector_as(src, "ssm_conv1d.weight", l, c->gdn_kc, conv, true, 0, &L->conv_w)) ||
+        (st = get_vector(src, "ssm_a_log", l, c->gdn_v_heads, true, &L->a_log)) ||
+        (st = get_vector(src, "ssm_dt.bias", l, c->gdn_v_heads, true, &L->dt_bias)) ||
+        (st = get_vector(src, "ssm_norm.weight", l, c->gdn_dv, true, &L->gdn_norm)))
+        return st;
+    return RP_OK;
+}
+
+static rp_status get_mlp(source *src, int l, rp_layer *L)
+{
+    const rp_model_config *c = &src->m->cfg;
+    rp_status st;
+    if ((st = get_weight(src, "ffn_gate.weight", l, c->dim, c->ffn_dim, &L->w_gate)) ||
+        (st = get_weight(src, "ffn_up.weight", l, c->dim, c->ffn_dim, &L->w_up)) ||
+        (st = get_weight(src, "ffn_down.weight", l, c->ffn_dim, c->dim, &L->w_down)))
+        return st;
+    return RP_OK;
+}
+
 // Takes every tensor the architecture needs. Run twice (load_from): dry, to check each
 // tensor and count the bytes (nothing allocated but m->layers, for the out-parameters;
 // no progress), then for real.
@@ -481,7 +645,6 @@ static rp_status load_tensors(source *src)
 {
     rp_model *m = src->m;
     rp_model_config *c = &m->cfg;
-    int64_t q_dim = (int64_t)c->n_head * c->head_dim, kv_dim = (int64_t)c->n_kv_head * c->head_dim;
     rp_status st;
     src_tensor t, e;
     bool has_output, found;
@@ -492,7 +655,7 @@ static rp_status load_tensors(source *src)
         return st;
     if ((st = take_weight(src, &e, c->dim, c->n_vocab, !has_output, &m->tok_embd)))
         return rp_error_prefix(st, "%s", src->path);
-    if ((st = get_vector(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
+    if ((st = get_norm(src, "output_norm.weight", -1, c->dim, true, &m->out_norm)))
         return st;
     if (has_output) {
         if ((st = take_weight(src, &t, c->dim, c->n_vocab, true, &m->output)))
@@ -506,25 +669,18 @@ static rp_status load_tensors(source *src)
     if (!m->layers)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     size_t main_bytes = 0;
+    int n_kv = 0, n_state = 0; // the layers' places in the KV pool and in its recurrent state
     for (int l = 0; l < c->n_layer + c->n_mtp; l++) {
         if (l == c->n_layer)
             main_bytes = m->weight_bytes;
         rp_layer *L = &m->layers[l];
-        if ((st = get_vector(src, "attn_norm.weight", l, c->dim, true, &L->attn_norm)) ||
-            (st = get_vector(src, "ffn_norm.weight", l, c->dim, true, &L->ffn_norm)) ||
-            (st = get_weight(src, "attn_q.weight", l, c->dim, q_dim, &L->wq)) ||
-            (st = get_weight(src, "attn_k.weight", l, c->dim, kv_dim, &L->wk)) ||
-            (st = get_weight(src, "attn_v.weight", l, c->dim, kv_dim, &L->wv)) ||
-            (st = get_weight(src, "attn_output.weight", l, q_dim, c->dim, &L->wo)) ||
-            (rp_config_layer_moe(c, l) ? (st = get_moe(src, l, L))
-                                       : ((st = get_weight(src, "ffn_gate.weight", l, c->dim, c->ffn_dim, &L->w_gate)) ||
-                                          (st = get_weight(src, "ffn_up.weight", l, c->dim, c->ffn_dim, &L->w_up)) ||
-                                          (st = get_weight(src, "ffn_down.weight", l, c->ffn_dim, c->dim, &L->w_down)))) ||
-            (st = get_vector(src, "attn_q.bias", l, q_dim, c->qkv_bias, &L->bq)) ||
-            (st = get_vector(src, "attn_k.bias", l, kv_dim, c->qkv_bias, &L->bk)) ||
-            (st = get_vector(src, "attn_v.bias", l, kv_dim, c->qkv_bias, &L->bv)) ||
-            (st = get_vector(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
-            (st = get_vector(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
+        bool gdn = rp_config_layer_gdn(c, l), moe = rp_config_layer_moe(c, l);
+        L->kv_index = gdn ? n_state++ : n_kv++;
+        if ((st = get_norm(src, "attn_norm.weight", l, c->dim, true, &L->attn_norm)) ||
+            (st = get_norm(src, "ffn_norm.weight", l, c->dim, true, &L->ffn_norm)) ||
+            (st = gdn ? get_gdn(src, l, L) : get_attention(src, l, L)) ||
+            (st = moe ? get_moe(src, l, L) : get_mlp(src, l, L)) ||
+            (moe && c->shared_ffn_dim > 0 && (st = get_shared_expert(src, l, L))))
             return st;
         if (m->params.progress && !src->dry)
             m->params.progress(m->params.progress_ctx, (double)(l + 1) / c->n_layer);
@@ -547,7 +703,7 @@ static rp_status load_tensors(source *src)
         return st;
     if (src->dry)
         return RP_OK;
-    m->inv_freq = rp_malloc((size_t)(c->head_dim / 2) * sizeof(float));
+    m->inv_freq = rp_calloc((size_t)(c->head_dim / 2), sizeof(float)); // (rot_dim / 2 of them used)
     if (!m->inv_freq)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     float *factors = NULL;
@@ -596,8 +752,16 @@ static void list_unused(source *src)
 }
 
 static rp_status load_from(rp_model *m, const char *path,
-                           const char *(*name_of)(const char *, int, int, char *, size_t))
+                           const char *(*name_of)(const source *, const char *, int, char *, size_t),
+                           const char *hf_prefix)
 {
+    if (rp_config_gdn_layers(&m->cfg) > 0 && !rp_backend_has_gdn(m->be)) {
+        rp_backend_info bi;
+        rp_backend_get_info(m->be, &bi);
+        return RP_ERR(RP_ERR_UNSUPPORTED, "%s: %s has Gated DeltaNet layers; the %s backend has no kernels for them "
+                                          "yet (use --device cpu)",
+                      path, m->cfg.arch_name, bi.name);
+    }
     if (m->cfg.n_expert > 0 && !rp_backend_has_moe(m->be)) {
         rp_backend_info bi;
         rp_backend_get_info(m->be, &bi);
@@ -605,7 +769,7 @@ static rp_status load_from(rp_model *m, const char *path,
                                           "its expert layers yet (use --device cpu)",
                       path, m->cfg.arch_name, bi.name);
     }
-    source src = {.m = m, .path = path, .name_of = name_of, .dry = true};
+    source src = {.m = m, .path = path, .name_of = name_of, .hf_prefix = hf_prefix, .dry = true};
     rp_status st = load_tensors(&src);
     rp_free(m->layers); // the sizing pass leaves nothing behind but its counts
     m->layers = NULL;
@@ -653,7 +817,9 @@ rp_status rp_model_load_hf(rp_model *m, const char *dir)
         return st;
     if ((st = rp_st_open_dir(dir, &m->st)))
         return st;
-    return load_from(m, dir, hf_name);
+    // A vision-language checkpoint (Qwen3.5) keeps its text model under model.language_model.
+    bool vl = rp_st_find(m->st, "model.language_model.embed_tokens.weight") != NULL;
+    return load_from(m, dir, hf_name, vl ? "model.language_model." : "model.");
 }
 
 rp_status rp_model_load_gguf(rp_model *m, const char *path)
@@ -663,5 +829,5 @@ rp_status rp_model_load_gguf(rp_model *m, const char *path)
         return st;
     if ((st = rp_config_from_gguf(m->gguf, &m->cfg)) || (st = rp_config_validate(path, &m->cfg)))
         return st;
-    return load_from(m, path, gguf_name);
+    return load_from(m, path, gguf_name, "");
 }

@@ -31,7 +31,7 @@ typedef struct scratch_buf {
     bool on;
 } scratch_buf;
 
-enum { N_SCRATCH = 18 };
+enum { N_SCRATCH = 25 };
 
 // The scratch's buffers for this model (the one table allocating, sizing and freeing them read).
 static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
@@ -40,7 +40,8 @@ static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
     size_t B = (size_t)m->params.max_batch;
     size_t qd = (size_t)c->n_head * c->head_dim, kvd = (size_t)c->n_kv_head * c->head_dim;
     size_t ffn = (size_t)(c->moe_ffn_dim > c->ffn_dim ? c->moe_ffn_dim : c->ffn_dim);
-    bool moe = c->n_expert > 0;
+    bool moe = c->n_expert > 0, gdn = rp_config_gdn_layers(c) > 0;
+    size_t vd = (size_t)c->gdn_v_heads * c->gdn_dv, conv = 2 * (size_t)c->gdn_k_heads * c->gdn_dk + vd;
     const scratch_buf bufs[] = {
         {&m->s.x, B * c->dim, true},
         {&m->s.h, B * c->dim, true},
@@ -60,6 +61,13 @@ static void scratch_table(rp_model *m, scratch_buf out[N_SCRATCH])
         {&m->s.moe_x, B * c->dim, moe},
         {&m->s.moe_o, B * c->dim, moe},
         {&m->s.moe_out, B * c->dim, moe},
+        {&m->s.sh_g, B, c->shared_ffn_dim > 0},
+        {&m->s.qg, B * qd, c->attn_gate},
+        {&m->s.mixed, B * conv, gdn},
+        {&m->s.z, B * vd, gdn},
+        {&m->s.gb, B * (size_t)c->gdn_v_heads, gdn},
+        {&m->s.ga, B * (size_t)c->gdn_v_heads, gdn},
+        {&m->s.gdn_o, B * vd, gdn},
     };
     _Static_assert(sizeof(bufs) / sizeof(bufs[0]) == N_SCRATCH, "N_SCRATCH is the table's length");
     memcpy(out, bufs, sizeof(bufs));
@@ -187,7 +195,7 @@ rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params 
         m->prof->n_tokens = prof_n;
     }
     const rp_model_config *c = &m->cfg;
-    rp_dtype wtype = m->layers[0].wq.type;
+    rp_dtype wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w_qkv.type;
     char experts[64] = "";
     if (c->n_expert > 0)
         snprintf(experts, sizeof(experts), ", %d experts (%d a token)", c->n_expert, c->n_expert_used);
@@ -215,7 +223,8 @@ static void release_tensors(rp_model *m)
             rp_backend_tensor_deinit(be, one[i]);
     for (int l = 0; m->layers && l < m->cfg.n_layer + m->cfg.n_mtp; l++) {
         rp_layer *L = &m->layers[l];
-        rp_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->router};
+        rp_tensor *ts[] = {&L->wq,    &L->wk,  &L->wv,  &L->wo,  &L->w_gate, &L->w_up, &L->w_down, &L->router,
+                           &L->sh_gate_w, &L->wq_gate, &L->w_qkv, &L->w_z, &L->w_b, &L->w_a, &L->w_out};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
             if (ts[i]->data)
                 rp_backend_tensor_deinit(be, ts[i]);
@@ -265,6 +274,9 @@ void rp_model_destroy(rp_model *m)
     rp_free(m->bs.logit_rows);
     rp_free(m->bs.bt_start);
     rp_free(m->bs.bt);
+    rp_free(m->bs.state_in);
+    rp_free(m->bs.seq_first);
+    rp_free(m->bs.seq_count);
     if (m->gguf)
         rp_gguf_close(m->gguf);
     if (m->st)
@@ -319,13 +331,46 @@ int rp_model_max_batch(const rp_model *m)
 
 int rp_model_kv_layers(const rp_model *m)
 {
-    return m->cfg.n_layer + m->cfg.n_mtp;
+    return rp_config_kv_layers(&m->cfg);
+}
+
+bool rp_model_has_state(const rp_model *m)
+{
+    return rp_config_gdn_layers(&m->cfg) > 0;
+}
+
+rp_kv_state_geom rp_model_state_geom(const rp_model *m, int n_slots, int log_cap)
+{
+    const rp_model_config *c = &m->cfg;
+    return (rp_kv_state_geom){.n_layer = rp_config_gdn_layers(c),
+                              .n_k_head = c->gdn_k_heads,
+                              .n_v_head = c->gdn_v_heads,
+                              .dk = c->gdn_dk,
+                              .dv = c->gdn_dv,
+                              .kc = c->gdn_kc,
+                              .n_slots = n_slots,
+                              .log_cap = log_cap};
+}
+
+rp_status rp_model_kv_create_ex(rp_model *m, int block_size, int n_blocks, rp_dtype type, int n_states, int log_cap,
+                                rp_kv_pool **out)
+{
+    rp_status st = rp_kv_pool_create(m->be, rp_model_kv_layers(m), m->cfg.n_kv_head, m->cfg.head_dim, block_size,
+                                     n_blocks, type, out);
+    if (st || !rp_model_has_state(m))
+        return st;
+    rp_kv_state_geom g = rp_model_state_geom(m, n_states > 0 ? n_states : RP_MODEL_DEFAULT_STATES,
+                                             log_cap >= 0 ? log_cap : RP_MODEL_DEFAULT_LOG_CAP);
+    if ((st = rp_kv_pool_add_states(*out, &g))) {
+        rp_kv_pool_destroy(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_dtype type, rp_kv_pool **out)
 {
-    return rp_kv_pool_create(m->be, rp_model_kv_layers(m), m->cfg.n_kv_head, m->cfg.head_dim, block_size, n_blocks,
-                             type, out);
+    return rp_model_kv_create_ex(m, block_size, n_blocks, type, 0, -1, out);
 }
 
 bool rp_model_has_mtp(const rp_model *m)

@@ -50,6 +50,8 @@ typedef enum rp_arch {
     RP_ARCH_QWEN2 = 2,
     RP_ARCH_QWEN3 = 3,
     RP_ARCH_QWEN3_MOE = 4, // Qwen3's attention, mixture-of-experts MLPs
+    RP_ARCH_QWEN3_5 = 5,     // Qwen3.5: Gated DeltaNet and gated attention layers, dense MLPs
+    RP_ARCH_QWEN3_5_MOE = 6, // Qwen3.5-MoE / Qwen3.6-A3B: the same layers, MoE with a shared expert
 } rp_arch;
 
 typedef enum rp_rope_scaling {
@@ -93,10 +95,26 @@ typedef struct rp_model_config {
     bool moe_norm_topk;          // the chosen experts' probabilities renormalized to sum to 1
     int moe_step;                // decoder_sparse_step: layers l with (l + 1) % moe_step == 0 ...
     uint32_t dense_layers[32];   // ... unless their bit is set here (mlp_only_layers; layers < 1024)
+    int shared_ffn_dim;          // a shared expert beside the routed ones, its output scaled by a
+                                 // sigmoid gate (Qwen3.5-MoE); 0: none
+    // Hybrids (Qwen3.5): layers whose bit is set are Gated DeltaNet (linear attention), the
+    // others gated full attention (rp_config_layer_gdn).
+    uint32_t gdn_layers[32];
+    int gdn_k_heads, gdn_v_heads; // linear_num_key_heads / linear_num_value_heads
+    int gdn_dk, gdn_dv;           // their head sizes
+    int gdn_kc;                   // the causal conv's kernel width
+    int rot_dim;                  // dims of a head that rotate (partial rotary); head_dim when all
+    bool attn_gate;               // q_proj also gives each head a sigmoid output gate (interleaved per head)
+    bool norm_unit_offset;        // the RMSNorms multiply by (1 + w): the loader adds 1 to their weights
 } rp_model_config;
 
 // Whether layer l's MLP is a mixture of experts (the MTP layer's never is).
 bool rp_config_layer_moe(const rp_model_config *c, int l);
+// Whether layer l is a Gated DeltaNet layer (holds recurrent state instead of KV).
+bool rp_config_layer_gdn(const rp_model_config *c, int l);
+// Layers holding KV (attention layers, the MTP layer included) and recurrent state.
+int rp_config_kv_layers(const rp_model_config *c);
+int rp_config_gdn_layers(const rp_model_config *c);
 
 typedef struct rp_model_params {
     rp_dtype quant;       // RP_DTYPE_F32 (= keep the file's types), or RP_DTYPE_Q8_0 / Q4_0 / Q4_K (rows of a
@@ -144,11 +162,31 @@ const char *rp_model_path(const rp_model *m);
 int rp_model_max_batch(const rp_model *m);
 
 // Creates a KV pool for this model with n_blocks blocks of block_size tokens,
-// holding rp_model_kv_layers(m) layers, K and V stored as type (rp_kv_pool_create).
+// holding rp_model_kv_layers(m) layers, K and V stored as type (rp_kv_pool_create);
+// for a model with recurrent state (rp_model_has_state) also RP_MODEL_DEFAULT_STATES
+// state slots, rollback for forwards of up to RP_MODEL_DEFAULT_LOG_CAP tokens a sequence.
 rp_status rp_model_kv_create(rp_model *m, int block_size, int n_blocks, rp_dtype type, rp_kv_pool **out);
-// Layers in a pool made by rp_model_kv_create: n_layer, plus n_mtp when the model
-// has MTP (for sizing a memory budget with rp_kv_block_bytes).
+#define RP_MODEL_DEFAULT_STATES 4
+#define RP_MODEL_DEFAULT_LOG_CAP 17
+// rp_model_kv_create with n_states state slots (sequences running at once; 0: the default)
+// that can roll back forwards of up to log_cap tokens (-1: the default).
+rp_status rp_model_kv_create_ex(rp_model *m, int block_size, int n_blocks, rp_dtype type, int n_states, int log_cap,
+                                rp_kv_pool **out);
+// Layers in a pool made by rp_model_kv_create: the attention layers (n_layer, less the
+// Gated DeltaNet ones), plus n_mtp when the model has MTP (for sizing a memory budget with
+// rp_kv_block_bytes).
 int rp_model_kv_layers(const rp_model *m);
+// True when the model has layers with recurrent state (Gated DeltaNet): each running
+// sequence then also holds a state slot (kv.h), and its prefix cannot come from KV alone.
+bool rp_model_has_state(const rp_model *m);
+// The state geometry of this model for n_slots sequences (rp_kv_state_slot_bytes sizes a budget).
+rp_kv_state_geom rp_model_state_geom(const rp_model *m, int n_slots, int log_cap);
+// Shrinks sequence s to n_tokens slots (rp_kv_seq_truncate), first rolling its recurrent
+// state back to n_tokens when it had consumed more: the other state copy is advanced over the
+// logged inputs from log_pos to n_tokens (a forward of the Gated DeltaNet layers' recurrence
+// only, no matmuls). n_tokens must be 0 or >= log_pos (RP_ERR_INVALID otherwise: the state
+// there is gone). Errors from the backend.
+rp_status rp_model_seq_truncate(rp_model *m, rp_kv_pool *kv, rp_kv_seq *s, int32_t n_tokens);
 
 // A 128-bit identity of what decides this model's KV numbers (the prefix
 // cache's keys and disk folder): the config, the rope frequencies, every weight

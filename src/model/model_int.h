@@ -26,6 +26,21 @@ typedef struct rp_layer {
     // A mixture-of-experts MLP (rp_config_layer_moe) instead of w_gate/w_up/w_down:
     rp_tensor router;                       // (n_expert, dim)
     rp_tensor *ex_gate, *ex_up, *ex_down;   // (n_expert) each: (moe_ffn_dim, dim) x2, (dim, moe_ffn_dim)
+    // Its shared expert (cfg.shared_ffn_dim > 0), a dense MLP whose output is scaled by
+    // sigmoid(h · sh_gate_wᵀ), in w_gate/w_up/w_down above.
+    rp_tensor sh_gate_w;                    // (1, dim)
+    // Gated attention (cfg.attn_gate): the output gate's rows of q_proj, taken apart from wq.
+    rp_tensor wq_gate;                      // (n_head*head_dim, dim)
+    // A Gated DeltaNet layer (rp_config_layer_gdn) instead of the attention's wq..wo.
+    rp_tensor w_qkv;   // (conv_dim, dim) the conv's raw inputs: q heads, k heads, v heads
+    rp_tensor w_z;     // (value_dim, dim) the output gate
+    rp_tensor w_b;     // (n_v_head, dim) beta's logits
+    rp_tensor w_a;     // (n_v_head, dim) the decay's input
+    rp_tensor w_out;   // (dim, value_dim)
+    float *conv_w;     // (conv_dim, kc)
+    float *a_log, *dt_bias; // (n_v_head)
+    float *gdn_norm;   // (dv) the gated RMSNorm's weight (plain w: no unit offset)
+    int kv_index;      // this layer's layer in the KV pool (attention), or in its state (GDN)
 } rp_layer;
 
 // The multi-token-prediction block (models with an `mtp.*` layer; see model.h).
@@ -57,6 +72,13 @@ typedef struct rp_scratch {
     int32_t *moe_ids;                     // (max_batch, n_expert_used)
     float *moe_w;                         // (max_batch, n_expert_used)
     float *moe_x, *moe_o, *moe_out;       // (max_batch, dim) each; gate/up above hold the experts' too
+    float *sh_g;                          // (max_batch) the shared expert's gate logits
+    float *qg;                            // (max_batch, n_head*head_dim) gated attention's gates
+    // Gated DeltaNet (NULL in a model without): the projections and the recurrence's output.
+    float *mixed;                         // (max_batch, conv_dim)
+    float *z;                             // (max_batch, value_dim)
+    float *gb, *ga;                       // (max_batch, n_v_head) each
+    float *gdn_o;                         // (max_batch, value_dim)
 } rp_scratch;
 
 // The forward's batch descriptor (rp_batch_desc) storage, host memory, grown by doubling
@@ -66,7 +88,8 @@ typedef struct rp_batch_store {
     int32_t *slot, *rows, *logit_rows; // (max_batch)
     int32_t *bt_start;                 // (cap_seqs + 1)
     int32_t *bt;                       // (cap_bt)
-    int cap_seqs, cap_bt;
+    int32_t *state_in, *seq_first, *seq_count; // (cap_state) the recurrent state's fields
+    int cap_seqs, cap_bt, cap_state, cap_first, cap_count;
 } rp_batch_store;
 
 // The op profile (RP_PROFILE=N in the environment when the model is loaded): wall time
@@ -84,6 +107,8 @@ enum {
     RP_PROF_DOWN,
     RP_PROF_ROUTER,  // a mixture of experts' router and routing
     RP_PROF_EXPERTS, // and its experts' MLPs
+    RP_PROF_GDN_PROJ, // a Gated DeltaNet layer's input and output projections
+    RP_PROF_GDN,      // its conv, recurrence and gated norm
     RP_PROF_HEAD,
     RP_PROF_N
 };
@@ -159,7 +184,8 @@ rp_status rp_model_make_weight(rp_model *m, const char *name, rp_dtype type, int
                                const void *data, bool quantizable, bool streamed, rp_tensor *out);
 // Unmaps the weight arena (rp_model_destroy).
 void rp_model_arena_free(rp_model *m);
-rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data,
+// A vector as f32 in backend memory, `offset` added to each element (the (1 + w) norms).
+rp_status rp_model_make_vector(rp_model *m, const char *name, rp_dtype type, int64_t n, const void *data, float offset,
                                float **out);
 rp_status rp_model_load_hf(rp_model *m, const char *dir);
 rp_status rp_model_load_gguf(rp_model *m, const char *path);

@@ -282,7 +282,7 @@ struct row_job {
     float *out;         // rmsnorm: output; rope: x, rotated in place
     float eps;
     int n_rows, width;   // rmsnorm: rows x width; rope: tokens x (n_head * head_dim)
-    int head_dim, style; // rope
+    int head_dim, rot_dim, style; // rope
 };
 
 static void norm_rows(const row_job *j, int64_t lo, int64_t hi)
@@ -347,7 +347,7 @@ static const float *rope_table(cpu_backend *c, int half, const float *inv_freq)
 
 static void rope_rows(const row_job *j, int64_t lo, int64_t hi)
 {
-    int hd = j->head_dim, half = hd / 2, n_head = j->width / hd;
+    int hd = j->head_dim, half = j->rot_dim / 2, n_head = j->width / hd;
     for (int64_t t = lo; t < hi; t++) {
         const float *cs = j->w + (size_t)t * 2 * half, *sn = cs + half;
         for (int h = 0; h < n_head; h++) {
@@ -363,11 +363,11 @@ static void rope_rows(const row_job *j, int64_t lo, int64_t hi)
     }
 }
 
-static rp_status cpu_rope(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq,
+static rp_status cpu_rope(rp_backend *be, float *x, int n_head, int head_dim, int rot_dim, const float *inv_freq,
                           rp_rope_style style)
 {
     cpu_backend *c = cpu(be);
-    const float *tab = rope_table(c, head_dim / 2, inv_freq);
+    const float *tab = rope_table(c, rot_dim / 2, inv_freq);
     if (!tab)
         return RP_ERR(RP_ERR_NOMEM, "cpu backend: cannot allocate the rope table");
     row_job j = {.rows = rope_rows,
@@ -376,6 +376,7 @@ static rp_status cpu_rope(rp_backend *be, float *x, int n_head, int head_dim, co
                  .n_rows = c->batch.n_tokens,
                  .width = n_head * head_dim,
                  .head_dim = head_dim,
+                 .rot_dim = rot_dim,
                  .style = (int)style};
     run_rows(c, &j);
     return RP_OK;
@@ -390,6 +391,17 @@ static rp_status cpu_attention(rp_backend *be, const float *q, const float *k, c
 static rp_status cpu_silu_mul(rp_backend *be, const float *gate, const float *up, size_t count, float *out)
 {
     rp_cpu_silu_mul(out, gate, up, (int64_t)count);
+    return RP_OK;
+}
+
+static rp_status cpu_sigmoid_mul(rp_backend *be, const float *x, const float *gate, int rows, int width,
+                                 int gate_width, float *out)
+{
+    for (int t = 0; t < rows; t++)
+        for (int i = 0; i < width; i++) {
+            float g = gate[(size_t)t * gate_width + (gate_width == 1 ? 0 : i)];
+            out[(size_t)t * width + i] = x[(size_t)t * width + i] * (1.0f / (1.0f + expf(-g)));
+        }
     return RP_OK;
 }
 
@@ -444,7 +456,11 @@ static rp_status cpu_begin_batch(rp_backend *be, const rp_batch_desc *d)
                            .n_rows = d->n_rows,
                            .rows = d->rows,
                            .n_logit_rows = d->n_logit_rows,
-                           .logit_rows = d->logit_rows};
+                           .logit_rows = d->logit_rows,
+                           .n_seqs = d->n_seqs,
+                           .state_in = d->state_in,
+                           .seq_first = d->seq_first,
+                           .seq_count = d->seq_count};
     c->rope_freq = NULL; // new positions: the first rope makes the table
     return RP_OK;
 }
@@ -600,6 +616,8 @@ static const rp_backend_ops cpu_ops = {
     .add_bias = cpu_add_bias,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .gdn = rp_cpu_gdn,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .add = cpu_add,

@@ -30,6 +30,8 @@ typedef struct cpu_batch {
     const int32_t *rows;
     int n_logit_rows; // rp_batch_desc.logit_rows
     const int32_t *logit_rows;
+    int n_seqs;                  // rp_batch_desc's recurrent-state fields (NULL without them)
+    const int32_t *state_in, *seq_first, *seq_count;
 } cpu_batch;
 
 typedef struct huge_map {
@@ -66,6 +68,9 @@ typedef struct cpu_backend {
 
 // Grows a 64-byte aligned scratch buffer to at least `need` bytes (cpu_backend.c).
 rp_status rp_cpu_grow(void **buf, size_t *size, size_t need);
+
+// The Gated DeltaNet recurrence (cpu_gdn.c; backend.h's rp_backend_gdn).
+rp_status rp_cpu_gdn(rp_backend *be, const rp_gdn_desc *d);
 
 // The mixture-of-experts ops (cpu_moe.c; backend.h's rp_backend_moe_route / _ffn).
 rp_status rp_cpu_moe_route(rp_backend *be, const float *logits, int n, int n_expert, int n_used, bool norm,

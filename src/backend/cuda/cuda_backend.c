@@ -956,6 +956,12 @@ static rp_status cuda_silu_mul(rp_backend *be, const float *gate, const float *u
     return elementwise(be, CU_EW_SILU_MUL, gate, up, out, count, 1);
 }
 
+static rp_status cuda_sigmoid_mul(rp_backend *be, const float *x, const float *gate, int rows, int width,
+                                  int gate_width, float *out)
+{
+    return elementwise(be, CU_EW_SIGMOID_MUL, gate, x, out, (size_t)rows * width, gate_width == 1 ? width : 1);
+}
+
 static rp_status cuda_rmsnorm(rp_backend *be, const float *x, const float *w, float eps, int rows, int width,
                               float *out)
 {
@@ -970,7 +976,7 @@ static rp_status cuda_rmsnorm(rp_backend *be, const float *x, const float *w, fl
     return cmd_push(cuda(be), cu_launch_rmsnorm, &a, sizeof(a));
 }
 
-static rp_status cuda_rope(rp_backend *be, float *x, int n_head, int head_dim, const float *inv_freq,
+static rp_status cuda_rope(rp_backend *be, float *x, int n_head, int head_dim, int rot_dim, const float *inv_freq,
                            rp_rope_style style)
 {
     cuda_backend *c = cuda(be);
@@ -982,6 +988,7 @@ static rp_status cuda_rope(rp_backend *be, float *x, int n_head, int head_dim, c
     a.n = c->hbatch.n_tokens;
     a.n_head = n_head;
     a.head_dim = head_dim;
+    a.rot_dim = rot_dim;
     a.neox = style == RP_ROPE_NEOX;
     return cmd_push(c, cu_launch_rope, &a, sizeof(a));
 }
@@ -1120,6 +1127,7 @@ static const rp_backend_ops cuda_ops = {
     .rope = cuda_rope,
     .attention = cuda_attention,
     .silu_mul = cuda_silu_mul,
+    .sigmoid_mul = cuda_sigmoid_mul,
     .add = cuda_add,
     .argmax = cuda_argmax,
 };

@@ -184,13 +184,14 @@ typedef struct cu_rope_args {
     float *x;
     const float *inv_freq;
     const cu_batch *b; // device: positions
-    int n, n_head, head_dim;
+    int n, n_head, head_dim, rot_dim; // the first rot_dim dims of each head rotate
     bool neox;
 } cu_rope_args;
 cudaError_t cu_launch_rope(const void *args, cudaStream_t s);
 
-enum { CU_EW_SILU_MUL = 0, CU_EW_ADD = 1, CU_EW_ADD_BIAS = 2 };
-// SILU_MUL: out = silu(a) * b; ADD: out += a; ADD_BIAS: out[t][i] += a[i] (width).
+enum { CU_EW_SILU_MUL = 0, CU_EW_ADD = 1, CU_EW_ADD_BIAS = 2, CU_EW_SIGMOID_MUL = 3 };
+// SILU_MUL: out = silu(a) * b; ADD: out += a; ADD_BIAS: out[t][i] += a[i] (width);
+// SIGMOID_MUL: out[i] = b[i] * sigmoid(a[i / width]).
 typedef struct cu_elementwise_args {
     int op;
     const float *a, *b;

@@ -164,10 +164,11 @@ extern "C" cudaError_t cu_launch_rmsnorm(const void *args, cudaStream_t s)
 
 /* ---- rope ---- */
 
-__global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n_head, int head_dim, bool neox)
+__global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n_head, int head_dim, int rot_dim,
+                       bool neox)
 {
     cu_kernel_start();
-    int t = blockIdx.y, half = head_dim / 2;
+    int t = blockIdx.y, half = rot_dim / 2;
     int k = blockIdx.x * blockDim.x + threadIdx.x; // (head, pair)
     if (k >= n_head * half)
         return;
@@ -184,9 +185,9 @@ __global__ void k_rope(float *x, const float *inv_freq, const cu_batch *b, int n
 extern "C" cudaError_t cu_launch_rope(const void *args, cudaStream_t s)
 {
     const cu_rope_args *a = (const cu_rope_args *)args;
-    int pairs = a->n_head * (a->head_dim / 2);
+    int pairs = a->n_head * (a->rot_dim / 2);
     dim3 grid((unsigned)((pairs + 127) / 128), (unsigned)a->n);
-    return cu_enqueue(k_rope, grid, 128, s, a->x, a->inv_freq, a->b, a->n_head, a->head_dim, a->neox);
+    return cu_enqueue(k_rope, grid, 128, s, a->x, a->inv_freq, a->b, a->n_head, a->head_dim, a->rot_dim, a->neox);
 }
 
 /* ---- element-wise ---- */
@@ -200,6 +201,8 @@ __global__ void k_elementwise(int op, const float *a, const float *b, float *out
             out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), b[i]);
         } else if (op == CU_EW_ADD) {
             out[i] = __fadd_rn(out[i], a[i]);
+        } else if (op == CU_EW_SIGMOID_MUL) {
+            out[i] = __fmul_rn(b[i], __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-a[i / (size_t)width]))));
         } else {
             out[i] = __fadd_rn(out[i], a[i % (size_t)width]);
         }

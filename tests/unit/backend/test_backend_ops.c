@@ -385,8 +385,9 @@ static void test_get_rows(void **state)
     }
 }
 
-// rmsnorm (rows of a model width and per-head rows), rope (both styles), silu_mul, add,
-// add_bias.
+// rmsnorm (rows of a model width and per-head rows), rope (both styles, and partial: the
+// first quarter of each head, the rest untouched), silu_mul, add, add_bias, sigmoid_mul (per
+// element and per row).
 static void test_rows(void **state)
 {
     const int n = 7, width = 896, hd = 64, heads = width / hd;
@@ -400,7 +401,7 @@ static void test_rows(void **state)
     float *freq = malloc(sizeof(float) * (size_t)hd / 2);
     for (int i = 0; i < hd / 2; i++)
         freq[i] = (float)pow(1e6, -2.0 * i / hd);
-    for (int op = 0; op < 6; op++) {
+    for (int op = 0; op < 9; op++) {
         float *xr = dev_copy(P.ref, x, nx * 4), *xb = dev_copy(P.be, x, nx * 4);
         float *wr = dev_copy(P.ref, w, (size_t)width * 4), *wb = dev_copy(P.be, w, (size_t)width * 4);
         float *yr = dev_copy(P.ref, y, nx * 4), *yb = dev_copy(P.be, y, nx * 4);
@@ -423,8 +424,33 @@ static void test_rows(void **state)
         case 2:
         case 3:
             what = op == 2 ? "rope neox" : "rope norm";
-            REF(rp_backend_rope(P.ref, xr, heads, hd, fr, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM));
-            assert_int_equal(rp_backend_rope(P.be, xb, heads, hd, fb, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM), RP_OK);
+            REF(rp_backend_rope(P.ref, xr, heads, hd, hd, fr, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM));
+            assert_int_equal(rp_backend_rope(P.be, xb, heads, hd, hd, fb, op == 2 ? RP_ROPE_NEOX : RP_ROPE_NORM),
+                             RP_OK);
+            gr = xr, gb = xb;
+            break;
+        case 6: {
+            what = "rope neox partial (16 of 64 dims)";
+            REF(rp_backend_rope(P.ref, xr, heads, hd, hd / 4, fr, RP_ROPE_NEOX));
+            assert_int_equal(rp_backend_rope(P.be, xb, heads, hd, hd / 4, fb, RP_ROPE_NEOX), RP_OK);
+            gr = xr, gb = xb;
+            float *h = host_of(P.be, xb, nx); // dims past the rotary ones are the input's, bit for bit
+            for (int t = 0; t < n; t++)
+                for (int i = hd / 4; i < hd; i++)
+                    if (memcmp(&h[(size_t)t * width + i], &x[(size_t)t * width + i], 4) != 0)
+                        fail_msg("partial rope changed dim %d of token %d on %s", i, t, P.name);
+            free(h);
+            break;
+        }
+        case 7:
+            what = "sigmoid_mul per element";
+            REF(rp_backend_sigmoid_mul(P.ref, xr, yr, n, width, width, outr));
+            assert_int_equal(rp_backend_sigmoid_mul(P.be, xb, yb, n, width, width, outb), RP_OK);
+            break;
+        case 8:
+            what = "sigmoid_mul per row, in place";
+            REF(rp_backend_sigmoid_mul(P.ref, xr, yr, n, width, 1, xr));
+            assert_int_equal(rp_backend_sigmoid_mul(P.be, xb, yb, n, width, 1, xb), RP_OK);
             gr = xr, gb = xb;
             break;
         case 4:
