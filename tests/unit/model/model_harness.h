@@ -141,6 +141,18 @@ static inline bool harness_device_has_moe(void)
     return has;
 }
 
+static inline bool harness_device_has_gdn(void)
+{
+    rp_backend_params bp;
+    rp_backend_params_default(&bp);
+    rp_backend *be;
+    if (rp_backend_open(rp_test_device(), &bp, &be))
+        fail_msg("opening %s: %s", rp_test_device(), rp_error_message());
+    bool has = rp_backend_has_gdn(be);
+    rp_backend_destroy(be);
+    return has;
+}
+
 // A model with float32 activations: the numbers the reference fixtures hold.
 static inline rp_model *harness_load(const char *path, int threads, rp_dtype quant)
 {

@@ -11,13 +11,15 @@
 #define N_SEQS 8
 
 // Logits of every position of seqs[target] when all N_SEQS prompts run in one
-// flattened batch, tokens interleaved round-robin across sequences.
+// flattened batch, tokens interleaved round-robin across sequences (a model with
+// recurrent state: each sequence's tokens together, as its forward requires).
 static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int target, float *out)
 {
     int V = rp_model_get_config(m)->n_vocab;
     int n = N_SEQS * N_PROMPT;
     rp_kv_pool *kv;
-    assert_int_equal(rp_model_kv_create(m, 16, N_SEQS * (N_PROMPT / 16 + 1), RP_DTYPE_F16, &kv), RP_OK);
+    assert_int_equal(rp_model_kv_create_ex(m, 16, N_SEQS * (N_PROMPT / 16 + 1), RP_DTYPE_F16, N_SEQS, -1, &kv), RP_OK);
+    bool grouped = rp_model_has_state(m);
     rp_kv_seq seqs[N_SEQS];
     rp_kv_seq *sp[N_SEQS];
     for (int s = 0; s < N_SEQS; s++) {
@@ -27,9 +29,9 @@ static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int t
     }
     int32_t tok[N_SEQS * N_PROMPT], pos[N_SEQS * N_PROMPT], sq[N_SEQS * N_PROMPT];
     bool want[N_SEQS * N_PROMPT];
-    int k = 0;
     for (int p = 0; p < N_PROMPT; p++)
-        for (int s = 0; s < N_SEQS; s++, k++) {
+        for (int s = 0; s < N_SEQS; s++) {
+            int k = grouped ? s * N_PROMPT + p : p * N_SEQS + s;
             tok[k] = prompts[s][p];
             pos[k] = p;
             sq[k] = s;
@@ -40,7 +42,8 @@ static void batched_logits(rp_model *m, int32_t prompts[N_SEQS][N_PROMPT], int t
     if (rp_model_forward(m, kv, &b, all))
         fail_msg("forward: %s", rp_error_message());
     for (int p = 0; p < N_PROMPT; p++)
-        memcpy(out + (size_t)p * V, all + ((size_t)p * N_SEQS + target) * V, (size_t)V * sizeof(float));
+        memcpy(out + (size_t)p * V, all + (grouped ? (size_t)target * N_PROMPT + p : (size_t)p * N_SEQS + target) * V,
+               (size_t)V * sizeof(float));
     free(all);
     for (int s = 0; s < N_SEQS; s++)
         rp_kv_seq_deinit(kv, &seqs[s]);
@@ -108,6 +111,16 @@ static void test_fixture_models(void **state)
         return;
     }
     snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3-moe"));
+    check_model(path, RP_DTYPE_F32, true);
+    check_model(path, RP_DTYPE_Q8_0, true);
+    // Hybrids: a token's recurrent state sees only its own sequence's earlier tokens.
+    if (!harness_device_has_gdn()) {
+        print_message("  qwen3.5: skipped, %s has no Gated DeltaNet kernels yet\n", rp_test_device());
+        return;
+    }
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3.5"));
+    check_model(path, RP_DTYPE_F32, true);
+    snprintf(path, sizeof(path), "%s", rp_test_source("tests/data/models/qwen3.5-moe"));
     check_model(path, RP_DTYPE_F32, true);
     check_model(path, RP_DTYPE_Q8_0, true);
 }
