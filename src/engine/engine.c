@@ -284,6 +284,8 @@ static void admit(rp_engine *e)
         int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
             break;
+        if (rp_kv_pool_n_state_layers(e->kv) > 0 && rp_kv_pool_free_states(e->kv) == 0)
+            break; // (one slot per running request: only a request that has not let go of one yet)
         rp_status st = RP_OK;
         bool first = !g->smp;
         if (first && (st = rp_sampler_create(&g->sp, e->n_vocab, &g->smp)) == RP_OK)
@@ -812,9 +814,19 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
         rp_free(e);
         return RP_ERR(RP_ERR_NOMEM, "engine: cannot create a condition variable");
     }
-    if ((st = rp_model_kv_create(m, e->block, e->n_blocks, rp_engine_kv_type(p), &e->kv)))
+    // A model with recurrent state: a state slot for each running request, rollback for a
+    // verification step of up to the most drafts and the token before them.
+    int log_cap = (p->spec.k_max ? p->spec.k_max : RP_ENGINE_SPEC_K_DEFAULT) + 1;
+    if ((st = rp_model_kv_create_ex(m, e->block, e->n_blocks, rp_engine_kv_type(p), e->max_running, log_cap, &e->kv)))
         goto fail;
-    if (!p->no_prefix_cache) {
+    if (rp_model_has_state(m)) {
+        rp_kv_state_geom g = rp_model_state_geom(m, e->max_running, log_cap);
+        RP_LOGI("recurrent state: %d slots of %.1f MiB (%d Gated DeltaNet layers), %.1f MiB beside the KV cache; "
+                "the prefix cache is off for this model (its state is not cached yet)",
+                e->max_running, rp_kv_state_slot_bytes(&g) / 1048576.0, g.n_layer,
+                e->max_running * rp_kv_state_slot_bytes(&g) / 1048576.0);
+    }
+    if (!p->no_prefix_cache && !rp_model_has_state(m)) {
         uint8_t fp[16];
         rp_cache_params cp;
         rp_cache_params_default(&cp);

@@ -628,6 +628,14 @@ void spec_after_step(rp_engine *e)
     for (int s = 0; s < e->n_b_seqs; s++) {
         rp_gen *g = e->b_gens[s];
         spec_gen *sg = &g->spec;
+        // Rejected drafts went through the recurrent state too: roll it back to what was
+        // accepted (a replay of the Gated DeltaNet layers over the logged inputs).
+        if (g->kv.state_pos > g->n_comp && g->done != RP_GEN_ERROR &&
+            rp_model_seq_truncate(e->m, e->kv, &g->kv, g->n_comp)) {
+            snprintf(e->step_err, sizeof(e->step_err), "speculative rollback: %s", rp_error_message());
+            g->done = RP_GEN_ERROR;
+            g->done_msg = e->step_err;
+        }
         if (!sg->on || g->done == RP_GEN_ERROR)
             continue;
         int len = sg->lk ? rp_spec_lookup_len(sg->lk) : 0;
@@ -724,6 +732,9 @@ static rp_status draft_init(rp_engine *e, const rp_engine_spec_params *p)
         se->dm = se->dm_owned;
         dtok = se->dtok_owned;
     }
+    if (rp_model_has_state(se->dm)) // its KV would be cut back with rp_kv_seq_truncate, which state cannot follow
+        return RP_ERR(RP_ERR_UNSUPPORTED, "draft model %s: a model with recurrent state (%s) cannot draft yet",
+                      rp_model_path(se->dm), rp_model_get_config(se->dm)->arch_name);
     se->d_vocab = rp_model_get_config(se->dm)->n_vocab;
     se->d_max_batch = rp_model_max_batch(se->dm);
     if ((st = rp_spec_check_draft(e->tok, e->n_vocab, dtok, se->d_vocab)))

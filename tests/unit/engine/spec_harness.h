@@ -30,7 +30,7 @@ typedef struct sh_prompt {
     int n;
 } sh_prompt;
 
-static int sh_setup(void)
+static inline int sh_setup(void)
 {
     rp_model_params mp;
     rp_model_params_default(&mp);
@@ -50,7 +50,7 @@ static int sh_setup(void)
     return 0;
 }
 
-static void sh_teardown(void)
+static inline void sh_teardown(void)
 {
     rp_tok_destroy(SH_TOK);
     rp_tok_destroy(SH_DTOK);
@@ -59,7 +59,7 @@ static void sh_teardown(void)
 }
 
 // One user turn in the model's chat format (thinking off), tokenized.
-static sh_prompt sh_chat(const char *user)
+static inline sh_prompt sh_chat(const char *user)
 {
     static const char pre[] = "<|im_start|>user\n",
                       post[] = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n";
@@ -129,7 +129,7 @@ typedef struct sh_result {
     rp_gen_stats stats;
 } sh_result;
 
-static rp_gen_params sh_greedy(const sh_prompt *p, int max_tokens)
+static inline rp_gen_params sh_greedy(const sh_prompt *p, int max_tokens)
 {
     rp_gen_params gp;
     rp_gen_params_default(&gp);
@@ -141,7 +141,7 @@ static rp_gen_params sh_greedy(const sh_prompt *p, int max_tokens)
 }
 
 // Reads r's request to the end (no cmocka calls: reader threads use it): finish or -1 on a hang.
-static int sh_read_all(rp_gen *g, sh_result *r)
+static inline int sh_read_all(rp_gen *g, sh_result *r)
 {
     r->n = 0;
     rp_gen_token buf[5]; // odd on purpose: reads end mid-outbox
@@ -176,7 +176,7 @@ static void *sh_job(void *arg)
 }
 
 // Runs the requests on e: one after the other (at_once false) or each from its own thread, all at once.
-static void sh_run(rp_engine *e, sh_result *rs, int n, bool at_once)
+static inline void sh_run(rp_engine *e, sh_result *rs, int n, bool at_once)
 {
     pthread_t th[64];
     assert_true(n <= 64);
@@ -195,7 +195,7 @@ static void sh_run(rp_engine *e, sh_result *rs, int n, bool at_once)
 }
 
 // The same tokens, finish, tokens sampled and (when asked) logprobs, bit for bit.
-static void sh_same(const sh_result *got, const sh_result *want, const char *what, int i)
+static inline void sh_same(const sh_result *got, const sh_result *want, const char *what, int i)
 {
     if (got->finish != want->finish || got->n != want->n)
         fail_msg("%s, request %d: finish %d after %d tokens, without speculation %d after %d", what, i, got->finish,
@@ -217,7 +217,7 @@ static void sh_same(const sh_result *got, const sh_result *want, const char *wha
 }
 
 // Draft tokens verified and accepted over the results, for one method.
-static void sh_counts(const sh_result *rs, int n, rp_spec_method m, long *drafted, long *accepted)
+static inline void sh_counts(const sh_result *rs, int n, rp_spec_method m, long *drafted, long *accepted)
 {
     *drafted = *accepted = 0;
     for (int i = 0; i < n; i++) {
@@ -227,7 +227,7 @@ static void sh_counts(const sh_result *rs, int n, rp_spec_method m, long *drafte
 }
 
 // Every method's counts stay 0 except those the configuration may use; the pinned one drafted and had some accepted.
-static void sh_drafted(const sh_result *rs, int n, const sh_config *c)
+static inline void sh_drafted(const sh_result *rs, int n, const sh_config *c)
 {
     long all_d = 0, all_a = 0;
     for (int m = 0; m < RP_SPEC_N_METHODS; m++) {
