@@ -144,10 +144,8 @@ static void test_own_templates(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qwen3_fixture),
-        cmocka_unit_test(test_rapid_tiny),
-        cmocka_unit_test(test_builtin_templates),
-        cmocka_unit_test(test_shared_templates),
+        cmocka_unit_test(test_qwen3_fixture),     cmocka_unit_test(test_rapid_tiny),
+        cmocka_unit_test(test_builtin_templates), cmocka_unit_test(test_shared_templates),
         cmocka_unit_test(test_own_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
