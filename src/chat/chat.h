@@ -91,8 +91,11 @@ const char *rp_chat_builtin_name(size_t i);
  *
  * Arguments are the model's JSON with the whitespace outside strings removed
  * (raw control characters inside strings are escaped); Qwen3-Coder's XML
- * parameters are converted to JSON, typed by the tool's JSON schema. Whitespace
- * next to a marker (before/after a call, inside the think tags) is dropped.
+ * parameters (Qwen3-Coder, Qwen3.5, Qwen3.6) are converted to JSON, typed by
+ * the tool's JSON schema (a value `null` is null; one that does not parse as
+ * its type is a string), and a call naming a function the request's tools do
+ * not have is malformed (content). Whitespace next to a marker (before/after a
+ * call, inside the think tags) is dropped.
  *
  * Input is expected to be UTF-8 in whole characters (the streaming detokenizer
  * guarantees it); then every delta is whole characters too. Other bytes pass
@@ -107,6 +110,7 @@ typedef enum rp_tool_format {
     RP_TOOL_FORMAT_NONE = 0,        // no tool parsing: everything is content
     RP_TOOL_FORMAT_HERMES = 1,      // <tool_call>{"name": .., "arguments": {..}}</tool_call> (Hermes, Qwen2.5, Qwen3)
     RP_TOOL_FORMAT_QWEN3_CODER = 2, // <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>
+                                    // (Qwen3-Coder, Qwen3.5, Qwen3.6)
     RP_TOOL_FORMAT_LLAMA3 = 3,      // {"name": .., "parameters": {..}} as the reply; <|python_tag|> forms
     RP_TOOL_FORMAT_MISTRAL = 4,     // [TOOL_CALLS][{"name": .., "arguments": {..}}] or [TOOL_CALLS]NAME[ARGS]{..}
     RP_TOOL_FORMAT_DEEPSEEK = 5, // <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME ...
@@ -115,7 +119,7 @@ typedef enum rp_tool_format {
 
 typedef enum rp_reasoning_format {
     RP_REASONING_FORMAT_NONE = 0,  // no reasoning parsing
-    RP_REASONING_FORMAT_THINK = 1, // <think>..</think> at the start of the reply (Qwen3, DeepSeek-R1)
+    RP_REASONING_FORMAT_THINK = 1, // <think>..</think> at the start of the reply (Qwen3, Qwen3.5/3.6, DeepSeek-R1)
     RP_REASONING_FORMAT_COUNT = 2,
 } rp_reasoning_format;
 
@@ -217,8 +221,8 @@ const char *rp_tool_format_name(rp_tool_format f);           // canonical name, 
 const char *rp_reasoning_format_name(rp_reasoning_format f); // canonical name, "?" if unknown
 
 // True when the rendered prompt ends inside an open think block ("<think>" then
-// only whitespace), as DeepSeek-R1's and Qwen3-Thinking's templates do: set
-// cfg.think_open from it.
+// only whitespace), as DeepSeek-R1's, Qwen3-Thinking's and Qwen3.5/3.6's (thinking
+// on, their default) templates do: set cfg.think_open from it.
 bool rp_parse_prompt_opens_think(const char *prompt, size_t len);
 
 #endif

@@ -125,6 +125,7 @@ struct rp_parser {
     // Qwen3-Coder parameters / Llama builtin calls
     int n_params;
     bool val_typed, val_nl, val_first;
+    bool val_null; // a string value that is still a prefix of `null`, held in val (nothing emitted yet)
     char vhold[16];
     size_t vhold_len;
     char u8[4]; // an incomplete UTF-8 sequence in the arguments

@@ -6,16 +6,19 @@
  * order (the first match wins):
  *
  *   <｜tool▁calls▁begin｜>           DeepSeek (V3, R1 and its distills)
- *   <tool_call> and <function=      Qwen3-Coder XML
+ *   <tool_call> and <function=      Qwen3-Coder XML (Qwen3-Coder, Qwen3.5, Qwen3.6)
  *   <tool_call>                     Hermes (Qwen2.5, Qwen3, Hermes 2/3)
  *   [TOOL_CALLS]                    Mistral
  *   <|python_tag|>, or the ipython
  *   role with Llama 3 headers       Llama 3.x
  *
  * and reasoning is <think> when the template mentions <think> or </think>.
- * Without a telling template the architecture decides (qwen2/qwen3 → Hermes,
- * qwen3 → think as well, llama → Llama 3 when the template uses its headers,
- * mistral → Mistral, deepseek → DeepSeek).
+ * Without a telling template the architecture decides: Qwen3.5/3.6 (qwen3_5,
+ * qwen3_5_moe; GGUF qwen35, qwen35moe) → Qwen3-Coder XML, other qwen2/qwen3
+ * (Qwen3-Next included: its Instruct and Coder checkpoints need not share a
+ * format, so only their templates can tell) → Hermes, any qwen3 → think as
+ * well, llama → Llama 3 when the template uses its headers, mistral →
+ * Mistral, deepseek → DeepSeek.
  */
 #include "parse_int.h"
 
@@ -63,6 +66,12 @@ static bool arch_is(const char *arch, const char *prefix)
     return arch && strncasecmp(arch, prefix, strlen(prefix)) == 0;
 }
 
+// Qwen3.5 and 3.6 (config.json model_type or GGUF spelling), trained on Qwen3-Coder's XML calls.
+static bool arch_qwen_xml(const char *arch)
+{
+    return arch_is(arch, "qwen3_5") || arch_is(arch, "qwen35");
+}
+
 void rp_parser_select(const char *tmpl, const char *arch, rp_tool_format *tools, rp_reasoning_format *reasoning)
 {
     rp_tool_format t = RP_TOOL_FORMAT_NONE;
@@ -76,6 +85,8 @@ void rp_parser_select(const char *tmpl, const char *arch, rp_tool_format *tools,
         t = RP_TOOL_FORMAT_MISTRAL;
     else if (has(tmpl, "<|python_tag|>") || (has(tmpl, "<|start_header_id|>") && has(tmpl, "ipython")))
         t = RP_TOOL_FORMAT_LLAMA3;
+    else if (arch_qwen_xml(arch))
+        t = RP_TOOL_FORMAT_QWEN3_CODER;
     else if (arch_is(arch, "qwen2") || arch_is(arch, "qwen3"))
         t = RP_TOOL_FORMAT_HERMES;
     else if (arch_is(arch, "llama") && has(tmpl, "<|start_header_id|>"))

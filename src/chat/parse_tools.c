@@ -2,14 +2,19 @@
  * parse_tools.c - the call grammars of each model family, as state machines
  * fed one byte at a time after their opening marker (see parse_int.h).
  *
- *   <tool_call> (Hermes, Qwen2.5/3, Qwen3-Coder): after the tag either a JSON
- *       envelope {"name", "arguments"} or Qwen3-Coder's XML
+ *   <tool_call> (Hermes, Qwen2.5/3, Qwen3-Coder, Qwen3.5/3.6): after the tag
+ *       either a JSON envelope {"name", "arguments"} or Qwen3-Coder's XML
  *       <function=NAME><parameter=P>\nvalue\n</parameter>...</function>, then
  *       </tool_call>. A parameter's value is a JSON string, streamed, unless the
  *       tool's schema types it (integer, number, boolean, object, array, null):
  *       then it is buffered and converted, falling back to a string when it
- *       does not parse as that type. One newline after <parameter=P> and one
- *       before </parameter> belong to the markup.
+ *       does not parse as that type. A value that is exactly `null` (any case)
+ *       is JSON null whatever the type, as Qwen's own qwen3_coder parser has it
+ *       (a string value waits up to four bytes to tell). One newline after
+ *       <parameter=P> and one before </parameter> belong to the markup. When
+ *       the request has tools, a <function=NAME> that names none of them is a
+ *       malformed call (its text becomes content): its arguments could not be
+ *       typed, and no client can run it.
  *   Llama 3.x: a reply starting with {"name", "parameters"} (several joined by
  *       ';'); <|python_tag|> then such JSON, or NAME.call(k=JSON, ...) (built-in
  *       tools), or anything else: Python code for code_interpreter {"code"}.
@@ -122,8 +127,8 @@ static bool start_named(rp_parser *p, pbuf *name, bool mistral)
 
 /* ---- Qwen3-Coder parameters ------------------------------------------------------- */
 
-// The JSON schema type of parameter `key` of tool `name`, or NULL (a string).
-static const char *param_type(const rp_parser *p)
+// The request's tool (its "function" object, or the tool itself in the flat form) named p->name, or NULL.
+static json_t *find_tool(const rp_parser *p)
 {
     size_t i;
     json_t *tool;
@@ -133,30 +138,46 @@ static const char *param_type(const rp_parser *p)
         if (!json_is_object(fn))
             fn = tool;
         const char *tn = json_string_value(json_object_get(fn, "name"));
-        if (!tn || strlen(tn) != p->name.len || memcmp(tn, p->name.p, p->name.len) != 0)
-            continue;
-        json_t *props = json_object_get(json_object_get(fn, "parameters"), "properties");
-        json_t *prop = json_is_object(props) ? json_object_getn(props, p->key.p, p->key.len) : NULL;
-        json_t *type = json_object_get(prop, "type");
-        if (json_is_string(type))
-            return json_string_value(type);
-        if (json_is_array(type)) { // ["integer", "null"]: the first non-null; a string if any is
-            const char *first = NULL;
-            size_t k;
-            json_t *t;
-            json_array_foreach(type, k, t)
-            {
-                const char *s = json_string_value(t);
-                if (s && strcmp(s, "string") == 0)
-                    return NULL;
-                if (s && strcmp(s, "null") != 0 && !first)
-                    first = s;
-            }
-            return first;
-        }
-        return NULL;
+        if (tn && strlen(tn) == p->name.len && memcmp(tn, p->name.p, p->name.len) == 0)
+            return fn;
     }
     return NULL;
+}
+
+// The JSON schema type of parameter `key` of tool `name`, or NULL (a string).
+static const char *param_type(const rp_parser *p)
+{
+    json_t *props = json_object_get(json_object_get(find_tool(p), "parameters"), "properties");
+    json_t *prop = json_is_object(props) ? json_object_getn(props, p->key.p, p->key.len) : NULL;
+    json_t *type = json_object_get(prop, "type");
+    if (json_is_string(type))
+        return json_string_value(type);
+    if (json_is_array(type)) { // ["integer", "null"]: the first non-null; a string if any is
+        const char *first = NULL;
+        size_t k;
+        json_t *t;
+        json_array_foreach(type, k, t)
+        {
+            const char *s = json_string_value(t);
+            if (s && strcmp(s, "string") == 0)
+                return NULL;
+            if (s && strcmp(s, "null") != 0 && !first)
+                first = s;
+        }
+        return first;
+    }
+    return NULL;
+}
+
+// Whether the request's tools (when it has any) include the function p->name.
+static bool tool_known(const rp_parser *p)
+{
+    return json_array_size(p->tools) == 0 || find_tool(p) != NULL;
+}
+
+static bool is_null_word(const char *s, size_t n)
+{
+    return n == 4 && strncasecmp(s, "null", 4) == 0;
 }
 
 static bool typed(const char *t)
@@ -173,8 +194,7 @@ static void begin_param(rp_parser *p)
     parse_args_escaped(p, p->key.p, p->key.len);
     parse_args(p, "\":", 2);
     p->val_typed = typed(param_type(p));
-    if (!p->val_typed)
-        parse_args(p, "\"", 1);
+    p->val_null = !p->val_typed; // a string's opening quote waits until the value cannot be `null`
     p->val.len = 0;
     p->val_first = true;
     p->val_nl = false;
@@ -193,6 +213,10 @@ static void typed_value(rp_parser *p)
         e--;
     const char *text = v->p ? v->p + s : "";
     size_t n = e - s;
+    if (is_null_word(text, n)) {
+        parse_args(p, "null", 4);
+        return;
+    }
     json_error_t err;
     json_t *x = n ? json_loadb(text, n, JSON_DECODE_ANY, &err) : NULL;
     bool ok = false;
@@ -234,6 +258,15 @@ static void typed_value(rp_parser *p)
 static bool val_out(rp_parser *p, uint8_t c)
 {
     if (!p->val_typed) {
+        if (p->val_null && p->val.len < 4 && (c | 0x20) == (uint8_t) "null"[p->val.len]) {
+            pbuf_add(&p->val, &c, 1, &p->st);
+            return true;
+        }
+        if (p->val_null) { // not `null` after all: the string so far
+            p->val_null = false;
+            parse_args(p, "\"", 1);
+            parse_args_escaped(p, p->val.p ? p->val.p : "", p->val.len);
+        }
         parse_args_escaped(p, (const char *)&c, 1);
         return true;
     }
@@ -254,10 +287,17 @@ static bool val_byte(rp_parser *p, uint8_t c)
 
 static int end_param(rp_parser *p, int which)
 {
-    if (p->val_typed)
+    if (p->val_typed) {
         typed_value(p);
-    else
+    } else if (!p->val_null) {
         parse_args(p, "\"", 1);
+    } else if (is_null_word(p->val.p, p->val.len)) {
+        parse_args(p, "null", 4);
+    } else { // a short string that began like `null` ("", "n", "Nul")
+        parse_args(p, "\"", 1);
+        parse_args_escaped(p, p->val.p ? p->val.p : "", p->val.len);
+        parse_args(p, "\"", 1);
+    }
     p->n_params++;
     switch (which) {
     case 0: // </parameter>
@@ -354,7 +394,7 @@ static int tag_feed(rp_parser *p, uint8_t c)
         return r;
     case T_FUNC_NAME:
         if (c == '>') {
-            if (!start_named(p, &p->name, false))
+            if (!trim(&p->name) || !tool_known(p) || !start_named(p, &p->name, false))
                 return R_ERR;
             parse_args(p, "{", 1);
             p->n_params = 0;

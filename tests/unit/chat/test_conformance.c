@@ -1,7 +1,8 @@
 /*
  * test_conformance.c - chat templates rendered byte for byte as transformers
- * renders them: every template in ../shared/conformance/chat-templates and the
- * qwen3 fixture model's own template, against every conversation of
+ * renders them: every template in ../shared/conformance/chat-templates, the
+ * published templates kept in tests/data/chat/templates (Qwen3.5, Qwen3.6,
+ * Qwen3-Coder) and the qwen3 fixture model's own template, against every conversation of
  * tests/data/chat/conversations.json, the bundled model's (models/rapid-tiny) and
  * the built-in templates of --chat-template (chatml, llama3, mistral).
  * The references (tests/data/chat/expected)
@@ -82,11 +83,10 @@ static void test_builtin_templates(void **state)
     json_decref(convs);
 }
 
-static void test_shared_templates(void **state)
+// Every .jinja in dir against its recorded reference (tests/data/chat/expected/NAME.json); returns the
+// number of templates, asserting that all cases are identical.
+static int check_template_dir(const char *dir)
 {
-    RP_TEST_NEED_CONFORMANCE(conf);
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/chat-templates", conf);
     DIR *d = opendir(dir);
     assert_non_null(d);
     json_t *convs = chat_load_json(rp_test_source("tests/data/chat/conversations.json"));
@@ -101,7 +101,7 @@ static void test_shared_templates(void **state)
         snprintf(exp_path, sizeof(exp_path), "%s", rp_test_source("tests/data/chat/expected/"));
         snprintf(exp_path + strlen(exp_path), sizeof(exp_path) - strlen(exp_path), "%.*s.json", (int)(nl - 6),
                  e->d_name);
-        // Every shared template needs a recorded reference: a new one must not pass unseen.
+        // Every template needs a recorded reference: a new one must not pass unseen.
         json_t *exp = chat_load_json(exp_path);
         char *src;
         size_t len;
@@ -109,6 +109,7 @@ static void test_shared_templates(void **state)
         int n = 0;
         int b = chat_check_expected(src, len, exp, convs, &n);
         print_message("%s: %d of %d cases identical\n", e->d_name, n - b, n);
+        assert_int_equal(n, (int)json_array_size(json_object_get(convs, "conversations")));
         bad += b;
         n_cases += n;
         n_templates++;
@@ -117,18 +118,35 @@ static void test_shared_templates(void **state)
     }
     closedir(d);
     json_decref(convs);
-    print_message("%d templates, %d cases, %d mismatches\n", n_templates, n_cases, bad);
+    print_message("%s: %d templates, %d cases, %d mismatches\n", dir, n_templates, n_cases, bad);
     assert_true(n_templates > 0);
     assert_int_equal(bad, 0);
+    return n_templates;
+}
+
+static void test_shared_templates(void **state)
+{
+    RP_TEST_NEED_CONFORMANCE(conf);
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/chat-templates", conf);
+    check_template_dir(dir);
+}
+
+// The published templates the project keeps itself (Qwen3.5, Qwen3.6, Qwen3-Coder; provenance in the
+// README there).
+static void test_own_templates(void **state)
+{
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", rp_test_source("tests/data/chat/templates"));
+    assert_int_equal(check_template_dir(dir), 3);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_qwen3_fixture),
-        cmocka_unit_test(test_rapid_tiny),
-        cmocka_unit_test(test_builtin_templates),
-        cmocka_unit_test(test_shared_templates),
+        cmocka_unit_test(test_qwen3_fixture),     cmocka_unit_test(test_rapid_tiny),
+        cmocka_unit_test(test_builtin_templates), cmocka_unit_test(test_shared_templates),
+        cmocka_unit_test(test_own_templates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,9 @@
  * whole, byte by byte and cut in two at every byte position, and all must give
  * the same result (ids included), with the stream invariants of
  * parse_harness.h. Malformed and truncated replies come back as content.
+ * Qwen3.5/3.6 replies (Qwen3-Coder XML calls after a think block the prompt
+ * opened) have their own table; test_parse_qwen35.c checks them against the
+ * models' templates.
  */
 #include "parse_harness.h"
 
@@ -42,6 +45,23 @@ static const char coder_tools[] =
     "\"boolean\"},\"temp\":{\"type\":\"number\"},\"opts\":{\"type\":\"object\"},\"tags\":{\"type\":\"array\"},"
     "\"maybe\":{\"type\":[\"integer\",\"null\"]},\"either\":{\"type\":[\"integer\",\"string\"]}}}}},"
     "{\"name\":\"bare\",\"parameters\":{\"properties\":{\"n\":{\"type\":\"integer\"}}}}]";
+
+// Qwen3.5/3.6's tools as the conformance conversations offer them (tests/data/chat/conversations.json).
+static const char qwen35_tools[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"},\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\","
+    "\"fahrenheit\"]},\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"list_files\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"path\":{\"type\":\"string\"},\"recursive\":{\"type\":\"boolean\"},\"patterns\":"
+    "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"path\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"run_code\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"code\":{\"type\":\"string\"},\"timeout\":{\"type\":\"number\"},\"env\":{\"type\":"
+    "\"object\"},\"retries\":{\"type\":[\"integer\",\"null\"]}},\"required\":[\"code\"]}}}]";
+
+#define Q35_CALL(name, params) "<tool_call>\n<function=" name ">\n" params "</function>\n</tool_call>"
+#define Q35_PARAM(key, value) "<parameter=" key ">\n" value "\n</parameter>\n"
+#define Q35_WEATHER Q35_CALL("get_weather", Q35_PARAM("city", "Zürich") Q35_PARAM("days", "3"))
+#define Q35_WEATHER_ARGS "{\"city\":\"Zürich\",\"days\":3}"
 
 // One case per block reads better than one field per line.
 // clang-format off
@@ -226,6 +246,93 @@ static const tcase cases[] = {
     {"think leading space", NOTOOLS, THINK, false, NULL, "\n <think>a</think>b", "b", "a", {{0}}},
     {"think twice", NOTOOLS, THINK, false, NULL, "<think>a</think><think>b</think>", "<think>b</think>", "a", {{0}}},
 };
+
+// Qwen3.5/3.6: the prompt ends in "<think>\n" (thinking on, the default), so the reply starts inside the think
+// block; with enable_thinking false the prompt closes it and the reply is content from the start.
+static const tcase qwen35_cases[] = {
+    {"q35 reasoning then call", CODER, THINK, true, qwen35_tools,
+     "The user wants the weather in Zürich.\n</think>\n\n" Q35_WEATHER,
+     "", "The user wants the weather in Zürich.", {{"get_weather", Q35_WEATHER_ARGS}}},
+    {"q35 reasoning, text, two calls", CODER, THINK, true, qwen35_tools,
+     "Two tools.\n</think>\n\nLet me check both.\n\n" Q35_WEATHER "\n"
+     Q35_CALL("list_files", Q35_PARAM("path", "/tmp") Q35_PARAM("recursive", "true")),
+     "Let me check both.", "Two tools.",
+     {{"get_weather", Q35_WEATHER_ARGS}, {"list_files", "{\"path\":\"/tmp\",\"recursive\":true}"}}},
+    {"q35 three calls, blank lines", CODER, THINK, true, qwen35_tools,
+     "x\n</think>\n\n" Q35_WEATHER "\n\n" Q35_WEATHER "\n\n" Q35_CALL("list_files", Q35_PARAM("path", "a")) "\n",
+     "", "x", {{"get_weather", Q35_WEATHER_ARGS}, {"get_weather", Q35_WEATHER_ARGS}, {"list_files", "{\"path\":\"a\"}"}}},
+    {"q35 answer only", CODER, THINK, true, qwen35_tools, "Easy.\n</think>\n\nIt is 21 °C.", "It is 21 °C.", "Easy.",
+     {{0}}},
+    {"q35 empty reasoning", CODER, THINK, true, qwen35_tools, "\n</think>\n\n" Q35_WEATHER, "", "",
+     {{"get_weather", Q35_WEATHER_ARGS}}},
+    {"q35 thinking off", CODER, THINK, false, qwen35_tools, Q35_WEATHER, "", NULL, {{"get_weather", Q35_WEATHER_ARGS}}},
+    {"q35 think block in the reply", CODER, THINK, false, qwen35_tools, "<think>\nHm.\n</think>\n\n" Q35_WEATHER, "",
+     "Hm.", {{"get_weather", Q35_WEATHER_ARGS}}},
+    // Values as Qwen3.5's template shows them (str() of Python values: True, None) and as Qwen3.6's does (JSON).
+    {"q35 typed values, Python spellings", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("run_code", Q35_PARAM("code", "print(1)") Q35_PARAM("timeout", "2.5")
+                                  Q35_PARAM("env", "{\"A\": \"1\", \"B\": [1, 2]}") Q35_PARAM("retries", "None")),
+     "", "r", {{"run_code", "{\"code\":\"print(1)\",\"timeout\":2.5,\"env\":{\"A\":\"1\",\"B\":[1,2]},"
+                            "\"retries\":\"None\"}"}}},
+    {"q36 typed values, JSON spellings", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("list_files", Q35_PARAM("path", "/tmp") Q35_PARAM("recursive", "False")
+                                  Q35_PARAM("patterns", "[\"*.txt\", \"*.md\"]"))
+     "\n" Q35_CALL("run_code", Q35_PARAM("code", "x") Q35_PARAM("retries", "null") Q35_PARAM("timeout", "1e3")),
+     "", "r", {{"list_files", "{\"path\":\"/tmp\",\"recursive\":false,\"patterns\":[\"*.txt\",\"*.md\"]}"},
+               {"run_code", "{\"code\":\"x\",\"retries\":null,\"timeout\":1e3}"}}},
+    {"q35 null and near-null strings", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("get_weather", Q35_PARAM("city", "null") Q35_PARAM("unit", "Nul"))
+     Q35_CALL("get_weather", Q35_PARAM("city", "NULL") Q35_PARAM("unit", "nullable"))
+     Q35_CALL("get_weather", "<parameter=city>\n\n</parameter>\n" Q35_PARAM("unit", "null\n")),
+     "", "r", {{"get_weather", "{\"city\":null,\"unit\":\"Nul\"}"},
+               {"get_weather", "{\"city\":null,\"unit\":\"nullable\"}"},
+               {"get_weather", "{\"city\":\"\",\"unit\":\"null\\n\"}"}}},
+    {"q35 typed value not of its type", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("get_weather", Q35_PARAM("city", "Bern") Q35_PARAM("days", "three")
+                                  Q35_PARAM("unit", "42")),
+     "", "r", {{"get_weather", "{\"city\":\"Bern\",\"days\":\"three\",\"unit\":\"42\"}"}}},
+    {"q35 code with markup-like text", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("run_code", Q35_PARAM("code", "if a < b:\n    print('</param', \"<parameter\")\n"
+                                                     "x = '<function=f>'")),
+     "", "r", {{"run_code", "{\"code\":\"if a < b:\\n    print('</param', \\\"<parameter\\\")\\nx = "
+                            "'<function=f>'\"}"}}},
+    {"q35 parameter not in the schema", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("get_weather", Q35_PARAM("city", "Bern") Q35_PARAM("country", "CH")), "", "r",
+     {{"get_weather", "{\"city\":\"Bern\",\"country\":\"CH\"}"}}},
+    {"q35 no tools known: any function", CODER, THINK, true, NULL,
+     "r\n</think>\n\n" Q35_CALL("search_web", Q35_PARAM("q", "3")), "", "r", {{"search_web", "{\"q\":\"3\"}"}}},
+    // Malformed: the call's text is content, whatever came before stays.
+    {"q35 unknown function", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("search_web", Q35_PARAM("q", "x")), Q35_CALL("search_web", Q35_PARAM("q", "x")), "r",
+     {{0}}},
+    {"q35 good call then unknown", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_WEATHER "\n" Q35_CALL("search_web", ""), Q35_CALL("search_web", ""), "r",
+     {{"get_weather", Q35_WEATHER_ARGS}}},
+    {"q35 empty parameter name", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("get_weather", Q35_PARAM("", "x")), Q35_CALL("get_weather", Q35_PARAM("", "x")), "r",
+     {{0}}},
+    {"q35 newline in parameter name", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_CALL("get_weather", Q35_PARAM("ci\nty", "x")),
+     Q35_CALL("get_weather", Q35_PARAM("ci\nty", "x")), "r", {{0}}},
+    {"q35 truncated in a value", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nZür",
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nZür", "r", {{0}}},
+    {"q35 truncated in the function tag", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\nSure.\n<tool_call>\n<function=get_wea", "Sure.\n<tool_call>\n<function=get_wea", "r", {{0}}},
+    {"q35 truncated before </tool_call>", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n" Q35_WEATHER "\n" "<tool_call>\n<function=get_weather>\n" Q35_PARAM("city", "Bern") "</function>\n</tool_",
+     "<tool_call>\n<function=get_weather>\n" Q35_PARAM("city", "Bern") "</function>\n</tool_", "r",
+     {{"get_weather", Q35_WEATHER_ARGS}}},
+    {"q35 no </function>", CODER, THINK, true, qwen35_tools,
+     "r\n</think>\n\n<tool_call>\n<function=get_weather>\n" Q35_PARAM("city", "Bern") "</tool_call>",
+     "<tool_call>\n<function=get_weather>\n" Q35_PARAM("city", "Bern") "</tool_call>", "r", {{0}}},
+    // The think block never closed: everything is reasoning, a call inside it too (a call is content's, never
+    // reasoning's).
+    {"q35 unterminated think", CODER, THINK, true, qwen35_tools, "Let me call it.\n\n" Q35_WEATHER, "",
+     "Let me call it.\n\n" Q35_WEATHER, {{0}}},
+    {"q35 think closed after a call", CODER, THINK, true, qwen35_tools, "a " Q35_WEATHER "\n</think>\n\nok", "ok",
+     "a " Q35_WEATHER, {{0}}},
+};
 // clang-format on
 
 static rp_parser_config config_of(const tcase *tc)
@@ -287,6 +394,12 @@ static void run_case(const tcase *tc)
             assert_string_not_equal(r.calls[i].id, r.calls[k].id);
     }
     rp_parse_result_deinit(&r);
+}
+
+static void test_qwen35(void **state)
+{
+    for (size_t i = 0; i < sizeof(qwen35_cases) / sizeof(qwen35_cases[0]); i++)
+        run_case(&qwen35_cases[i]);
 }
 
 static void run_family(rp_tool_format f, rp_reasoning_format rf, bool any_reasoning)
@@ -435,10 +548,10 @@ static void test_bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hermes),          cmocka_unit_test(test_qwen3_coder),  cmocka_unit_test(test_llama3),
-        cmocka_unit_test(test_mistral),         cmocka_unit_test(test_deepseek),     cmocka_unit_test(test_reasoning),
-        cmocka_unit_test(test_streaming_order), cmocka_unit_test(test_abort_events), cmocka_unit_test(test_ids_seeded),
-        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_hermes),     cmocka_unit_test(test_qwen3_coder),     cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_mistral),    cmocka_unit_test(test_deepseek),        cmocka_unit_test(test_reasoning),
+        cmocka_unit_test(test_qwen35),     cmocka_unit_test(test_streaming_order), cmocka_unit_test(test_abort_events),
+        cmocka_unit_test(test_ids_seeded), cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -35,6 +35,11 @@ static const sample samples[] = {
     {RP_TOOL_FORMAT_QWEN3_CODER, RP_REASONING_FORMAT_THINK, true,
      "x</think><tool_call>\n<function=f>\n<parameter=n>\n12\n</parameter>\n<parameter=o>\n{\"k\": 1}\n</parameter>\n"
      "<parameter=s>\na < b\n</parameter>\n</function>\n</tool_call>"},
+    // Qwen3.5/3.6: null and near-null values, markup-like text in a value
+    {RP_TOOL_FORMAT_QWEN3_CODER, RP_REASONING_FORMAT_THINK, true,
+     "Think.\n</think>\n\nText.\n\n<tool_call>\n<function=f>\n<parameter=n>\nnull\n</parameter>\n<parameter=s>\n"
+     "Nul\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n<parameter=o>\n{\"k\": [1, null]}\n"
+     "</parameter>\n<parameter=t>\n</param <function=x>\n</parameter>\n</function>\n</tool_call>"},
     {RP_TOOL_FORMAT_LLAMA3, RP_REASONING_FORMAT_NONE, false,
      "{\"name\": \"f\", \"parameters\": {\"n\": 1}}; {\"type\": \"function\", \"name\": \"g\", \"parameters\": {}}"},
     {RP_TOOL_FORMAT_LLAMA3, RP_REASONING_FORMAT_NONE, false, "Hi.<|python_tag|>brave_search.call(query=\"a b\", k=2)"},
