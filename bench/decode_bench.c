@@ -245,8 +245,12 @@ int main(int argc, char **argv)
         t_max = tps[k] > t_max ? tps[k] : t_max;
     }
     double bw_med = median(bws, n_bw), t_med = median(tps, n_runs), p_med = median(pps, n_runs);
-    double wbytes = (double)rp_model_weight_bytes(m);
+    // A model with recurrent state also reads and writes it once a token (rp_model_state_bytes).
+    double wbytes = (double)rp_model_weight_bytes(m) + (double)rp_model_state_bytes(m);
     double ceiling = bw_med / wbytes;
+    if (rp_model_state_bytes(m))
+        printf("recurrent state: %.1f MB/token read and written (in the MB/token below)\n",
+               rp_model_state_bytes(m) / 1e6);
     printf("%s | threads %d | prefill %d tokens %7.1f tok/s | weights %7.1f MB/token | read bandwidth median %6.2f GB/s "
            "(%.2f-%.2f, %d readings) | ceiling %7.2f tok/s | decode median %7.2f tok/s (%.2f-%.2f, %d runs of %d) | "
            "%5.1f%% of ceiling\n",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_bench_model.py - a ~0.5B Qwen2-shaped model with random weights, for benchmarks.
 
-Usage: python3 bench/make_bench_model.py OUTDIR [--shape 0.5b|7b|30b-a3b] [--layers N]
+Usage: python3 bench/make_bench_model.py OUTDIR [--shape 0.5b|7b|30b-a3b|qwen3.5-9b|qwen3.6-35b-a3b] [--layers N]
 
 --shape 7b makes the shapes of Qwen2.5-7B instead (hidden 3584, 28 layers, 28 heads
 / 4 KV heads, head_dim 128, intermediate 18944, vocab 152064, untied lm_head, rope_theta
@@ -10,6 +10,15 @@ Usage: python3 bench/make_bench_model.py OUTDIR [--shape 0.5b|7b|30b-a3b] [--lay
 heads / 4 KV heads of 128, q/k norm, no bias, 128 experts of width 768, 8 a token,
 renormalized, vocab 151936, untied: ~61 GB of BF16); --layers N keeps the first N layers
 (each ~1.2 GB), so a machine of ordinary memory measures a layer's decode cost.
+--shape qwen3.5-9b and qwen3.6-35b-a3b make the Qwen3.5 hybrids at the shapes of
+transformers 5.17's Qwen3_5TextConfig and Qwen3_5MoeTextConfig defaults (docs/models/qwen3_5.md):
+Gated DeltaNet layers (16 key / 32 value heads of 128, conv kernel 4) with every fourth
+layer gated full attention (16 / 4 heads of 256 for the 9B, 16 / 2 for the 35B, rotary on
+64 of 256 dims), vocabulary 248320, untied. The 9B: hidden 4096, 32 layers, dense MLPs of
+12288 (~18.6 GB of BF16). The 35B-A3B: hidden 2048, 40 layers, 256 experts of width 512, 8 a
+token, and a shared expert of 512 (~70 GB). Both as a text-only checkpoint
+(Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM); --layers keeps the first N (keep a multiple
+of 4 to keep the 3:1 plan).
 
 Writes a Hugging Face snapshot folder with the exact tensor shapes of
 Qwen2-0.5B (hidden 896, 24 layers, 14 heads / 2 KV heads, head_dim 64,
@@ -60,6 +69,14 @@ MOE_SHAPES = {  # --shape: (head_dim, experts, experts a token, expert width) of
     "30b-a3b": (128, 128, 8, 768),
 }
 MOE = None  # (head_dim, experts, used, width) when the shape is a Qwen3-MoE
+HYBRID_SHAPES = {  # --shape: (hidden, layers, heads, kv heads, intermediate or None (MoE), vocab)
+    "qwen3.5-9b": (4096, 32, 16, 4, 12288, 248320),
+    "qwen3.6-35b-a3b": (2048, 40, 16, 2, None, 248320),
+}
+HYBRID_MOE = (256, 8, 512, 512)  # experts, a token, width, shared expert width (qwen3.6-35b-a3b)
+HYBRID = None  # the shape's name when it is a hybrid
+GDN = (16, 32, 128, 128, 4)  # key heads, value heads, key and value head dims, conv kernel
+HYBRID_HEAD_DIM = 256
 BOS = EOS = 151643  # <|endoftext|>
 IM_START, IM_END = 151644, 151645
 
@@ -70,6 +87,8 @@ def tensor_list():
     """[(name, shape, kind)] in file order; kind: 'w' weight/bias, 'norm'."""
     kv = KV_HEADS * HEAD_DIM
     t = [("model.embed_tokens.weight", [VOCAB, HIDDEN], "w")]
+    if HYBRID:
+        return t + hybrid_layers() + [("model.norm.weight", [HIDDEN], "norm"), ("lm_head.weight", [VOCAB, HIDDEN], "w")]
     if MOE:
         return t + moe_layers() + [("model.norm.weight", [HIDDEN], "norm"), ("lm_head.weight", [VOCAB, HIDDEN], "w")]
     for i in range(LAYERS):
@@ -119,6 +138,100 @@ def moe_layers():
                 (q + "down_proj.weight", [HIDDEN, width], "w"),
             ]
     return t
+
+
+def hybrid_layers():
+    """Qwen3.5 decoder layers: Gated DeltaNet, every fourth one gated attention; dense or MoE MLPs."""
+    nk, nv, dk, dv, kc = GDN
+    hd = HYBRID_HEAD_DIM
+    key, val = nk * dk, nv * dv
+    t = []
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        t.append((p + "input_layernorm.weight", [HIDDEN], "norm"))
+        if (i + 1) % 4 != 0:
+            q = p + "linear_attn."
+            t += [
+                (q + "in_proj_qkv.weight", [2 * key + val, HIDDEN], "w"),
+                (q + "in_proj_z.weight", [val, HIDDEN], "w"),
+                (q + "in_proj_b.weight", [nv, HIDDEN], "w"),
+                (q + "in_proj_a.weight", [nv, HIDDEN], "w"),
+                (q + "conv1d.weight", [2 * key + val, 1, kc], "w"),
+                (q + "dt_bias", [nv], "w"),
+                (q + "A_log", [nv], "w"),
+                (q + "norm.weight", [dv], "norm"),
+                (q + "out_proj.weight", [HIDDEN, val], "w"),
+            ]
+        else:
+            t += [
+                (p + "self_attn.q_proj.weight", [2 * HEADS * hd, HIDDEN], "w"),
+                (p + "self_attn.k_proj.weight", [KV_HEADS * hd, HIDDEN], "w"),
+                (p + "self_attn.v_proj.weight", [KV_HEADS * hd, HIDDEN], "w"),
+                (p + "self_attn.o_proj.weight", [HIDDEN, HEADS * hd], "w"),
+                (p + "self_attn.q_norm.weight", [hd], "norm"),
+                (p + "self_attn.k_norm.weight", [hd], "norm"),
+            ]
+        t.append((p + "post_attention_layernorm.weight", [HIDDEN], "norm"))
+        if INTERMEDIATE:
+            t += [
+                (p + "mlp.gate_proj.weight", [INTERMEDIATE, HIDDEN], "w"),
+                (p + "mlp.up_proj.weight", [INTERMEDIATE, HIDDEN], "w"),
+                (p + "mlp.down_proj.weight", [HIDDEN, INTERMEDIATE], "w"),
+            ]
+            continue
+        n_exp, _, width, shared = HYBRID_MOE
+        t += [
+            (p + "mlp.gate.weight", [n_exp, HIDDEN], "w"),
+            (p + "mlp.shared_expert.gate_proj.weight", [shared, HIDDEN], "w"),
+            (p + "mlp.shared_expert.up_proj.weight", [shared, HIDDEN], "w"),
+            (p + "mlp.shared_expert.down_proj.weight", [HIDDEN, shared], "w"),
+            (p + "mlp.shared_expert_gate.weight", [1, HIDDEN], "w"),
+        ]
+        for e in range(n_exp):
+            q = p + f"mlp.experts.{e}."
+            t += [
+                (q + "gate_proj.weight", [width, HIDDEN], "w"),
+                (q + "up_proj.weight", [width, HIDDEN], "w"),
+                (q + "down_proj.weight", [HIDDEN, width], "w"),
+            ]
+    return t
+
+
+def hybrid_config():
+    nk, nv, dk, dv, kc = GDN
+    moe = INTERMEDIATE is None
+    c = {
+        "architectures": ["Qwen3_5MoeForCausalLM" if moe else "Qwen3_5ForCausalLM"],
+        "model_type": "qwen3_5_moe_text" if moe else "qwen3_5_text",
+        "attention_bias": False,
+        "bos_token_id": BOS,
+        "eos_token_id": EOS,
+        "head_dim": HYBRID_HEAD_DIM,
+        "hidden_act": "silu",
+        "hidden_size": HIDDEN,
+        "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(LAYERS)],
+        "linear_conv_kernel_dim": kc,
+        "linear_key_head_dim": dk,
+        "linear_num_key_heads": nk,
+        "linear_num_value_heads": nv,
+        "linear_value_head_dim": dv,
+        "max_position_embeddings": 262144,
+        "num_attention_heads": HEADS,
+        "num_hidden_layers": LAYERS,
+        "num_key_value_heads": KV_HEADS,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "vocab_size": VOCAB,
+    }
+    if moe:
+        n_exp, used, width, shared = HYBRID_MOE
+        c.update(num_experts=n_exp, num_experts_per_tok=used, moe_intermediate_size=width,
+                 shared_expert_intermediate_size=shared)
+    else:
+        c["intermediate_size"] = INTERMEDIATE
+    return c
 
 
 def numel(shape):
@@ -186,6 +299,8 @@ def write_safetensors(path, tensors):
 
 
 def config():
+    if HYBRID:
+        return hybrid_config()
     if MOE:
         hd, n_exp, used, width = MOE
         return {
@@ -326,11 +441,11 @@ def write_json(path, obj):
 
 
 def main():
-    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, TIED, MOE
+    global HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, INTERMEDIATE, VOCAB, TIED, MOE, HYBRID
     args = sys.argv[1:]
     shape, layers = "0.5b", None
     while len(args) >= 3 and args[-2] in ("--shape", "--layers"):
-        if args[-2] == "--shape" and args[-1] in SHAPES:
+        if args[-2] == "--shape" and (args[-1] in SHAPES or args[-1] in HYBRID_SHAPES):
             shape = args[-1]
         elif args[-2] == "--layers" and args[-1].isdigit() and int(args[-1]) > 0:
             layers = int(args[-1])
@@ -340,7 +455,11 @@ def main():
     if len(args) != 1 or args[0].startswith("-"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         sys.exit(2)
-    HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, TIED = SHAPES[shape]
+    if shape in HYBRID_SHAPES:
+        HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB = HYBRID_SHAPES[shape]
+        TIED, HYBRID = False, shape
+    else:
+        HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, TIED = SHAPES[shape]
     LAYERS = min(LAYERS, layers) if layers else LAYERS
     HEAD_DIM = HIDDEN // HEADS
     MOE = MOE_SHAPES.get(shape)

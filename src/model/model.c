@@ -196,11 +196,13 @@ rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params 
     }
     const rp_model_config *c = &m->cfg;
     rp_dtype wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w_qkv.type;
-    char experts[64] = "";
+    char experts[64] = "", plan[48] = "";
     if (c->n_expert > 0)
         snprintf(experts, sizeof(experts), ", %d experts (%d a token)", c->n_expert, c->n_expert_used);
-    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s, dim %d, %d/%d heads%s, vocab %d, %s weights%s, %.1f MB",
-             c->arch_name, c->n_layer, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, experts, c->n_vocab,
+    if (rp_config_gdn_layers(c) > 0)
+        snprintf(plan, sizeof(plan), " (%d Gated DeltaNet)", rp_config_gdn_layers(c));
+    snprintf(m->desc, sizeof(m->desc), "%s, %d layers%s%s, dim %d, %d/%d heads%s, vocab %d, %s weights%s, %.1f MB",
+             c->arch_name, c->n_layer, plan, c->n_mtp ? " + MTP" : "", c->dim, c->n_head, c->n_kv_head, experts, c->n_vocab,
              rp_dtype_name(wtype), rp_backend_numerics_note(be, wtype), m->weight_bytes / 1e6);
     if (!m->params.quiet)
         RP_LOGI("loaded %s (%s) on %s in %.2f s", path, m->desc, bi.name, rp_time_s() - t0);
@@ -312,6 +314,14 @@ size_t rp_model_weight_bytes(const rp_model *m)
     if (m->cfg.n_expert > 0)
         b -= m->expert_bytes - (size_t)((double)m->expert_bytes * m->cfg.n_expert_used / m->cfg.n_expert);
     return b;
+}
+
+size_t rp_model_state_bytes(const rp_model *m)
+{
+    if (!rp_model_has_state(m))
+        return 0;
+    rp_kv_state_geom g = rp_model_state_geom(m, 1, 0); // no log: a decode step logs one row, not counted
+    return rp_kv_state_slot_bytes(&g); // both copies: one read, one written
 }
 
 const char *rp_model_describe(const rp_model *m)

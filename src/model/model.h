@@ -154,6 +154,9 @@ rp_backend *rp_model_backend(rp_model *m);
 // the MTP block, which plain decoding never reads, excluded; of a mixture of experts'
 // experts, the share a token reads on average: n_expert_used / n_expert).
 size_t rp_model_weight_bytes(const rp_model *m);
+// Bytes of recurrent state a one-token step reads and writes (each Gated DeltaNet layer's
+// state matrices and conv window, read from one copy and written to the other); 0 without.
+size_t rp_model_state_bytes(const rp_model *m);
 // A one-line description: "qwen2, 24 layers, dim 896, q8_0 weights (...)".
 const char *rp_model_describe(const rp_model *m);
 // The path the model was loaded from (folder or file).
