@@ -133,6 +133,7 @@ static void cache_free(rp_cache *c)
     rp_free(c->l_block);
     rp_free(c->t_blocks);
     rp_free_aligned(c->load_buf);
+    rp_cache_states_free(c);
     rp_free(c);
 }
 
@@ -159,6 +160,12 @@ rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp
     uint32_t geo[5] = {(uint32_t)rp_kv_pool_n_layers(pool), (uint32_t)rp_kv_pool_n_kv_head(pool),
                        (uint32_t)rp_kv_pool_head_dim(pool), (uint32_t)c->bs, (uint32_t)rp_kv_pool_type(pool)};
     XXH3_128bits_update(&h, geo, sizeof(geo));
+    if (rp_kv_pool_n_state_layers(pool) > 0) { // (only then: the fingerprints of other models stay as they were)
+        const rp_state_layer *sl = rp_kv_pool_state_layer(pool, 0);
+        uint32_t sg[6] = {(uint32_t)rp_kv_pool_n_state_layers(pool), (uint32_t)sl->n_k_head, (uint32_t)sl->n_v_head,
+                          (uint32_t)sl->dk, (uint32_t)sl->dv, (uint32_t)sl->kc};
+        XXH3_128bits_update(&h, sg, sizeof(sg));
+    }
     XXH128_canonical_t canon;
     XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(&h));
     memcpy(c->fp, canon.digest, 16);
@@ -188,6 +195,11 @@ rp_status rp_cache_create(rp_kv_pool *pool, const uint8_t model_fp[16], const rp
     }
     for (size_t i = 0; i < c->m_cap; i++)
         c->m_table[i] = -1;
+    rp_status sst = rp_cache_states_init(c, p);
+    if (sst) {
+        cache_free(c);
+        return sst;
+    }
     if (p->dir && *p->dir) {
         rp_status st;
         if (!(c->load_buf = rp_malloc_aligned(c->block_bytes))) {
@@ -283,7 +295,7 @@ void rp_cache_lookup(rp_cache *c, const int32_t *toks, int max_blocks, rp_cache_
             c->l_where[i] = live ? WHERE_LIVE : WHERE_IDLE;
             out->n_live += live;
             out->n_idle += !live;
-        } else if (c->dir && rp_cache_disk_has(c, k, parent, t)) {
+        } else if (c->dir && rp_cache_disk_has(c, KIND_BLOCK, k, parent, t)) {
             c->l_where[i] = WHERE_DISK;
             out->n_disk++;
         } else {
@@ -295,6 +307,8 @@ void rp_cache_lookup(rp_cache *c, const int32_t *toks, int max_blocks, rp_cache_
         parent = k;
     }
     out->n_blocks = c->l_n;
+    if (c->state_bytes) // a prefix ends where a state was kept
+        rp_cache_states_trim(c, toks, out);
 }
 
 rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_blocks)
@@ -336,6 +350,14 @@ rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_b
         for (int i = 0; i < got; i++)
             rp_kv_block_unref(c->pool, c->t_blocks[i]);
         got = 0;
+    } else if (got > 0 && c->state_bytes) { // the state at the prefix's end, or nothing
+        bool found = false;
+        if (got == n)
+            st = rp_cache_states_restore(c, toks, s, &found);
+        if (st || !found) {
+            rp_kv_seq_truncate(c->pool, s, 0);
+            got = 0;
+        }
     }
     for (int i = 0; i < got; i++) // recency: the prefix's first block last
         c->m_use[c->t_blocks[i]] = c->clock + (uint64_t)(got - i);
@@ -399,9 +421,17 @@ int rp_cache_prefetch(rp_cache *c, const int32_t *toks, int max_reads)
 
 void rp_cache_publish(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int n_blocks)
 {
+    rp_cache_key key, parent;
+    rp_cache_publish_keys(c, toks, s, n_blocks, &key, &parent);
+}
+
+void rp_cache_publish_keys(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int n_blocks, rp_cache_key *last,
+                           rp_cache_key *last_parent)
+{
     if (n_blocks > s->n_blocks)
         n_blocks = s->n_blocks;
     rp_cache_key parent = {0, 0};
+    *last = *last_parent = parent;
     for (int i = 0; i < n_blocks; i++) {
         const int32_t *t = toks + (size_t)i * c->bs;
         rp_cache_key k = rp_cache_key_of(c, parent, t);
@@ -412,7 +442,8 @@ void rp_cache_publish(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int 
         // twice (or the key collides), by another one, which stays
         if (c->m_valid[b] && key_eq(c->m_key[b], k)) // recency: the prefix's first block last
             c->m_use[b] = c->clock + (uint64_t)(n_blocks - i);
-        parent = k;
+        *last_parent = parent;
+        *last = parent = k;
     }
     c->clock += (uint64_t)n_blocks;
 }
@@ -425,7 +456,11 @@ void rp_cache_get_stats(rp_cache *c, rp_cache_stats *out)
     out->mem_blocks = c->n_mem;
     out->mem_bytes = c->n_mem * c->block_bytes;
     out->disk = c->dir != NULL;
-    out->disk_blocks = c->n_disk;
+    out->disk_blocks = c->n_disk - c->n_disk_states;
+    out->disk_states = c->n_disk_states;
+    out->state_snaps = c->n_snaps;
+    out->state_mem_bytes = c->n_snaps * c->state_bytes;
+    out->state_cap = (uint64_t)c->n_snap_cap;
     out->disk_bytes = c->disk_bytes;
     out->disk_budget = c->dir ? c->budget : 0;
     if (c->dir)

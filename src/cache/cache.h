@@ -31,6 +31,18 @@
  * fall through memory to disk; a disk block is read into a free pool block on
  * the engine thread when a request takes it.
  *
+ * Recurrent state (a pool with state layers, kv.h): a prefix is only worth its
+ * KV blocks together with the state the sequence had at their end, which is far
+ * bigger than a block (Qwen3.5-9B: ~50 MiB against ~0.5 MiB) and exists only
+ * where a forward ended. So the cache keeps states as snapshots, each filed
+ * under the key of the block it ends (rp_cache_publish_state), in memory up to
+ * a byte budget (least recently used go first) and, with a disk tier, in
+ * `<key>.kvs` files beside the blocks (the same header with its own magic, the
+ * block's token ids, the state as rp_kv_seq_state_read lays it out), written
+ * as soon as they are made (by the writer thread, from the snapshot itself)
+ * and counted in the same byte budget. A lookup's prefix ends at the last
+ * block that has a snapshot; taking it restores the state into the sequence.
+ *
  * Test hook: RP_CACHE_FAULT=mid-write[:N] or before-rename[:N] in the
  * environment at rp_cache_create makes the N-th block file written (default
  * 1) end the process with _exit(RP_CACHE_FAULT_EXIT) halfway through its
@@ -48,6 +60,7 @@
 #define RP_CACHE_DISK_BUDGET_DEFAULT ((uint64_t)4 << 30) // bytes
 #define RP_CACHE_FLUSH_S_DEFAULT 10.0                   // seconds rp_cache_destroy may spend writing
 #define RP_CACHE_FAULT_EXIT 86                          // the fault hook's exit status
+#define RP_CACHE_STATE_MEM_DEFAULT ((uint64_t)1 << 30)  // bytes of state snapshots in memory
 
 typedef struct rp_cache rp_cache;
 
@@ -56,6 +69,8 @@ typedef struct rp_cache_params {
     uint64_t disk_budget; // most bytes of block files; 0 = RP_CACHE_DISK_BUDGET_DEFAULT
     double flush_s;       // at destroy, most seconds spent writing blocks to disk; 0 = default, < 0: none
     size_t stage_bytes;   // host memory for blocks waiting to be written; 0 = 64 MiB (at least 2 blocks)
+    uint64_t state_mem;   // a pool with state layers: most bytes of state snapshots in memory
+                          // (allocated as they are made; at least one); 0 = RP_CACHE_STATE_MEM_DEFAULT
 } rp_cache_params;
 
 void rp_cache_params_default(rp_cache_params *p);
@@ -90,16 +105,21 @@ typedef struct rp_cache_match {
 } rp_cache_match;
 
 // Looks up the leading whole blocks of toks, at most max_blocks of them
-// (toks holds at least max_blocks * block_size tokens). Changes nothing but
-// the cache's scratch, which rp_cache_take reads.
+// (toks holds at least max_blocks * block_size tokens). With state layers the
+// prefix found ends at the last of them that has a state snapshot (in memory
+// or on disk). Changes nothing but the cache's scratch, which rp_cache_take reads.
 void rp_cache_lookup(rp_cache *c, const int32_t *toks, int max_blocks, rp_cache_match *out);
 // Appends the blocks found by the last rp_cache_lookup (of the same toks,
 // nothing taken or published in between) to s, which must be empty: memory
 // blocks gain a reference, disk blocks are read into free blocks (which then
 // join the memory cache). *n_blocks gets how many were appended: fewer than
 // found when a disk block is gone or fails a check (the file is deleted) or
-// when no block is free. Counts hits and misses for the stats. Errors (s
-// unchanged, *n_blocks 0): RP_ERR_NOMEM (the block table), RP_ERR_DEVICE.
+// when no block is free. With state layers it is all or nothing: the
+// snapshot is written into s's state (s takes a state slot, which must be
+// free) as its state at the prefix's end, and when a block or the snapshot
+// cannot be had (a file gone or bad) nothing is appended. Counts hits and
+// misses for the stats. Errors (s unchanged, *n_blocks 0): RP_ERR_NOMEM (the
+// block table), RP_ERR_DEVICE, RP_ERR_RANGE (no free state slot).
 rp_status rp_cache_take(rp_cache *c, const int32_t *toks, rp_kv_seq *s, int *n_blocks);
 // Reads up to max_reads of the disk blocks found by the last rp_cache_lookup
 // (of the same toks, nothing taken or published in between), in order, into
@@ -115,6 +135,15 @@ int rp_cache_prefetch(rp_cache *c, const int32_t *toks, int max_reads);
 // block_size), all with final KV) to the cache; blocks whose key is already
 // cached are left as they are. The sequence keeps its references.
 void rp_cache_publish(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int n_blocks);
+// With state layers: publishes s's first n_blocks blocks (n_blocks >= 1) as
+// rp_cache_publish does and keeps a snapshot of s's state, which must be at
+// their end (state_pos == n_blocks * block_size), filed under the last one's
+// key (with a disk tier it is queued for its file at once). When the memory
+// budget is full the least recently used snapshot goes (one being written
+// stays; when all are, this one is dropped, counted in state_drops).
+void rp_cache_publish_state(rp_cache *c, const int32_t *toks, const rp_kv_seq *s, int n_blocks);
+// Whether the cache keeps states (its pool has state layers).
+bool rp_cache_has_states(const rp_cache *c);
 
 typedef struct rp_cache_stats {
     uint64_t hit_blocks;      // blocks taken by requests (memory and disk)
@@ -127,10 +156,20 @@ typedef struct rp_cache_stats {
     uint64_t disk_blocks;     // block files indexed now
     uint64_t disk_bytes;
     uint64_t disk_budget;
-    uint64_t disk_writes;       // block files written
+    uint64_t disk_writes;       // files written (blocks and states)
     uint64_t disk_write_drops;  // blocks not written: no staging buffer free, or an I/O error
     uint64_t disk_evictions;    // files removed for the budget
     uint64_t disk_rejects;      // files deleted because they failed a check
+    // Recurrent state snapshots (a pool with state layers; zeros otherwise):
+    uint64_t state_saves;     // snapshots made (rp_cache_publish_state)
+    uint64_t state_drops;     // snapshots not made: no memory, or every one was being written
+    uint64_t state_hits;      // snapshots restored by rp_cache_take (memory and disk)
+    uint64_t state_disk_hits; // of which read from disk
+    uint64_t state_snaps;     // snapshots in memory now
+    uint64_t state_mem_bytes; // their bytes
+    uint64_t state_cap;       // most snapshots in memory (the budget's)
+    uint64_t disk_states;     // state files indexed now (their bytes are in disk_bytes, their
+                              // count in disk_blocks too)
 } rp_cache_stats;
 
 // A snapshot; any thread (the disk figures under the cache's lock; the memory

@@ -1,6 +1,6 @@
 /*
- * disk.c - the prefix cache's disk tier: block files, the folder index, the
- * writer thread and the byte budget.
+ * disk.c - the prefix cache's disk tier: block and state files, the folder
+ * index, the writer thread and the byte budget.
  *
  * Writes never run on the engine thread: it only copies an evicted block
  * into a free staging buffer (rp_kv_block_read, a memcpy on the CPU) and
@@ -23,6 +23,12 @@
  * use, in an open-addressing table (backward-shift deletion) under dmu. It is
  * built at open from the headers alone (the payload checksum waits for a
  * load); temp files whose writer process is gone are deleted then.
+ *
+ * State files (a pool with state layers, cache.h) go the same way with two
+ * differences: a snapshot is queued as soon as it is made, and the writer
+ * writes it from the snapshot itself (marked writing meanwhile, so it is not
+ * replaced) instead of a staging copy, because it is far bigger than a block.
+ * Index entries carry their kind: a block and its state share a key.
  */
 #include "cache_int.h"
 
@@ -52,11 +58,13 @@ uint64_t rp_cache_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void block_path(const rp_cache *c, rp_cache_key k, char out[PATH_BUF])
+static const char *const EXT[2] = {"kvb", "kvs"}; // by kind
+
+static void file_path(const rp_cache *c, int kind, rp_cache_key k, char out[PATH_BUF])
 {
     char hex[33];
     rp_cache_key_hex(k, hex);
-    snprintf(out, PATH_BUF, "%s/%s.kvb", c->dir, hex);
+    snprintf(out, PATH_BUF, "%s/%s.%s", c->dir, hex, EXT[kind]);
 }
 
 static size_t header_bytes(const rp_cache *c)
@@ -64,9 +72,31 @@ static size_t header_bytes(const rp_cache *c)
     return sizeof(block_header) + (size_t)c->bs * sizeof(int32_t);
 }
 
-static uint64_t file_bytes(const rp_cache *c)
+static size_t payload_bytes(const rp_cache *c, int kind)
 {
-    return header_bytes(c) + c->block_bytes;
+    return kind == KIND_STATE ? c->state_bytes : c->block_bytes;
+}
+
+static uint64_t file_bytes(const rp_cache *c, int kind)
+{
+    return header_bytes(c) + payload_bytes(c, kind);
+}
+
+// The header's geometry fields for a kind: n_layer, n_kv_head, head_dim, dtype.
+static void geometry(const rp_cache *c, int kind, uint32_t g[4])
+{
+    if (kind == KIND_STATE) {
+        const rp_state_layer *st = rp_kv_pool_state_layer(c->pool, 0);
+        g[0] = (uint32_t)rp_kv_pool_n_state_layers(c->pool);
+        g[1] = (uint32_t)st->n_v_head;
+        g[2] = (uint32_t)st->dv;
+        g[3] = (uint32_t)RP_DTYPE_F32;
+    } else {
+        g[0] = (uint32_t)rp_kv_pool_n_layers(c->pool);
+        g[1] = (uint32_t)rp_kv_pool_n_kv_head(c->pool);
+        g[2] = (uint32_t)rp_kv_pool_head_dim(c->pool);
+        g[3] = (uint32_t)rp_kv_pool_type(c->pool);
+    }
 }
 
 static uint64_t header_sum(const block_header *h, const int32_t *toks, int bs)
@@ -96,20 +126,23 @@ static void key_to_bytes(rp_cache_key k, uint8_t b[16])
 // Everything a header can be checked for on its own: magic, version, sizes,
 // geometry, fingerprint, its checksum, the key of its parent and tokens, and
 // the file's size. NULL when it passes, else what failed (for the log).
-static const char *header_problem(const rp_cache *c, const block_header *h, const int32_t *toks, uint64_t size)
+static const char *header_problem(const rp_cache *c, int kind, const block_header *h, const int32_t *toks,
+                                  uint64_t size)
 {
-    if (memcmp(h->magic, BLOCK_MAGIC, sizeof(h->magic)) != 0)
-        return "not a block file";
+    if (memcmp(h->magic, kind == KIND_STATE ? STATE_MAGIC : BLOCK_MAGIC, sizeof(h->magic)) != 0)
+        return kind == KIND_STATE ? "not a state file" : "not a block file";
     if (h->version != BLOCK_VERSION)
         return "another format version";
     if (memcmp(h->fingerprint, c->fp, 16) != 0)
         return "another model's block";
-    if (h->header_bytes != header_bytes(c) || h->n_layer != (uint32_t)rp_kv_pool_n_layers(c->pool) ||
-        h->n_kv_head != (uint32_t)rp_kv_pool_n_kv_head(c->pool) ||
-        h->head_dim != (uint32_t)rp_kv_pool_head_dim(c->pool) || h->block_size != (uint32_t)c->bs ||
-        h->dtype != (uint32_t)rp_kv_pool_type(c->pool) || h->payload_bytes != c->block_bytes)
-        return "another KV layout";
-    if (size != file_bytes(c))
+    if (kind == KIND_STATE && !c->state_bytes)
+        return "a state file, for a model without state";
+    uint32_t g[4];
+    geometry(c, kind, g);
+    if (h->header_bytes != header_bytes(c) || h->n_layer != g[0] || h->n_kv_head != g[1] || h->head_dim != g[2] ||
+        h->block_size != (uint32_t)c->bs || h->dtype != g[3] || h->payload_bytes != payload_bytes(c, kind))
+        return kind == KIND_STATE ? "another state layout" : "another KV layout";
+    if (size != file_bytes(c, kind))
         return "wrong size (truncated?)";
     if (h->header_sum != header_sum(h, toks, c->bs))
         return "header checksum mismatch";
@@ -161,27 +194,27 @@ static bool read_full(int fd, void *buf, size_t n, off_t at)
 
 /* ---- the index (dmu held) ------------------------------------------------- */
 
-static size_t d_home(const rp_cache *c, rp_cache_key k)
+static size_t d_home(const rp_cache *c, rp_cache_key k, int kind)
 {
-    return (size_t)k.lo & (c->d_cap - 1);
+    return (size_t)(k.lo ^ (uint64_t)kind) & (c->d_cap - 1);
 }
 
-static int32_t d_find(const rp_cache *c, rp_cache_key k)
+static int32_t d_find(const rp_cache *c, rp_cache_key k, int kind)
 {
     if (!c->d_cap)
         return -1;
-    for (size_t i = d_home(c, k);; i = (i + 1) & (c->d_cap - 1)) {
+    for (size_t i = d_home(c, k, kind);; i = (i + 1) & (c->d_cap - 1)) {
         int32_t e = c->d_table[i];
         if (e < 0)
             return -1;
-        if (key_eq(c->ents[e].key, k))
+        if (key_eq(c->ents[e].key, k) && c->ents[e].kind == kind)
             return e;
     }
 }
 
 static void d_place(rp_cache *c, int32_t e)
 {
-    size_t i = d_home(c, c->ents[e].key);
+    size_t i = d_home(c, c->ents[e].key, c->ents[e].kind);
     while (c->d_table[i] >= 0)
         i = (i + 1) & (c->d_cap - 1);
     c->d_table[i] = e;
@@ -224,22 +257,26 @@ static bool d_reserve(rp_cache *c)
 }
 
 // Adds an entry (d_reserve succeeded); the bytes are the caller's to count.
-static void d_insert(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks, uint64_t last_use)
+static void d_insert(rp_cache *c, int kind, rp_cache_key key, rp_cache_key parent, const int32_t *toks,
+                     uint64_t last_use)
 {
     int32_t e = c->n_ent_free ? c->ent_free[--c->n_ent_free] : c->n_ent++;
-    c->ents[e] = (disk_ent){key, parent, last_use, true};
+    c->ents[e] = (disk_ent){key, parent, last_use, true, (uint8_t)kind};
     memcpy(c->ent_toks + (size_t)e * c->bs, toks, (size_t)c->bs * sizeof(int32_t));
     d_place(c, e);
     c->n_disk++;
+    c->n_disk_states += kind == KIND_STATE;
 }
 
 static void d_remove(rp_cache *c, int32_t e)
 {
-    size_t mask = c->d_cap - 1, i = d_home(c, c->ents[e].key);
+    const disk_ent *de = &c->ents[e];
+    size_t mask = c->d_cap - 1, i = d_home(c, de->key, de->kind);
     while (c->d_table[i] != e)
         i = (i + 1) & mask;
     for (size_t j = (i + 1) & mask; c->d_table[j] >= 0; j = (j + 1) & mask) {
-        size_t h = d_home(c, c->ents[c->d_table[j]].key);
+        const disk_ent *dj = &c->ents[c->d_table[j]];
+        size_t h = d_home(c, dj->key, dj->kind);
         bool movable = i <= j ? (h <= i || h > j) : (h <= i && h > j);
         if (movable) {
             c->d_table[i] = c->d_table[j];
@@ -250,14 +287,15 @@ static void d_remove(rp_cache *c, int32_t e)
     c->ents[e].live = false;
     c->ent_free[c->n_ent_free++] = e;
     c->n_disk--;
-    c->disk_bytes -= file_bytes(c);
+    c->n_disk_states -= c->ents[e].kind == KIND_STATE;
+    c->disk_bytes -= file_bytes(c, c->ents[e].kind);
 }
 
 // Deletes entry e's file and forgets it.
 static void d_drop(rp_cache *c, int32_t e)
 {
     char path[PATH_BUF];
-    block_path(c, c->ents[e].key, path);
+    file_path(c, c->ents[e].kind, c->ents[e].key, path);
     unlink(path);
     d_remove(c, e);
 }
@@ -308,11 +346,12 @@ static bool has_suffix(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-// "<32 hex>.kvb": the key it names.
-static bool parse_block_name(const char *name, rp_cache_key *k)
+// "<32 hex>.kvb" or "<32 hex>.kvs": the key it names and the kind of file.
+static bool parse_file_name(const char *name, rp_cache_key *k, int *kind)
 {
-    if (strlen(name) != 36 || !has_suffix(name, ".kvb"))
+    if (strlen(name) != 36 || (!has_suffix(name, ".kvb") && !has_suffix(name, ".kvs")))
         return false;
+    *kind = has_suffix(name, ".kvs") ? KIND_STATE : KIND_BLOCK;
     uint64_t part[2] = {0, 0};
     for (int i = 0; i < 32; i++) {
         char ch = name[i];
@@ -326,10 +365,12 @@ static bool parse_block_name(const char *name, rp_cache_key *k)
     return true;
 }
 
-// A temp file "<name>.kvb.tmp.<pid>" left by a writer process that is gone.
+// A temp file "<name>.kvb.tmp.<pid>" (or .kvs) left by a writer process that is gone.
 static bool stale_temp(const char *name)
 {
     const char *t = strstr(name, ".kvb.tmp.");
+    if (!t)
+        t = strstr(name, ".kvs.tmp.");
     if (!t)
         return false;
     char *end;
@@ -353,7 +394,7 @@ static bool reject_file(rp_cache *c, const char *path)
 
 // Indexes one block file (single-threaded, at open); a file failing a check is
 // deleted, and the first reason kept in *why for the summary line.
-static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *hdr_buf, const char **why)
+static void index_file(rp_cache *c, const char *name, rp_cache_key k, int kind, uint8_t *hdr_buf, const char **why)
 {
     char path[PATH_BUF];
     snprintf(path, sizeof(path), "%s/%s", c->dir, name);
@@ -365,7 +406,8 @@ static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *h
     if (fd >= 0) {
         if (!read_full(fd, hdr_buf, header_bytes(c), 0))
             bad = "wrong size (truncated?)";
-        else if (!(bad = header_problem(c, h, toks, (uint64_t)sb.st_size)) && !key_eq(key_from_bytes(h->key), k))
+        else if (!(bad = header_problem(c, kind, h, toks, (uint64_t)sb.st_size)) &&
+                 !key_eq(key_from_bytes(h->key), k))
             bad = "its name is not its key";
         close(fd);
     }
@@ -376,13 +418,13 @@ static void index_file(rp_cache *c, const char *name, rp_cache_key k, uint8_t *h
     }
     if (fd < 0)
         return; // gone meanwhile, or cannot be opened now: not indexed, left alone
-    if (d_find(c, k) >= 0)
+    if (d_find(c, k, kind) >= 0)
         return;
     if (!d_reserve(c))
         return; // out of memory: the file stays, unindexed, until a later start
     uint64_t use = (uint64_t)sb.st_mtim.tv_sec * 1000000000u + (uint64_t)sb.st_mtim.tv_nsec;
-    d_insert(c, k, key_from_bytes(h->parent), toks, use);
-    c->disk_bytes += file_bytes(c);
+    d_insert(c, kind, k, key_from_bytes(h->parent), toks, use);
+    c->disk_bytes += file_bytes(c, kind);
 }
 
 static rp_status index_dir(rp_cache *c)
@@ -399,8 +441,9 @@ static rp_status index_dir(rp_cache *c)
     const char *why = NULL; // the first rejected file's reason
     while ((de = readdir(d))) {
         rp_cache_key k;
-        if (parse_block_name(de->d_name, &k)) {
-            index_file(c, de->d_name, k, hdr, &why);
+        int kind;
+        if (parse_file_name(de->d_name, &k, &kind)) {
+            index_file(c, de->d_name, k, kind, hdr, &why);
         } else if (stale_temp(de->d_name)) {
             char path[PATH_BUF];
             snprintf(path, sizeof(path), "%s/%s", c->dir, de->d_name);
@@ -410,7 +453,7 @@ static rp_status index_dir(rp_cache *c)
     closedir(d);
     rp_free(hdr);
     if (c->st.disk_rejects) // one line for the folder, however many
-        RP_LOGW("prefix cache: deleted %llu block file%s in %s that failed a check (the first: %s)",
+        RP_LOGW("prefix cache: deleted %llu cache file%s in %s that failed a check (the first: %s)",
                 (unsigned long long)c->st.disk_rejects, c->st.disk_rejects == 1 ? "" : "s", c->dir, why);
     d_make_room(c, 0, UINT64_MAX); // the budget may have shrunk since the files were written
     return RP_OK;
@@ -418,50 +461,58 @@ static rp_status index_dir(rp_cache *c)
 
 /* ---- the writer thread -------------------------------------------------------- */
 
-// Writes one staged block to its file. The fault hook may end the process here.
-// One file of a write batch.
+// One file of a write batch: a staged block or a snapshot.
 typedef struct batch_item {
-    stage_slot *s;
+    int kind;
+    stage_slot *s;  // a block's staging slot (KIND_BLOCK)
+    int snap;       // a snapshot's index (KIND_STATE)
+    rp_cache_key key, parent;
+    const int32_t *toks;
+    const uint8_t *data;
+    uint64_t use;
     uint64_t size; // bytes held in disk_bytes for it while it is written
     rp_file_writer w;
     bool ok;
 } batch_item;
 
-// Writes block s to its temp file (open in b->w afterwards, not yet synced).
-static bool write_block(rp_cache *c, batch_item *b)
+// Writes b to its temp file (open in b->w afterwards, not yet synced). The fault hook
+// may end the process here.
+static bool write_file(rp_cache *c, batch_item *b)
 {
-    const stage_slot *s = b->s;
     char path[PATH_BUF];
-    block_path(c, s->key, path);
+    file_path(c, b->kind, b->key, path);
+    size_t bytes = payload_bytes(c, b->kind);
+    uint32_t g[4];
+    geometry(c, b->kind, g);
     block_header h;
     memset(&h, 0, sizeof(h));
-    memcpy(h.magic, BLOCK_MAGIC, sizeof(h.magic));
+    memcpy(h.magic, b->kind == KIND_STATE ? STATE_MAGIC : BLOCK_MAGIC, sizeof(h.magic));
     h.version = BLOCK_VERSION;
     h.header_bytes = (uint32_t)header_bytes(c);
     memcpy(h.fingerprint, c->fp, 16);
-    key_to_bytes(s->key, h.key);
-    key_to_bytes(s->parent, h.parent);
-    h.n_layer = (uint32_t)rp_kv_pool_n_layers(c->pool);
-    h.n_kv_head = (uint32_t)rp_kv_pool_n_kv_head(c->pool);
-    h.head_dim = (uint32_t)rp_kv_pool_head_dim(c->pool);
+    key_to_bytes(b->key, h.key);
+    key_to_bytes(b->parent, h.parent);
+    h.n_layer = g[0];
+    h.n_kv_head = g[1];
+    h.head_dim = g[2];
     h.block_size = (uint32_t)c->bs;
-    h.dtype = (uint32_t)rp_kv_pool_type(c->pool);
-    h.payload_bytes = c->block_bytes;
-    h.payload_sum = XXH3_64bits(s->data, c->block_bytes);
-    h.header_sum = header_sum(&h, s->toks, c->bs);
+    h.dtype = g[3];
+    h.payload_bytes = bytes;
+    h.payload_sum = XXH3_64bits(b->data, bytes);
+    h.header_sum = header_sum(&h, b->toks, c->bs);
     rp_file_writer *w = &b->w;
     if (rp_file_writer_open(w, path))
         return false;
     rp_file_writer_write(w, &h, sizeof(h));
-    rp_file_writer_write(w, s->toks, (size_t)c->bs * sizeof(int32_t));
+    rp_file_writer_write(w, b->toks, (size_t)c->bs * sizeof(int32_t));
     if (c->fault == FAULT_MID_WRITE && ++c->n_writes == (uint64_t)c->fault_at) {
-        rp_file_writer_write(w, s->data, c->block_bytes / 2);
+        rp_file_writer_write(w, b->data, bytes / 2);
         _exit(RP_CACHE_FAULT_EXIT);
     }
-    rp_file_writer_write(w, s->data, c->block_bytes);
+    rp_file_writer_write(w, b->data, bytes);
     struct timespec t[2];
-    t[0].tv_sec = t[1].tv_sec = (time_t)(s->use / 1000000000u);
-    t[0].tv_nsec = t[1].tv_nsec = (long)(s->use % 1000000000u);
+    t[0].tv_sec = t[1].tv_sec = (time_t)(b->use / 1000000000u);
+    t[0].tv_nsec = t[1].tv_nsec = (long)(b->use % 1000000000u);
     futimens(w->fd, t); // its recency, for the index of the next start
     return w->st == RP_OK;
 }
@@ -470,7 +521,7 @@ static bool write_block(rp_cache *c, batch_item *b)
 static void write_batch(rp_cache *c, batch_item *b, int n)
 {
     for (int i = 0; i < n; i++)
-        b[i].ok = write_block(c, &b[i]);
+        b[i].ok = write_file(c, &b[i]);
     // One sync for the batch; where the file system cannot (or it fails), each file alone.
     int dfd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     bool synced = dfd >= 0 && syncfs(dfd) == 0;
@@ -492,10 +543,36 @@ static void write_batch(rp_cache *c, batch_item *b, int n)
     }
 }
 
-static void slot_free(rp_cache *c, stage_slot *s)
+// Lets go of a batch item's source (dmu held): the slot is free, the snapshot no longer written.
+static void item_done(rp_cache *c, const batch_item *b)
 {
-    s->state = SLOT_FREE;
+    if (b->kind == KIND_STATE)
+        c->snaps[b->snap].writing = false;
+    else
+        b->s->state = SLOT_FREE;
     pthread_cond_broadcast(&c->dcv);
+}
+
+// Takes the next queued item (dmu held, something queued): blocks first, then snapshots.
+static batch_item next_item(rp_cache *c)
+{
+    batch_item b = {0};
+    if (c->q_len > 0) {
+        stage_slot *s = &c->slots[c->q[c->q_head]];
+        c->q_head = (c->q_head + 1) % c->n_slots;
+        c->q_len--;
+        b = (batch_item){.kind = KIND_BLOCK, .s = s, .key = s->key, .parent = s->parent, .toks = s->toks,
+                         .data = s->data, .use = s->use};
+    } else {
+        int i = c->sq[c->sq_head];
+        c->sq_head = (c->sq_head + 1) % c->n_snap_cap;
+        c->sq_len--;
+        const state_snap *sn = &c->snaps[i];
+        // A snapshot's file is filed as used now: the clock of its memory copy is not a time.
+        b = (batch_item){.kind = KIND_STATE, .snap = i, .key = sn->key, .parent = sn->parent, .toks = sn->toks,
+                         .data = sn->data, .use = rp_cache_now_ns()};
+    }
+    return b;
 }
 
 static void *writer_main(void *arg)
@@ -505,36 +582,35 @@ static void *writer_main(void *arg)
     batch_item batch[WRITE_BATCH];
     pthread_mutex_lock(&c->dmu);
     for (;;) {
-        while (c->q_len == 0 && !c->stopping)
+        while (c->q_len == 0 && c->sq_len == 0 && !c->stopping)
             pthread_cond_wait(&c->dcv, &c->dmu);
-        if (c->q_len == 0)
+        if (c->q_len == 0 && c->sq_len == 0)
             break; // stopping, nothing left
         int n = 0;
-        while (c->q_len > 0 && n < WRITE_BATCH) {
-            stage_slot *s = &c->slots[c->q[c->q_head]];
-            c->q_head = (c->q_head + 1) % c->n_slots;
-            c->q_len--;
+        while ((c->q_len > 0 || c->sq_len > 0) && n < WRITE_BATCH) {
+            batch_item b = next_item(c);
             if (c->stopping && rp_time_s() > c->deadline) { // out of time: drop what is left
                 c->st.disk_write_drops++;
-                slot_free(c, s);
+                item_done(c, &b);
                 continue;
             }
-            int32_t e = d_find(c, s->key);
-            bool twice = false; // the same block staged again while its first copy waits in this batch
+            int32_t e = d_find(c, b.key, b.kind);
+            bool twice = false; // the same file queued again while its first copy waits in this batch
             for (int i = 0; i < n && !twice; i++)
-                twice = key_eq(batch[i].s->key, s->key);
-            uint64_t size = file_bytes(c);
-            if (e >= 0 || twice || !d_reserve(c) || !d_make_room(c, size, s->use)) {
-                if (e >= 0 && c->ents[e].last_use < s->use)
-                    c->ents[e].last_use = s->use;
+                twice = batch[i].kind == b.kind && key_eq(batch[i].key, b.key);
+            b.size = file_bytes(c, b.kind);
+            if (e >= 0 || twice || !d_reserve(c) || !d_make_room(c, b.size, b.use)) {
+                if (e >= 0 && c->ents[e].last_use < b.use)
+                    c->ents[e].last_use = b.use;
                 else if (e < 0 && !twice)
                     c->st.disk_write_drops++;
-                slot_free(c, s);
+                item_done(c, &b);
                 continue;
             }
-            c->disk_bytes += size; // held for this file while it is written
-            s->state = SLOT_WRITING;
-            batch[n++] = (batch_item){.s = s, .size = size};
+            c->disk_bytes += b.size; // held for this file while it is written
+            if (b.kind == KIND_BLOCK)
+                b.s->state = SLOT_WRITING;
+            batch[n++] = b;
         }
         if (n == 0)
             continue;
@@ -542,21 +618,21 @@ static void *writer_main(void *arg)
         write_batch(c, batch, n);
         pthread_mutex_lock(&c->dmu);
         for (int i = 0; i < n; i++) {
-            stage_slot *s = batch[i].s;
-            if (batch[i].ok && d_find(c, s->key) < 0 && d_reserve(c)) {
-                d_insert(c, s->key, s->parent, s->toks, s->use);
+            batch_item *b = &batch[i];
+            if (b->ok && d_find(c, b->key, b->kind) < 0 && d_reserve(c)) {
+                d_insert(c, b->kind, b->key, b->parent, b->toks, b->use);
                 c->st.disk_writes++;
             } else {
-                c->disk_bytes -= batch[i].size;
-                if (!batch[i].ok) {
+                c->disk_bytes -= b->size;
+                if (!b->ok) {
                     c->st.disk_write_drops++;
                     if (!warned)
-                        RP_LOGW("prefix cache: cannot write a block to %s: %s (further errors not shown)", c->dir,
-                                rp_error_message());
+                        RP_LOGW("prefix cache: cannot write a %s to %s: %s (further errors not shown)",
+                                b->kind == KIND_STATE ? "state" : "block", c->dir, rp_error_message());
                     warned = true;
                 }
             }
-            slot_free(c, s);
+            item_done(c, b);
         }
     }
     pthread_mutex_unlock(&c->dmu);
@@ -618,6 +694,8 @@ rp_status rp_cache_disk_open(rp_cache *c, const char *base, const rp_cache_param
     n_slots = n_slots < 2 ? 2 : n_slots > SLOTS_MAX ? SLOTS_MAX : n_slots;
     c->slots = rp_calloc(n_slots, sizeof(stage_slot));
     c->q = rp_malloc(n_slots * sizeof(int));
+    if (c->n_snap_cap && !(c->sq = rp_malloc((size_t)c->n_snap_cap * sizeof(int))))
+        return RP_ERR(RP_ERR_NOMEM, "prefix cache: out of memory");
     c->stage_data = rp_malloc_aligned(n_slots * c->block_bytes); // n_slots * block_bytes <= max(2 blocks, stage)
     c->stage_toks = rp_malloc(n_slots * (size_t)c->bs * sizeof(int32_t));
     if (!c->slots || !c->q || !c->stage_data || !c->stage_toks)
@@ -655,6 +733,8 @@ void rp_cache_disk_close(rp_cache *c)
     c->slots = NULL;
     rp_free(c->q);
     c->q = NULL;
+    rp_free(c->sq);
+    c->sq = NULL;
     rp_free(c->ents);
     c->ents = NULL;
     rp_free(c->ent_toks);
@@ -673,20 +753,24 @@ void rp_cache_disk_close(rp_cache *c)
     c->dir = NULL;
 }
 
-bool rp_cache_disk_has(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks)
+bool rp_cache_disk_has(rp_cache *c, int kind, rp_cache_key key, rp_cache_key parent, const int32_t *toks)
 {
     pthread_mutex_lock(&c->dmu);
-    int32_t e = d_find(c, key);
+    int32_t e = d_find(c, key, kind);
     bool ok = e >= 0 && key_eq(c->ents[e].parent, parent) &&
               memcmp(c->ent_toks + (size_t)e * c->bs, toks, (size_t)c->bs * sizeof(int32_t)) == 0;
     pthread_mutex_unlock(&c->dmu);
     return ok;
 }
 
-bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks, int32_t b)
+// Reads the file of (kind, key) into dst after checking everything against the index's
+// parent and tokens and the payload's checksum; a file that fails a check is deleted and
+// unindexed (with a line in the log), one that is gone or cannot be opened now unindexed.
+static bool load_file(rp_cache *c, int kind, rp_cache_key key, rp_cache_key parent, const int32_t *toks, void *dst)
 {
     char path[PATH_BUF];
-    block_path(c, key, path);
+    file_path(c, kind, key, path);
+    size_t bytes = payload_bytes(c, kind);
     struct stat sb;
     const char *reject; // why the file is bad (it is deleted), or NULL
     int fd = open_block(path, &sb, &reject);
@@ -695,35 +779,34 @@ bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, cons
     block_header h;
     if (fd < 0)
         goto done; // gone (another process, or the budget) or unreadable now: just forget it; or not a file
-    // The header, then the tokens into the load buffer's head (the payload overwrites them after the check).
+    // The header, then the tokens into the load buffer's head (a block's payload overwrites
+    // them after the check).
     int32_t *ftoks = (int32_t *)c->load_buf;
     reject = "wrong size (truncated?)";
     if (!read_full(fd, hdr, sizeof(hdr), 0) ||
         !read_full(fd, ftoks, (size_t)c->bs * sizeof(int32_t), sizeof(block_header)))
         goto done;
     memcpy(&h, hdr, sizeof(h));
-    if ((reject = header_problem(c, &h, ftoks, (uint64_t)sb.st_size)))
+    if ((reject = header_problem(c, kind, &h, ftoks, (uint64_t)sb.st_size)))
         goto done;
     reject = "another prefix than its index entry";
     if (!key_eq(key_from_bytes(h.key), key) || !key_eq(key_from_bytes(h.parent), parent) ||
         memcmp(ftoks, toks, (size_t)c->bs * sizeof(int32_t)) != 0)
         goto done;
     reject = "wrong size (truncated?)";
-    if (!read_full(fd, c->load_buf, c->block_bytes, (off_t)header_bytes(c)))
+    if (!read_full(fd, dst, bytes, (off_t)header_bytes(c)))
         goto done;
     reject = "payload checksum mismatch";
-    if (XXH3_64bits(c->load_buf, c->block_bytes) != h.payload_sum)
+    if (XXH3_64bits(dst, bytes) != h.payload_sum)
         goto done;
     reject = NULL;
-    if (rp_kv_block_write(c->pool, b, c->load_buf) != RP_OK)
-        goto done;
     futimens(fd, NULL); // recency that survives a restart
     ok = true;
 done:
     if (fd >= 0)
         close(fd);
     pthread_mutex_lock(&c->dmu);
-    int32_t e = d_find(c, key);
+    int32_t e = d_find(c, key, kind);
     bool dropped = false;
     if (ok && e >= 0) {
         c->ents[e].last_use = rp_cache_now_ns();
@@ -738,15 +821,26 @@ done:
     }
     pthread_mutex_unlock(&c->dmu);
     if (dropped) // found one at a time, by requests: a line each
-        RP_LOGW("prefix cache: deleted the block file %s: %s", path, reject);
+        RP_LOGW("prefix cache: deleted the %s file %s: %s", kind == KIND_STATE ? "state" : "block", path, reject);
     return ok;
+}
+
+bool rp_cache_disk_load(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks, int32_t b)
+{
+    return load_file(c, KIND_BLOCK, key, parent, toks, c->load_buf) &&
+           rp_kv_block_write(c->pool, b, c->load_buf) == RP_OK;
+}
+
+bool rp_cache_disk_load_state(rp_cache *c, rp_cache_key key, rp_cache_key parent, const int32_t *toks, void *dst)
+{
+    return load_file(c, KIND_STATE, key, parent, toks, dst);
 }
 
 void rp_cache_disk_stage(rp_cache *c, int32_t b, uint64_t use, bool wait)
 {
     rp_cache_key key = c->m_key[b];
     pthread_mutex_lock(&c->dmu);
-    int32_t e = d_find(c, key);
+    int32_t e = d_find(c, key, KIND_BLOCK);
     if (e >= 0) { // already on disk
         if (c->ents[e].last_use < use)
             c->ents[e].last_use = use;
@@ -782,11 +876,28 @@ void rp_cache_disk_stage(rp_cache *c, int32_t b, uint64_t use, bool wait)
     pthread_mutex_lock(&c->dmu);
     if (st) {
         c->st.disk_write_drops++;
-        slot_free(c, s);
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&c->dcv);
     } else {
         s->state = SLOT_QUEUED;
         c->q[(c->q_head + c->q_len) % c->n_slots] = slot;
         c->q_len++;
+        pthread_cond_broadcast(&c->dcv);
+    }
+    pthread_mutex_unlock(&c->dmu);
+}
+
+void rp_cache_disk_stage_state(rp_cache *c, int i)
+{
+    state_snap *sn = &c->snaps[i];
+    pthread_mutex_lock(&c->dmu);
+    int32_t e = d_find(c, sn->key, KIND_STATE);
+    if (e >= 0) { // on disk already (made before, or by an earlier run)
+        c->ents[e].last_use = rp_cache_now_ns();
+    } else if (!sn->writing) { // (sq has room for every snapshot: each is queued at most once)
+        sn->writing = true;
+        c->sq[(c->sq_head + c->sq_len) % c->n_snap_cap] = i;
+        c->sq_len++;
         pthread_cond_broadcast(&c->dcv);
     }
     pthread_mutex_unlock(&c->dmu);

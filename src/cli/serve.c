@@ -53,6 +53,8 @@ static void serve_usage(FILE *f)
                "      --cache-dir DIR        the prefix cache's disk tier (blocks go to DIR/<model fingerprint>/;\n"
                "                             default $XDG_CACHE_HOME/rapid/kv or ~/.cache/rapid/kv)\n"
                "      --cache-disk-budget SIZE  most bytes on disk per model (default 4G)\n"
+               "      --cache-state-memory SIZE  models with recurrent state (Qwen3.5/3.6): most bytes of the\n"
+               "                             states kept in memory for reuse, one per prompt (default 1G)\n"
                "      --no-disk-cache        keep the prefix cache in memory only\n"
                "      --no-prefix-cache      no prefix cache at all\n"
                "      --max-queue N          requests waiting beyond those; more get 503 (default 64)\n"
@@ -131,6 +133,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_CHUNK,
         O_CDIR,
         O_CBUDGET,
+        O_CSTATE,
         O_NODISK,
         O_NOPREFIX,
         O_NO_SPEC,
@@ -157,6 +160,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"prefill-chunk", required_argument, 0, O_CHUNK},
         {"cache-dir", required_argument, 0, O_CDIR},
         {"cache-disk-budget", required_argument, 0, O_CBUDGET},
+        {"cache-state-memory", required_argument, 0, O_CSTATE},
         {"no-disk-cache", no_argument, 0, O_NODISK},
         {"no-prefix-cache", no_argument, 0, O_NOPREFIX},
         {"no-spec-decode", no_argument, 0, O_NO_SPEC},
@@ -213,6 +217,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_CHUNK: ok = rp_cli_parse_long(optarg, 1, 1 << 24, &v), o->ep.prefill_chunk = (int)v; break;
         case O_CDIR: o->ep.cache_dir = optarg; ok = *optarg != 0; break;
         case O_CBUDGET: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_disk_budget) && o->ep.cache_disk_budget > 0; break;
+        case O_CSTATE: ok = rp_cli_parse_bytes(optarg, &o->ep.cache_state_mem) && o->ep.cache_state_mem > 0; break;
         case O_NODISK: o->no_disk_cache = true; break;
         case O_NOPREFIX: o->ep.no_prefix_cache = true; break;
         case O_NO_SPEC: no_spec = true; break;

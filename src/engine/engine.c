@@ -160,9 +160,11 @@ bool engine_is_eog(const rp_engine *e, int32_t id)
 /* ---- scheduling (engine thread, e->mu held) ------------------------------- */
 
 // Offers g's whole blocks of computed tokens to the prefix cache (before its KV goes).
+// With recurrent state, blocks are worth nothing without the state at their end: they
+// went to the cache with it (save_state), and the rest is not offered.
 static void publish_prefix(rp_engine *e, rp_gen *g)
 {
-    if (e->cache && g->kv.n_blocks > 0)
+    if (e->cache && g->kv.n_blocks > 0 && !e->stateful)
         rp_cache_publish(e->cache, g->toks, &g->kv, g->n_comp / e->block);
 }
 
@@ -237,6 +239,9 @@ static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm
     if (st || got == 0)
         return st;
     int c = got * e->block;
+    // (A model with state: the lookup left at least the last token out, and it has no MTP
+    // layer, so nothing runs again: the state has consumed every cached position.)
+    RP_ASSERT(!e->stateful || (c < g->n_tok && !e->has_mtp));
     // The last token always runs: its logits are needed. MTP hook: the MTP
     // layer's KV at the last cached position depends on the next token, and its
     // input there (the main model's hidden row) is not cached, so with an MTP
@@ -270,8 +275,8 @@ static void admit(rp_engine *e)
             continue;
         }
         rp_cache_match cm = {0};
-        if (e->cache)
-            rp_cache_lookup(e->cache, g->toks, g->n_tok / e->block, &cm);
+        if (e->cache) // (with state the last token must run: the state at the end cannot take it again)
+            rp_cache_lookup(e->cache, g->toks, (g->n_tok - e->stateful) / e->block, &cm);
         if (cm.n_disk > DISK_READS_PER_STEP && e->n_running > 0 && g->disk_steps < DISK_STEPS_MAX) {
             // Others are decoding: read this prefix from disk a few blocks per step (into
             // the memory cache) rather than stall them for all of it; admit it once the
@@ -310,6 +315,11 @@ static void admit(rp_engine *e)
             g->stats.t_admit = rp_time_s();
             g->stats.n_cached = g->n_comp;
         }
+        // With state: its state at the prompt's last whole block goes to the cache, where a
+        // follow-up turn (or its own readmission) resumes.
+        g->snap_at = e->cache && e->stateful ? g->n_prompt / e->block * e->block : 0;
+        if (g->snap_at <= g->n_comp)
+            g->snap_at = 0;
         spec_gen_admitted(e, g, first);
         if (e->cache) {
             e->stats.cache_hit_tokens += (uint64_t)g->n_comp;
@@ -379,6 +389,8 @@ static void build_batch(rp_engine *e)
             if (pass == 1 && room > chunk_left)
                 room = chunk_left;
             int take = left < room ? left : room;
+            if (g->snap_at > g->n_comp && take > g->snap_at - g->n_comp) // a forward ends there (save_state)
+                take = g->snap_at - g->n_comp;
             if (pass == 1 && decoding) { // decode tokens ride in this step: bound the work
                 if (work_left <= 0)
                     break;
@@ -398,6 +410,8 @@ static void build_batch(rp_engine *e)
             int n_draft = pass == 0 ? g->spec.n_draft : 0; // spec_plan kept them within max_batch
             if (n_draft > room - take)
                 n_draft = g->spec.n_draft = room - take;
+            if (n_draft > 0 && g->snap_at > g->n_comp) // (the state must stop at snap_at)
+                n_draft = g->spec.n_draft = 0;
             int s = e->n_b_seqs++;
             e->b_seqs[s] = &g->kv;
             e->b_gens[s] = g;
@@ -511,6 +525,20 @@ static void finish_row(rp_engine *e, rp_gen *g, float *row)
     engine_emit(e, g);
 }
 
+// After a step: the requests whose state reached snap_at give it (and the blocks before it)
+// to the prefix cache. A snapshot is megabytes of copying: on the engine thread, outside e->mu.
+static void save_states(rp_engine *e)
+{
+    for (int s = 0; s < e->n_b_seqs; s++) {
+        rp_gen *g = e->b_gens[s];
+        if (g->snap_at == 0 || g->n_comp < g->snap_at)
+            continue;
+        if (g->done != RP_GEN_ERROR && g->kv.state_pos == g->snap_at)
+            rp_cache_publish_state(e->cache, g->toks, &g->kv, g->snap_at / e->block);
+        g->snap_at = 0;
+    }
+}
+
 static void run_step(rp_engine *e)
 {
     rp_batch b = {e->n_b, e->b_tok, e->b_pos, e->b_seq, e->b_want, e->b_seqs, e->n_b_seqs, e->spec.want_hidden};
@@ -557,6 +585,8 @@ static void run_step(rp_engine *e)
         }
     }
     spec_after_step(e);
+    if (e->cache && e->stateful)
+        save_states(e);
 }
 
 /* ---- publishing (engine thread, e->mu held) ------------------------------- */
@@ -819,22 +849,31 @@ rp_status rp_engine_create(rp_model *m, const rp_tokenizer *tok, const rp_engine
     int log_cap = (p->spec.k_max ? p->spec.k_max : RP_ENGINE_SPEC_K_DEFAULT) + 1;
     if ((st = rp_model_kv_create_ex(m, e->block, e->n_blocks, rp_engine_kv_type(p), e->max_running, log_cap, &e->kv)))
         goto fail;
-    if (rp_model_has_state(m)) {
+    e->stateful = rp_model_has_state(m);
+    if (e->stateful) {
         rp_kv_state_geom g = rp_model_state_geom(m, e->max_running, log_cap);
-        RP_LOGI("recurrent state: %d slots of %.1f MiB (%d Gated DeltaNet layers), %.1f MiB beside the KV cache; "
-                "the prefix cache is off for this model (its state is not cached yet)",
+        RP_LOGI("recurrent state: %d slots of %.1f MiB (%d Gated DeltaNet layers), %.1f MiB beside the KV cache",
                 e->max_running, rp_kv_state_slot_bytes(&g) / 1048576.0, g.n_layer,
                 e->max_running * rp_kv_state_slot_bytes(&g) / 1048576.0);
     }
-    if (!p->no_prefix_cache && !rp_model_has_state(m)) {
+    if (!p->no_prefix_cache) {
         uint8_t fp[16];
         rp_cache_params cp;
         rp_cache_params_default(&cp);
         cp.dir = p->cache_dir;
         cp.disk_budget = p->cache_disk_budget;
         cp.flush_s = p->cache_flush_s;
+        cp.state_mem = p->cache_state_mem;
         if ((st = rp_model_fingerprint(m, fp)) || (st = rp_cache_create(e->kv, fp, &cp, &e->cache)))
             goto fail;
+        if (e->stateful) {
+            rp_cache_stats cs;
+            rp_cache_get_stats(e->cache, &cs);
+            RP_LOGI("prefix cache: a request's state at its prompt's last whole block is kept (%.1f MiB each, "
+                    "up to %llu in memory%s)",
+                    rp_kv_pool_state_bytes(e->kv) / 1048576.0, (unsigned long long)cs.state_cap,
+                    rp_cache_dir(e->cache) ? ", and on disk" : "");
+        }
     }
     if ((st = spec_engine_init(e, p)))
         goto fail;

@@ -69,6 +69,14 @@
  * tokens, prompt and generated, are published. rp_gen_stats.n_cached is the
  * number of prompt tokens not run at the first admission.
  *
+ * A model with recurrent state (Gated DeltaNet layers) can resume only where
+ * its state was kept: a request's prefill is cut so that a forward ends at
+ * its prompt's last whole block, and the state there goes to the cache with
+ * the blocks before it (rp_cache_publish_state); nothing else is published.
+ * A lookup then finds the longest prefix with a kept state, short of the
+ * last token (which must run: the state has no way back), and a hit writes
+ * the state into the request's slot.
+ *
  * Threads: rp_engine_* and rp_gen_* may be called from any thread; a given
  * rp_gen belongs to the thread that submitted it (one reader). Between create
  * and destroy the model is the engine thread's: nobody else may run it.
@@ -132,6 +140,8 @@ typedef struct rp_engine_params {
                              // missing); NULL or "": memory only. Copied at create.
     uint64_t cache_disk_budget; // most bytes of block files; 0 = 4 GiB
     double cache_flush_s;    // at destroy, most seconds spent writing cached blocks to disk; 0 = 10, < 0: none
+    uint64_t cache_state_mem; // a model with recurrent state: most bytes of state snapshots the prefix
+                              // cache keeps in memory (at least one); 0 = 1 GiB
     rp_engine_spec_params spec; // speculative decoding (on: auto, adaptive)
 } rp_engine_params;
 

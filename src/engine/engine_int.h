@@ -115,6 +115,8 @@ struct rp_gen {
     int n_gen;          // tokens sampled (a final end-of-generation one included)
     int take;           // tokens fed this step (drafts included)
     int disk_steps;     // admission steps spent reading its prefix from disk (rp_cache_prefetch)
+    int snap_at;        // a model with state and the prefix cache: the position (a block's end)
+                        // where its state goes to the cache, once computed; 0: none left to do
     rp_sampler *smp;    // from the first admission to retirement
     rp_json_match *jm;  // JSON mode: the same
     rp_kv_seq kv;       // KV blocks (changed under e->mu: others read the pool's count)
@@ -150,6 +152,7 @@ struct rp_engine {
     double attn_eq, chunk_work;
     int max_rows; // logits rows of one step: max_running + spec.budget
     bool has_mtp;
+    bool stateful; // the model has recurrent state (rp_model_has_state)
     rp_kv_pool *kv;
     rp_cache *cache; // NULL when off
 

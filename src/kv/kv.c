@@ -270,6 +270,52 @@ static void state_release(rp_kv_pool *p, rp_kv_seq *s)
     s->log_pos = -1;
 }
 
+size_t rp_kv_pool_state_bytes(const rp_kv_pool *p)
+{
+    return p->states ? (size_t)p->sg.n_layer * rp_state_floats(&p->states[0]) * sizeof(float) : 0;
+}
+
+// Layer l's copy `copy` of slot `slot` (0-based).
+static float *state_copy(const rp_kv_pool *p, int l, int slot, int copy)
+{
+    return p->states[l].state + ((size_t)slot * 2 + (size_t)copy) * rp_state_floats(&p->states[l]);
+}
+
+rp_status rp_kv_seq_state_read(rp_kv_pool *p, const rp_kv_seq *s, void *host)
+{
+    RP_ASSERT(p->states && s->state_slot > 0);
+    size_t n = rp_state_floats(&p->states[0]) * sizeof(float);
+    for (int l = 0; l < p->sg.n_layer; l++) {
+        rp_status st = rp_backend_download(p->be, (uint8_t *)host + (size_t)l * n,
+                                           state_copy(p, l, s->state_slot - 1, s->state_cur), n);
+        if (st)
+            return st;
+    }
+    return RP_OK;
+}
+
+rp_status rp_kv_seq_state_write(rp_kv_pool *p, rp_kv_seq *s, int32_t pos, const void *host)
+{
+    RP_ASSERT(p->states && pos >= 0 && pos <= s->n_tokens);
+    bool took = s->state_slot == 0;
+    rp_status st = state_take(p, s);
+    if (st)
+        return st;
+    size_t n = rp_state_floats(&p->states[0]) * sizeof(float);
+    for (int l = 0; l < p->sg.n_layer && !st; l++)
+        st = rp_backend_upload(p->be, state_copy(p, l, s->state_slot - 1, 0), (const uint8_t *)host + (size_t)l * n,
+                               n);
+    if (st) {
+        if (took)
+            state_release(p, s);
+        return st;
+    }
+    s->state_pos = pos;
+    s->state_cur = 0;
+    s->log_pos = -1;
+    return RP_OK;
+}
+
 /* ---- the free list ---------------------------------------------------------- */
 
 static void list_remove(rp_kv_pool *p, int32_t b)

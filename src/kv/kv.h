@@ -108,6 +108,17 @@ int rp_kv_pool_n_state_layers(const rp_kv_pool *p);
 rp_state_layer *rp_kv_pool_state_layer(rp_kv_pool *p, int layer);
 // Slots no sequence holds (0 without states).
 int rp_kv_pool_free_states(const rp_kv_pool *p);
+// Bytes of one sequence's state over all state layers, one copy (rp_kv_seq_state_read's
+// layout: layer by layer, rp_state_floats floats each, the recurrent matrix then the conv
+// window, as the backend keeps them); 0 without state layers.
+size_t rp_kv_pool_state_bytes(const rp_kv_pool *p);
+// Copies s's state (at state_pos; s holds a slot) to host memory, rp_kv_pool_state_bytes bytes.
+// Errors: RP_ERR_DEVICE.
+rp_status rp_kv_seq_state_read(rp_kv_pool *p, const rp_kv_seq *s, void *host);
+// Makes the state in host memory s's state at pos (pos <= n_tokens), taking a slot when s
+// holds none: state_pos = pos, and no rollback below it. Errors: RP_ERR_RANGE (no free slot;
+// s unchanged), RP_ERR_DEVICE (a slot s already held has lost its state).
+rp_status rp_kv_seq_state_write(rp_kv_pool *p, rp_kv_seq *s, int32_t pos, const void *host);
 // After a forward ran n tokens of s from state_pos: the state is at state_pos + n in the other
 // copy; rollback possible when n <= log_cap. For the model's forward.
 void rp_kv_seq_state_advance(const rp_kv_pool *p, rp_kv_seq *s, int32_t n);

@@ -253,16 +253,27 @@ void rp_metrics_render(rp_metrics *m, rp_engine *e, rp_conn_table *conns, rp_buf
     counter(b, "rapid_prefix_cache_memory_evictions_total", "Cached blocks whose memory was reused.",
             c->mem_evictions);
     gauge(b, "rapid_prefix_cache_disk_blocks", "Block files in the disk tier.", (double)c->disk_blocks);
-    gauge(b, "rapid_prefix_cache_disk_bytes", "Bytes of block files in the disk tier.", (double)c->disk_bytes);
+    gauge(b, "rapid_prefix_cache_disk_states", "Recurrent-state files in the disk tier.", (double)c->disk_states);
+    gauge(b, "rapid_prefix_cache_disk_bytes", "Bytes of the disk tier's files (blocks and states).",
+          (double)c->disk_bytes);
     gauge(b, "rapid_prefix_cache_disk_budget_bytes", "Most bytes the disk tier may hold (0: no disk tier).",
           (double)c->disk_budget);
-    counter(b, "rapid_prefix_cache_disk_writes_total", "Block files written.", c->disk_writes);
+    counter(b, "rapid_prefix_cache_disk_writes_total", "Files written (blocks and states).", c->disk_writes);
     counter(b, "rapid_prefix_cache_disk_write_drops_total",
             "Blocks not written to disk (no staging buffer free, or an I/O error).", c->disk_write_drops);
     counter(b, "rapid_prefix_cache_disk_evictions_total", "Block files removed to stay within the budget.",
             c->disk_evictions);
-    counter(b, "rapid_prefix_cache_disk_rejects_total", "Block files deleted because they failed a check.",
+    counter(b, "rapid_prefix_cache_disk_rejects_total", "Files deleted because they failed a check.",
             c->disk_rejects);
+    counter(b, "rapid_prefix_cache_state_saves_total",
+            "Recurrent-state snapshots made (models with state: one per prompt).", c->state_saves);
+    counter(b, "rapid_prefix_cache_state_drops_total", "Snapshots not made (no memory, or all being written).",
+            c->state_drops);
+    counter(b, "rapid_prefix_cache_state_hits_total", "Snapshots restored into a request (memory or disk).",
+            c->state_hits);
+    counter(b, "rapid_prefix_cache_state_disk_hits_total", "Of those, read from the disk tier.", c->state_disk_hits);
+    gauge(b, "rapid_prefix_cache_state_snapshots", "Snapshots in memory.", (double)c->state_snaps);
+    gauge(b, "rapid_prefix_cache_state_bytes", "Bytes of those snapshots.", (double)c->state_mem_bytes);
     spec_metrics(b, &es);
 }
 
@@ -301,10 +312,16 @@ static json_t *status_json(rp_engine *e)
                              (json_int_t)c->disk_evictions, "rejects", (json_int_t)c->disk_rejects);
     json_t *mem = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
                             (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions);
-    json_t *cache = json_pack("{s:b, s:I, s:I, s:I, s:I, s:o?, s:o?}", "enabled", es.prefix_cache, "hit_tokens",
-                              (json_int_t)es.cache_hit_tokens, "miss_tokens", (json_int_t)es.cache_miss_tokens,
-                              "hit_blocks", (json_int_t)c->hit_blocks, "miss_blocks", (json_int_t)c->miss_blocks,
-                              "memory", mem, "disk", disk);
+    json_t *states = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "saves", (json_int_t)c->state_saves,
+                               "drops", (json_int_t)c->state_drops, "hits", (json_int_t)c->state_hits, "disk_hits",
+                               (json_int_t)c->state_disk_hits, "snapshots", (json_int_t)c->state_snaps, "bytes",
+                               (json_int_t)c->state_mem_bytes, "capacity", (json_int_t)c->state_cap, "disk_files",
+                               (json_int_t)c->disk_states);
+    json_t *cache = json_pack("{s:b, s:I, s:I, s:I, s:I, s:o?, s:o?, s:o?}", "enabled", es.prefix_cache,
+                              "hit_tokens", (json_int_t)es.cache_hit_tokens, "miss_tokens",
+                              (json_int_t)es.cache_miss_tokens, "hit_blocks", (json_int_t)c->hit_blocks,
+                              "miss_blocks", (json_int_t)c->miss_blocks, "memory", mem, "disk", disk, "states",
+                              states);
     json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:I, s:s, s:i}", "blocks", es.kv_blocks, "blocks_used",
                            es.kv_blocks_used, "blocks_free", es.kv_blocks - es.kv_blocks_used, "block_tokens",
                            es.kv_block_tokens, "bytes", (json_int_t)es.kv_bytes, "dtype", rp_dtype_name(es.kv_type),

@@ -661,7 +661,7 @@ static void test_bad_files(void **state)
     assert_int_equal(st.disk_blocks, 0);
     assert_int_equal(st.disk_rejects, 5);
     // One line for the folder, with the count and the folder's name.
-    if (lines_with(captured, "prefix cache: deleted 5 block files in ") != 1 || lines_with(captured, fpd) != 1)
+    if (lines_with(captured, "prefix cache: deleted 5 cache files in ") != 1 || lines_with(captured, fpd) != 1)
         fail_msg("the index's log: [%s]", captured);
     for (int i = 0; i < 4; i++)
         assert_false(rp_file_exists(f[i]));

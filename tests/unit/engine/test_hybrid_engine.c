@@ -4,9 +4,13 @@
  * Speculation stays lossless when rejected drafts have been through the state (the
  * engine rolls it back by replaying the accepted ones), requests batched together give
  * the tokens they give alone, and preemption (the state slot given back, the prompt
- * recomputed at readmission) changes nothing.
+ * recomputed at readmission, or resumed from the prefix cache's copy of its state)
+ * changes nothing. The prefix cache on these models: a prompt's state at its last whole
+ * block is kept, a longer prompt resumes there (and after a restart, from the disk),
+ * and the tokens are those of a run without the cache.
  */
 #include "spec_harness.h"
+#include "test_tmp.h"
 
 #define N_REQ 4
 #define N_GEN 256
@@ -83,7 +87,100 @@ static void check_model(const char *dir)
         sh_same(&got[i], &ref[i], "ngram batched, preempted", i);
     print_message("  %s: %llu preemptions in the small pool\n", dir, (unsigned long long)st.preemptions);
     assert_true(st.preemptions > 0);
-    assert_int_equal(st.cache_hit_tokens, 0); // the prefix cache is off for a model with state
+    // Readmitted requests resume from their prompt's state in the prefix cache.
+    print_message("  %s: %llu tokens resumed from the cache at readmissions\n", dir,
+                  (unsigned long long)st.cache_hit_tokens);
+    assert_true(st.cache_hit_tokens > 0 && st.cache.state_hits > 0);
+    teardown_model();
+}
+
+/* ---- the prefix cache ----------------------------------------------------------------- */
+
+#define P_GEN 48
+
+static rp_engine *prefix_engine(bool cache, const char *dir)
+{
+    rp_engine_params ep;
+    rp_engine_params_default(&ep);
+    ep.n_ctx = 1024;
+    ep.max_running = 2;
+    ep.kv_block = 16;
+    ep.spec.method = RP_ENGINE_SPEC_NGRAM; // drafts pinned on: rollbacks right after a restored state
+    ep.spec.adaptive = false;
+    ep.spec.k_max = 4;
+    ep.no_prefix_cache = !cache;
+    ep.cache_dir = dir;
+    ep.cache_flush_s = 30;
+    rp_engine *e = NULL;
+    if (rp_engine_create(SH_M, SH_TOK, &ep, &e))
+        fail_msg("rp_engine_create: %s", rp_error_message());
+    return e;
+}
+
+// Runs the first n tokens of base on e.
+static void run_prefix(rp_engine *e, const sh_prompt *base, int n, sh_result *r)
+{
+    assert_true(n <= base->n);
+    int32_t *ids = malloc((size_t)n * sizeof(int32_t));
+    assert_non_null(ids);
+    memcpy(ids, base->ids, (size_t)n * sizeof(int32_t));
+    sh_prompt p = {ids, n};
+    r->gp = sh_greedy(&p, P_GEN);
+    r->gp.ignore_eos = true;
+    sh_run(e, r, 1, false);
+    free(ids);
+}
+
+static void check_prefix(const char *model)
+{
+    if (setup_model(model))
+        fail_msg("cannot load %s", model);
+    sh_prompt base = sh_chat("the cat sat on the mat and then the dog sat on the log, and the bird sat in the tree "
+                             "while the fish swam in the pond; the cat sat on the mat and the dog sat on the log");
+    // Three prompts, each the start of the next; none ends on a block boundary.
+    enum { NA = 37, NB = 53, NC = 70 };
+    if (base.n < NC)
+        fail_msg("the base prompt has %d tokens, fewer than %d", base.n, NC);
+    const int lens[3] = {NA, NB, NC};
+    static sh_result ref[3], got[3];
+    rp_engine *e = prefix_engine(false, NULL);
+    for (int i = 0; i < 3; i++)
+        run_prefix(e, &base, lens[i], &ref[i]);
+    rp_engine_destroy(e);
+
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s", rp_test_tmp_path("kv"));
+    // A (37 tokens) keeps its state at 32; B (53) resumes there and keeps its own at 48.
+    e = prefix_engine(true, dir);
+    run_prefix(e, &base, NA, &got[0]);
+    run_prefix(e, &base, NB, &got[1]);
+    rp_engine_stats st;
+    rp_engine_get_stats(e, &st);
+    rp_engine_destroy(e); // the blocks go to disk (the states went when they were made)
+    sh_same(&got[0], &ref[0], "A, first run", 0);
+    sh_same(&got[1], &ref[1], "B after A", 1);
+    assert_int_equal(got[0].stats.n_cached, 0);
+    assert_int_equal(got[1].stats.n_cached, 32);
+    assert_int_equal(st.cache.state_saves, 2);
+    assert_int_equal(st.cache.state_hits, 1);
+    assert_int_equal(st.cache.state_disk_hits, 0);
+
+    // A restart: C (70) resumes from B's state at 48, A from its own at 32, both from the disk.
+    e = prefix_engine(true, dir);
+    run_prefix(e, &base, NC, &got[2]);
+    run_prefix(e, &base, NA, &got[0]);
+    rp_engine_get_stats(e, &st);
+    rp_engine_destroy(e);
+    sh_same(&got[2], &ref[2], "C after a restart", 2);
+    sh_same(&got[0], &ref[0], "A after a restart", 0);
+    print_message("  %s: resumed at %d and %d after a restart; %llu state files, %llu block files\n", model,
+                  got[2].stats.n_cached, got[0].stats.n_cached, (unsigned long long)st.cache.disk_states,
+                  (unsigned long long)st.cache.disk_blocks);
+    assert_int_equal(got[2].stats.n_cached, 48);
+    assert_int_equal(got[0].stats.n_cached, 32);
+    assert_int_equal(st.cache.state_disk_hits, 2);
+    assert_true(st.cache.disk_states >= 2);
+    free(base.ids);
     teardown_model();
 }
 
@@ -97,6 +194,18 @@ static void test_moe_hybrid(void **state)
 {
     (void)state;
     check_model("tests/data/models/qwen3.5-moe");
+}
+
+static void test_prefix_dense(void **state)
+{
+    (void)state;
+    check_prefix("tests/data/models/qwen3.5");
+}
+
+static void test_prefix_moe(void **state)
+{
+    (void)state;
+    check_prefix("tests/data/models/qwen3.5-moe");
 }
 
 int main(void)
@@ -115,6 +224,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_hybrid),
         cmocka_unit_test(test_moe_hybrid),
+        cmocka_unit_test_setup_teardown(test_prefix_dense, rp_test_tmp_setup, rp_test_tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_prefix_moe, rp_test_tmp_setup, rp_test_tmp_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
