@@ -173,6 +173,7 @@ static void test_states_in_memory(void **state)
     rp_kv_seq_deinit(p, &s);
     assert_int_equal(take(c, t, 4, &s), 0);
     assert_int_equal(s.state_slot, 0);
+    rp_kv_seq_deinit(p, &s);
 
     // States at the end of blocks 2 and 3: the longest prefix with one wins.
     publish(p, c, t, 2, 10.0f);
@@ -218,6 +219,7 @@ static void test_states_in_memory(void **state)
     assert_int_equal(s.n_blocks, 0);
     assert_int_equal(s.state_slot, 0);
     assert_int_equal(rp_kv_pool_free_blocks(p), free_blocks);
+    rp_kv_seq_deinit(p, &s);
     for (int i = 0; i < SLOTS; i++)
         rp_kv_seq_deinit(p, &hold[i]);
     rp_cache_destroy(c);
@@ -344,6 +346,7 @@ static void test_bad_state_files(void **state)
     assert_int_equal(s.state_slot, 0);
     assert_int_equal(rp_kv_pool_free_states(p), SLOTS);
     assert_int_equal(access(f3, F_OK), -1);
+    rp_kv_seq_deinit(p, &s);
     rp_cache_stats st;
     rp_cache_get_stats(c, &st);
     assert_int_equal(st.disk_rejects, 1);
