@@ -239,9 +239,10 @@ static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm
     if (st || got == 0)
         return st;
     int c = got * e->block;
-    // (A model with state: the lookup left at least the last token out, and it has no MTP
-    // layer, so nothing runs again: the state has consumed every cached position.)
-    RP_ASSERT(!e->stateful || (c < g->n_tok && !e->has_mtp));
+    // (A model with state: the lookup left at least the last token out, and nothing runs
+    // again, MTP or not: the state has consumed every cached position. The MTP row of the
+    // last cached position stays as its publisher computed it: it only steers drafts.)
+    RP_ASSERT(!e->stateful || c < g->n_tok);
     // The last token always runs: its logits are needed. MTP hook: the MTP
     // layer's KV at the last cached position depends on the next token, and its
     // input there (the main model's hidden row) is not cached, so with an MTP
@@ -250,7 +251,7 @@ static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm
     // prefilled position. Either way the position's block is written, so it is
     // made private first (copy on write); without a free block for the copy the
     // whole block is run again instead.
-    if (e->has_mtp || c == g->n_tok) {
+    if ((e->has_mtp && !e->stateful) || c == g->n_tok) {
         if (rp_kv_seq_unshare_last(e->kv, &g->kv) == RP_OK) {
             c -= 1;
         } else {
@@ -285,7 +286,7 @@ static void admit(rp_engine *e)
             g->disk_steps++;
             break;
         }
-        bool cow = cm.n_blocks > 0 && (e->has_mtp || cm.n_blocks * e->block == g->n_tok);
+        bool cow = cm.n_blocks > 0 && ((e->has_mtp && !e->stateful) || cm.n_blocks * e->block == g->n_tok);
         int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
             break;

@@ -494,10 +494,6 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg)
                       path, cfg->rot_dim, cfg->head_dim);
     if (cfg->shared_ffn_dim < 0 || cfg->shared_ffn_dim > (1 << 22))
         return RP_ERR(RP_ERR_INVALID, "%s: shared expert width %d", path, cfg->shared_ffn_dim);
-    if (cfg->n_mtp > 0 && is_hybrid(cfg->arch)) {
-        RP_LOGW("%s: the %s MTP layer is not supported yet; MTP drafting is off", path, cfg->arch_name);
-        cfg->n_mtp = 0;
-    }
     if (cfg->n_mtp > 1) {
         // A stack of several MTP layers has no checkpoint of a supported architecture yet.
         RP_LOGW("%s: %d MTP layers; only a single MTP layer is supported, MTP drafting is off", path, cfg->n_mtp);
@@ -508,6 +504,8 @@ rp_status rp_config_validate(const char *path, rp_model_config *cfg)
 
 bool rp_config_layer_moe(const rp_model_config *c, int l)
 {
+    if (l >= c->n_layer) // the MTP stack's layer j follows the rule of layer j (as vLLM builds it)
+        l -= c->n_layer;
     return c->n_expert > 0 && l >= 0 && l < c->n_layer && (l + 1) % c->moe_step == 0 &&
            !(l < 1024 && (c->dense_layers[l / 32] >> (l % 32)) & 1);
 }

@@ -555,7 +555,8 @@ static rp_status get_moe(source *src, int l, rp_layer *L)
         (st = get_experts(src, "up", l, c->dim, c->moe_ffn_dim, L->ex_up)) ||
         (st = get_experts(src, "down", l, c->moe_ffn_dim, c->dim, L->ex_down)))
         return st;
-    m->expert_bytes += m->weight_bytes - before;
+    if (l < c->n_layer) // (the MTP layer's are in mtp_weight_bytes)
+        m->expert_bytes += m->weight_bytes - before;
     return RP_OK;
 }
 
@@ -689,9 +690,9 @@ static rp_status load_tensors(source *src)
         rp_mtp *M = &m->mtp;
         int l = c->n_layer;
         if ((st = get_weight(src, "nextn.eh_proj.weight", l, 2 * (int64_t)c->dim, c->dim, &M->fc)) ||
-            (st = get_vector(src, "nextn.enorm.weight", l, c->dim, true, &M->enorm)) ||
-            (st = get_vector(src, "nextn.hnorm.weight", l, c->dim, true, &M->hnorm)) ||
-            (st = get_vector(src, "nextn.shared_head_norm.weight", l, c->dim, true, &M->norm)))
+            (st = get_norm(src, "nextn.enorm.weight", l, c->dim, true, &M->enorm)) ||
+            (st = get_norm(src, "nextn.hnorm.weight", l, c->dim, true, &M->hnorm)) ||
+            (st = get_norm(src, "nextn.shared_head_norm.weight", l, c->dim, true, &M->norm)))
             return st;
         if (!src->dry)
             m->mtp_weight_bytes = m->weight_bytes - main_bytes;

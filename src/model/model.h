@@ -108,7 +108,7 @@ typedef struct rp_model_config {
     bool norm_unit_offset;        // the RMSNorms multiply by (1 + w): the loader adds 1 to their weights
 } rp_model_config;
 
-// Whether layer l's MLP is a mixture of experts (the MTP layer's never is).
+// Whether layer l's MLP is a mixture of experts (an MTP layer, l = n_layer + j, follows layer j's rule).
 bool rp_config_layer_moe(const rp_model_config *c, int l);
 // Whether layer l is a Gated DeltaNet layer (holds recurrent state instead of KV).
 bool rp_config_layer_gdn(const rp_model_config *c, int l);

@@ -7,7 +7,8 @@
  * recomputed at readmission, or resumed from the prefix cache's copy of its state)
  * changes nothing. The prefix cache on these models: a prompt's state at its last whole
  * block is kept, a longer prompt resumes there (and after a restart, from the disk),
- * and the tokens are those of a run without the cache.
+ * and the tokens are those of a run without the cache. All of it with prompt lookup and
+ * with the MTP layer (the -mtp fixtures) drafting.
  */
 #include "spec_harness.h"
 #include "test_tmp.h"
@@ -58,33 +59,40 @@ static void run_all(const sh_config *c, int max_running, int kv_tokens, bool at_
         free((void *)rs[i].gp.prompt);
 }
 
-static void check_model(const char *dir)
+// Speculation by `spec` (SH_NGRAM or SH_MTP) against none, alone, batched and preempted.
+static void check_model(const char *dir, int spec)
 {
     if (setup_model(dir))
         fail_msg("cannot load %s", dir);
     static sh_result ref[N_REQ], got[N_REQ];
     rp_engine_stats st;
     run_all(&SH_CONFIGS[SH_OFF], 1, 0, false, ref, &st);
-    // Prompt lookup pinned, every step drafting its cap: rejections roll the state back.
-    run_all(&SH_CONFIGS[SH_NGRAM], 1, 0, false, got, &st);
+    const sh_config *c = &SH_CONFIGS[spec];
+    char what[64];
+    // Pinned, every step drafting its cap: rejections roll the state back.
+    run_all(c, 1, 0, false, got, &st);
+    snprintf(what, sizeof(what), "%s alone", c->name);
     for (int i = 0; i < N_REQ; i++)
-        sh_same(&got[i], &ref[i], "ngram alone", i);
-    // Random weights rarely continue the prompt's n-grams: drafts are made and mostly rejected,
-    // each rejection a rollback of the state (partial acceptance, a longer replay, is
-    // test_hybrid's, at the model). What matters is that some were drafted and rejected.
+        sh_same(&got[i], &ref[i], what, i);
+    // Random weights rarely continue the prompt's n-grams, and a random MTP layer rarely guesses
+    // the next token: drafts are made and mostly rejected, each rejection a rollback of the
+    // state (partial acceptance, a longer replay, is test_hybrid's, at the model). What matters
+    // is that some were drafted and rejected.
     long d, a;
-    sh_counts(got, N_REQ, RP_SPEC_NGRAM, &d, &a);
-    print_message("  %s: prompt lookup drafted %ld, %ld accepted\n", dir, d, a);
+    sh_counts(got, N_REQ, spec == SH_MTP ? RP_SPEC_MTP : RP_SPEC_NGRAM, &d, &a);
+    print_message("  %s: %s drafted %ld, %ld accepted\n", dir, c->name, d, a);
     if (!(d > 0 && a < d))
         fail_msg("%s: %ld drafted, %ld accepted: no rollback was exercised", dir, d, a);
     // All at once, batched, speculating.
-    run_all(&SH_CONFIGS[SH_NGRAM], N_REQ, 0, true, got, &st);
+    run_all(c, N_REQ, 0, true, got, &st);
+    snprintf(what, sizeof(what), "%s batched", c->name);
     for (int i = 0; i < N_REQ; i++)
-        sh_same(&got[i], &ref[i], "ngram batched", i);
+        sh_same(&got[i], &ref[i], what, i);
     // A pool too small for all four at once: requests are preempted and readmitted.
-    run_all(&SH_CONFIGS[SH_NGRAM], N_REQ, 512, true, got, &st);
+    run_all(c, N_REQ, 512, true, got, &st);
+    snprintf(what, sizeof(what), "%s batched, preempted", c->name);
     for (int i = 0; i < N_REQ; i++)
-        sh_same(&got[i], &ref[i], "ngram batched, preempted", i);
+        sh_same(&got[i], &ref[i], what, i);
     print_message("  %s: %llu preemptions in the small pool\n", dir, (unsigned long long)st.preemptions);
     assert_true(st.preemptions > 0);
     // Readmitted requests resume from their prompt's state in the prefix cache.
@@ -98,14 +106,14 @@ static void check_model(const char *dir)
 
 #define P_GEN 48
 
-static rp_engine *prefix_engine(bool cache, const char *dir)
+static rp_engine *prefix_engine(bool cache, const char *dir, rp_engine_spec_method method)
 {
     rp_engine_params ep;
     rp_engine_params_default(&ep);
     ep.n_ctx = 1024;
     ep.max_running = 2;
     ep.kv_block = 16;
-    ep.spec.method = RP_ENGINE_SPEC_NGRAM; // drafts pinned on: rollbacks right after a restored state
+    ep.spec.method = method; // drafts pinned on: rollbacks right after a restored state
     ep.spec.adaptive = false;
     ep.spec.k_max = 4;
     ep.no_prefix_cache = !cache;
@@ -131,7 +139,7 @@ static void run_prefix(rp_engine *e, const sh_prompt *base, int n, sh_result *r)
     free(ids);
 }
 
-static void check_prefix(const char *model)
+static void check_prefix(const char *model, rp_engine_spec_method method)
 {
     if (setup_model(model))
         fail_msg("cannot load %s", model);
@@ -143,7 +151,7 @@ static void check_prefix(const char *model)
         fail_msg("the base prompt has %d tokens, fewer than %d", base.n, NC);
     const int lens[3] = {NA, NB, NC};
     static sh_result ref[3], got[3];
-    rp_engine *e = prefix_engine(false, NULL);
+    rp_engine *e = prefix_engine(false, NULL, method);
     for (int i = 0; i < 3; i++)
         run_prefix(e, &base, lens[i], &ref[i]);
     rp_engine_destroy(e);
@@ -151,7 +159,7 @@ static void check_prefix(const char *model)
     char dir[512];
     snprintf(dir, sizeof(dir), "%s", rp_test_tmp_path("kv"));
     // A (37 tokens) keeps its state at 32; B (53) resumes there and keeps its own at 48.
-    e = prefix_engine(true, dir);
+    e = prefix_engine(true, dir, method);
     run_prefix(e, &base, NA, &got[0]);
     run_prefix(e, &base, NB, &got[1]);
     rp_engine_stats st;
@@ -166,7 +174,7 @@ static void check_prefix(const char *model)
     assert_int_equal(st.cache.state_disk_hits, 0);
 
     // A restart: C (70) resumes from B's state at 48, A from its own at 32, both from the disk.
-    e = prefix_engine(true, dir);
+    e = prefix_engine(true, dir, method);
     run_prefix(e, &base, NC, &got[2]);
     run_prefix(e, &base, NA, &got[0]);
     rp_engine_get_stats(e, &st);
@@ -187,25 +195,47 @@ static void check_prefix(const char *model)
 static void test_dense_hybrid(void **state)
 {
     (void)state;
-    check_model("tests/data/models/qwen3.5");
+    check_model("tests/data/models/qwen3.5", SH_NGRAM);
 }
 
 static void test_moe_hybrid(void **state)
 {
     (void)state;
-    check_model("tests/data/models/qwen3.5-moe");
+    check_model("tests/data/models/qwen3.5-moe", SH_NGRAM);
+}
+
+// The hybrids' MTP layer drafting (its KV beside the attention layers', the state rolled back
+// after its rejected drafts).
+static void test_dense_hybrid_mtp(void **state)
+{
+    (void)state;
+    check_model("tests/data/models/qwen3.5-mtp", SH_MTP);
+}
+
+static void test_moe_hybrid_mtp(void **state)
+{
+    (void)state;
+    check_model("tests/data/models/qwen3.5-moe-mtp", SH_MTP);
 }
 
 static void test_prefix_dense(void **state)
 {
     (void)state;
-    check_prefix("tests/data/models/qwen3.5");
+    check_prefix("tests/data/models/qwen3.5", RP_ENGINE_SPEC_NGRAM);
 }
 
 static void test_prefix_moe(void **state)
 {
     (void)state;
-    check_prefix("tests/data/models/qwen3.5-moe");
+    check_prefix("tests/data/models/qwen3.5-moe", RP_ENGINE_SPEC_NGRAM);
+}
+
+// With an MTP layer: a resumed request's MTP catch-up starts after the cached prefix (nothing
+// runs again, the shared blocks are not written).
+static void test_prefix_mtp(void **state)
+{
+    (void)state;
+    check_prefix("tests/data/models/qwen3.5-moe-mtp", RP_ENGINE_SPEC_MTP);
 }
 
 int main(void)
@@ -224,8 +254,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_hybrid),
         cmocka_unit_test(test_moe_hybrid),
+        cmocka_unit_test(test_dense_hybrid_mtp),
+        cmocka_unit_test(test_moe_hybrid_mtp),
         cmocka_unit_test_setup_teardown(test_prefix_dense, rp_test_tmp_setup, rp_test_tmp_teardown),
         cmocka_unit_test_setup_teardown(test_prefix_moe, rp_test_tmp_setup, rp_test_tmp_teardown),
+        cmocka_unit_test_setup_teardown(test_prefix_mtp, rp_test_tmp_setup, rp_test_tmp_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

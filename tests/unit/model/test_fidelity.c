@@ -5,7 +5,7 @@
  * tools/fixtures/make_models.py (llama2, llama3 with rope scaling, mistral,
  * qwen2, qwen3 sharded, qwen3 with extra mtp.* tensors, qwen3-moe, the Qwen3.5
  * hybrids qwen3.5 and qwen3.5-moe, and the latter two in their published
- * vision-language wrapper, -vl) and reference.json with
+ * vision-language wrapper, -vl, and with an MTP layer, -mtp) and reference.json with
  * transformers' float32 logits and greedy tokens. For each prompt: the logits
  * after the prompt by normalized error < 1e-3, the first 8 logits at every
  * prompt position, and the greedy tokens up to the first step whose top-2

@@ -121,19 +121,16 @@ static void mtp_over_prompt(rp_model *m, const int32_t *ids, int T, rp_dtype kv_
     rp_kv_pool_destroy(kv);
 }
 
-static void test_matches_reference(void **state)
+// m's MTP logits over each prompt of `prompts` that has an "mtp" object (argmax and
+// top-16 per row, all logits of the last row) against the reference; returns how many.
+static int check_mtp_reference(rp_model *m, json_t *prompts, const char *what)
 {
-    (void)state;
-    const rp_model_config *c = rp_model_get_config(tiny);
+    const rp_model_config *c = rp_model_get_config(m);
     int V = c->n_vocab;
-    assert_true(rp_model_has_mtp(tiny));
-    assert_int_equal(c->n_mtp, 1);
-    assert_int_equal(rp_model_kv_layers(tiny), c->n_layer + 1);
-    json_t *f = load_fixtures();
     size_t pi;
     json_t *p;
     int n_prompts = 0;
-    json_array_foreach(json_object_get(f, "prompts"), pi, p) {
+    json_array_foreach(prompts, pi, p) {
         json_t *ref = json_object_get(p, "mtp");
         if (!ref)
             continue;
@@ -141,7 +138,7 @@ static void test_matches_reference(void **state)
         int T;
         int32_t *ids = harness_ids(json_object_get(p, "prompt_ids"), &T);
         float *got = malloc((size_t)(T - 1) * V * sizeof(float));
-        mtp_over_prompt(tiny, ids, T, RP_DTYPE_F32, got);
+        mtp_over_prompt(m, ids, T, RP_DTYPE_F32, got);
         json_t *amax = json_object_get(ref, "argmax"), *tids = json_object_get(ref, "top16_ids"),
                *tvals = json_object_get(ref, "top16_logits"), *last = json_object_get(ref, "last_row_logits");
         assert_int_equal((int)json_array_size(amax), T - 1);
@@ -154,14 +151,15 @@ static void test_matches_reference(void **state)
                 int id = (int)json_integer_value(json_array_get(ri, j));
                 double want = json_number_value(json_array_get(rv, j));
                 if (fabs(row[id] - want) > 1e-3 * (1 + fabs(want)))
-                    fail_msg("prompt %zu MTP row %d: logit of token %d is %.6f, reference %.6f", pi, r, id,
+                    fail_msg("%s prompt %zu MTP row %d: logit of token %d is %.6f, reference %.6f", what, pi, r, id,
                              (double)row[id], want);
             }
             double margin = json_number_value(json_array_get(rv, 0)) - json_number_value(json_array_get(rv, 1));
             if (margin >= CLEAR_MARGIN) {
                 int want = (int)json_integer_value(json_array_get(amax, (size_t)r));
                 if (harness_argmax(row, V) != want)
-                    fail_msg("prompt %zu MTP row %d: argmax %d, reference %d", pi, r, harness_argmax(row, V), want);
+                    fail_msg("%s prompt %zu MTP row %d: argmax %d, reference %d", what, pi, r,
+                             harness_argmax(row, V), want);
                 clear++;
             }
         }
@@ -174,14 +172,59 @@ static void test_matches_reference(void **state)
         }
         double err = sqrt(num / (den > 0 ? den : 1));
         if (!(err < MAX_NORM_ERR))
-            fail_msg("prompt %zu: MTP last-row normalized logit error %.3g", pi, err);
+            fail_msg("%s prompt %zu: MTP last-row normalized logit error %.3g", what, pi, err);
         assert_true(clear > (T - 1) / 2);
-        print_message("  prompt %zu: %d MTP rows, %d argmax checked, last-row error %.2g\n", pi, T - 1, clear, err);
+        print_message("  %s prompt %zu: %d MTP rows, %d argmax checked, last-row error %.2g\n", what, pi, T - 1,
+                      clear, err);
         free(got);
         free(ids);
     }
-    assert_int_equal(n_prompts, 3);
+    return n_prompts;
+}
+
+static void test_matches_reference(void **state)
+{
+    (void)state;
+    const rp_model_config *c = rp_model_get_config(tiny);
+    assert_true(rp_model_has_mtp(tiny));
+    assert_int_equal(c->n_mtp, 1);
+    assert_int_equal(rp_model_kv_layers(tiny), c->n_layer + 1);
+    json_t *f = load_fixtures();
+    assert_int_equal(check_mtp_reference(tiny, json_object_get(f, "prompts"), "rapid-tiny"), 3);
     json_decref(f);
+}
+
+// The Qwen3.5 hybrids' MTP layer (gated attention, (1 + w) norms; the MoE one with experts
+// and a shared expert) against transformers' own modules (tools/fixtures/make_models.py,
+// make_hybrid_mtp): the main model's logits are those of the model without it.
+static void test_hybrid_matches_reference(void **state)
+{
+    (void)state;
+    static const char *names[] = {"qwen3.5-mtp", "qwen3.5-moe-mtp"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char dir[256];
+        snprintf(dir, sizeof(dir), "tests/data/models/%s", names[i]);
+        rp_model_params p;
+        rp_model_params_default(&p);
+        p.quiet = true;
+        rp_model *m;
+        assert_int_equal(rp_test_load(rp_test_source(dir), 2, true, &p, &m), RP_OK);
+        const rp_model_config *c = rp_model_get_config(m);
+        assert_true(rp_model_has_mtp(m));
+        assert_true(rp_model_has_state(m));
+        assert_int_equal(c->n_mtp, 1);
+        // the attention layers and the MTP layer hold KV; the Gated DeltaNet layers state
+        assert_int_equal(rp_model_kv_layers(m), c->n_layer - rp_config_gdn_layers(c) + 1);
+        assert_int_equal(rp_config_layer_moe(c, c->n_layer), c->n_expert > 0);
+        snprintf(dir, sizeof(dir), "tests/data/models/%s/reference.json", names[i]);
+        json_error_t e;
+        json_t *f = json_load_file(rp_test_source(dir), 0, &e);
+        if (!f)
+            fail_msg("%s: %s", dir, e.text);
+        assert_int_equal(check_mtp_reference(m, json_object_get(f, "prompts"), names[i]), 3);
+        json_decref(f);
+        rp_model_destroy(m);
+    }
 }
 
 // rp_model_forward_ex gives rp_model_forward's logits bit for bit, and hidden rows
@@ -755,7 +798,8 @@ static void test_bad_config(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matches_reference), cmocka_unit_test(test_forward_ex_same_logits),
+        cmocka_unit_test(test_matches_reference),
+        cmocka_unit_test(test_hybrid_matches_reference), cmocka_unit_test(test_forward_ex_same_logits),
         cmocka_unit_test(test_batch_equals_alone), cmocka_unit_test(test_truncate_rerun),
         cmocka_unit_test(test_chain),              cmocka_unit_test(test_chain_acceptance),
         cmocka_unit_test(test_gguf_roundtrip),
