@@ -12,7 +12,10 @@
  * to n = 1: with speculation, a step of 1 + k tokens yielding a + 1 tokens beats
  * plain decoding by (a + 1) / ratio. --cpu times process CPU time instead of
  * wall time: with one thread, what a step costs whatever the neighbours do. --simd
- * caps the kernels' instruction set (scalar, avx2, avx512). Not a test: numbers go to bench/RESULTS.md.
+ * caps the kernels' instruction set (scalar, avx2, avx512). On a model with recurrent state
+ * (Qwen3.5) every forward also logs its inputs for rollback, as the engine's verification steps
+ * do, and the state is rolled back to the context's (untimed) before the next one. Not a test:
+ * numbers go to bench/RESULTS.md.
  *
  * usage: verify-bench MODEL [--threads N] [--ctx N] [--reps R] [--max N] [--quant q8|q4|q4k] [--cpu] [--simd LEVEL]
  *                     [--kv f16|f32] [--f32-activations] [--device NAME]
@@ -114,7 +117,10 @@ int main(int argc, char **argv)
     }
     const rp_model_config *c = rp_model_get_config(m);
     int total = ctx + max_n, B = 512;
-    if (rp_model_kv_create(m, 16, total / 16 + 2, kv_type, &kv) || rp_kv_seq_reserve(kv, &seq, total)) {
+    // (A model with recurrent state: one state slot, its log long enough to roll the longest
+    // step back; each timed forward starts from the context's state again, see rewind.)
+    bool state = rp_model_has_state(m);
+    if (rp_model_kv_create_ex(m, 16, total / 16 + 2, kv_type, 1, max_n, &kv) || rp_kv_seq_reserve(kv, &seq, total)) {
         fprintf(stderr, "verify-bench: %s\n", rp_error_message());
         goto done;
     }
@@ -160,6 +166,12 @@ int main(int argc, char **argv)
             }
             rp_batch b = {n, tok, pos, sq, want, seqs, 1, NULL};
             for (int r = 0; r < reps + 2; r++) {
+                // The state moved past ctx: back to it (untimed; with the forward's log, no replay).
+                if (state && seq.state_pos > ctx &&
+                    (rp_model_seq_truncate(m, kv, &seq, ctx) || rp_kv_seq_reserve(kv, &seq, total))) {
+                    fprintf(stderr, "verify-bench: %s\n", rp_error_message());
+                    goto done;
+                }
                 double t0 = now();
                 rp_status fst =
                     mode == 2 ? rp_model_forward_argmax(m, kv, &b, ids, NULL) : rp_model_forward(m, kv, &b, logits);

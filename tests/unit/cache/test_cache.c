@@ -7,9 +7,7 @@
  * failures. Block contents are synthetic: each block is filled from a tag so
  * a block read back can be checked float for float.
  */
-#include "test_tmp.h"
-
-#include "cache/cache_int.h"
+#include "cache_harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,25 +18,11 @@
 #define XXH_STATIC_LINKING_ONLY // the streaming state on the stack, as disk.c has it
 #include <xxhash.h>
 
-static rp_backend *BE;
 
 enum { LAYERS = 2, HEADS = 1, HD = 8, BS = 4 };
 
 static const uint8_t FP_A[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 static const uint8_t FP_B[16] = {16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1};
-
-static int setup(void **state)
-{
-    if (rp_test_tmp_setup(state))
-        return -1;
-    return rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-    rp_backend_destroy(BE);
-    return rp_test_tmp_teardown(state);
-}
 
 static rp_kv_pool *make_pool(int n_blocks)
 {
@@ -94,25 +78,6 @@ static void make_seq(rp_kv_pool *p, rp_kv_seq *s, int n, float tag)
         fill_block(p, s->blocks[i], tag + 1000.0f * (float)i);
 }
 
-static void tokens(int32_t *t, int n, int32_t base)
-{
-    for (int i = 0; i < n; i++)
-        t[i] = base + i;
-}
-
-// Waits (at most 60 s) until the writer has written n files in all.
-static void wait_writes(rp_cache *c, uint64_t n)
-{
-    rp_cache_stats st;
-    for (int i = 0; i < 6000; i++) {
-        rp_cache_get_stats(c, &st);
-        if (st.disk_writes >= n)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the writer wrote %llu files, expected %llu", (unsigned long long)st.disk_writes, (unsigned long long)n);
-}
-
 // A fresh folder under the test's temp folder.
 static const char *fresh_dir(const char *name)
 {
@@ -163,20 +128,6 @@ static int lines_with(const char *s, const char *needle)
         n += strstr(line, needle) != NULL;
         l += len + (end != NULL);
     }
-    return n;
-}
-
-// The block files (*.kvb) and temp files in the fingerprint folder of c-to-be.
-static int count_files(const char *dir, const char *suffix)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        n += strstr(de->d_name, suffix) != NULL;
-    closedir(d);
     return n;
 }
 
@@ -558,17 +509,6 @@ static void block_file(const char *fpd, const int32_t *t, int i, char *out, size
     snprintf(out, cap, "%s/%s.kvb", fpd, hex);
     rp_cache_destroy(c);
     rp_kv_pool_destroy(p);
-}
-
-static void flip_byte(const char *path, off_t at)
-{
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    uint8_t b;
-    assert_int_equal(pread(fd, &b, 1, at), 1);
-    b ^= 0x40;
-    assert_int_equal(pwrite(fd, &b, 1, at), 1);
-    close(fd);
 }
 
 static rp_cache_stats restart_stats(const char *dir)
@@ -1210,5 +1150,5 @@ int main(void)
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_default_dir),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cache_setup, cache_teardown);
 }

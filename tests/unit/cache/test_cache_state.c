@@ -7,34 +7,18 @@
  * with block files, and a take without a free state slot. States are synthetic: each
  * filled from a tag so a state read back can be checked float for float.
  */
-#include "test_tmp.h"
-
-#include "cache/cache_int.h"
+#include "cache_harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static rp_backend *BE;
 
 enum { LAYERS = 2, HEADS = 1, HD = 8, BS = 4, SLOTS = 3 };
 static const rp_kv_state_geom GEOM = {
     .n_layer = 2, .n_k_head = 1, .n_v_head = 2, .dk = 4, .dv = 4, .kc = 4, .n_slots = SLOTS, .log_cap = 2};
 static const uint8_t FP[16] = {7, 7, 7, 7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
-
-static int setup(void **state)
-{
-    if (rp_test_tmp_setup(state))
-        return -1;
-    return rp_backend_open("cpu", &(rp_backend_params){.n_threads = 1}, &BE) ? -1 : 0;
-}
-
-static int teardown(void **state)
-{
-    rp_backend_destroy(BE);
-    return rp_test_tmp_teardown(state);
-}
 
 static rp_kv_pool *make_pool(int n_blocks)
 {
@@ -60,12 +44,6 @@ static rp_cache *make_cache(rp_kv_pool *p, const char *dir, uint64_t disk_budget
 static size_t state_floats(rp_kv_pool *p)
 {
     return rp_kv_pool_state_bytes(p) / sizeof(float);
-}
-
-static void tokens(int32_t *t, int n, int32_t base)
-{
-    for (int i = 0; i < n; i++)
-        t[i] = base + i;
 }
 
 // Gives s (n_blocks whole blocks reserved) the state `tag` at position pos.
@@ -113,32 +91,6 @@ static int take(rp_cache *c, const int32_t *t, int max, rp_kv_seq *s)
     assert_int_equal(rp_cache_take(c, t, s, &got), RP_OK);
     assert_true(got <= m.n_blocks);
     return got;
-}
-
-// Waits (at most 60 s) until the writer has written n files in all.
-static void wait_writes(rp_cache *c, uint64_t n)
-{
-    rp_cache_stats st;
-    for (int i = 0; i < 6000; i++) {
-        rp_cache_get_stats(c, &st);
-        if (st.disk_writes >= n)
-            return;
-        usleep(10000);
-    }
-    fail_msg("the writer wrote %llu files, expected %llu", (unsigned long long)st.disk_writes, (unsigned long long)n);
-}
-
-static int count_files(const char *dir, const char *suffix)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        n += strstr(de->d_name, suffix) != NULL;
-    closedir(d);
-    return n;
 }
 
 // The path of the state file at the end of block i of tokens t, in c's folder.
@@ -305,17 +257,6 @@ static void test_state_files_restart(void **state)
     rp_kv_pool_destroy(p);
 }
 
-static void flip_byte(const char *path, off_t at)
-{
-    int fd = open(path, O_RDWR);
-    assert_true(fd >= 0);
-    uint8_t b;
-    assert_int_equal(pread(fd, &b, 1, at), 1);
-    b ^= 0x40;
-    assert_int_equal(pwrite(fd, &b, 1, at), 1);
-    close(fd);
-}
-
 static void test_bad_state_files(void **state)
 {
     (void)state;
@@ -428,5 +369,5 @@ int main(void)
         cmocka_unit_test(test_bad_state_files),
         cmocka_unit_test(test_state_disk_budget),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, cache_setup, cache_teardown);
 }
