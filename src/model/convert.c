@@ -318,6 +318,9 @@ rp_status rp_model_convert_gguf(const char *hf_dir, const char *out_path, rp_dty
         st = rp_config_read_generation(hf_dir, &cfg);
     if (!st)
         st = rp_config_validate(cfg_path, &cfg);
+    if (!st && rp_config_gdn_layers(&cfg) > 0) // (Rapid reads no qwen35 GGUF either: DESIGN.md)
+        st = RP_ERR(RP_ERR_UNSUPPORTED, "%s: %s has Gated DeltaNet layers; their GGUF form is not supported yet",
+                    hf_dir, cfg.arch_name);
     if (!st)
         st = rp_st_open_dir(hf_dir, &c.st);
     if (!st)

@@ -101,6 +101,13 @@ static void test_convert_errors(void **state)
     assert_int_equal(rp_model_convert_gguf("/nonexistent-model-dir", "/tmp/x.gguf", RP_DTYPE_F32), RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "/nonexistent-model-dir"));
     assert_int_equal(rp_model_convert_gguf("/tmp", "/tmp/x.gguf", RP_DTYPE_Q6_K), RP_ERR_UNSUPPORTED);
+    // A hybrid is refused by name, before anything is written.
+    char out[256];
+    tmp_path(out, sizeof(out), "hybrid");
+    assert_int_equal(rp_model_convert_gguf(rp_test_source("tests/data/models/qwen3.5-mtp"), out, RP_DTYPE_F32),
+                     RP_ERR_UNSUPPORTED);
+    assert_non_null(strstr(rp_error_message(), "Gated DeltaNet"));
+    assert_int_equal(access(out, F_OK), -1);
 }
 
 int main(void)
