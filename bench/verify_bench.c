@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     const rp_model_config *c = rp_model_get_config(m);
     int total = ctx + max_n, B = 512;
     // (A model with recurrent state: one state slot, its log long enough to roll the longest
-    // step back; each timed forward starts from the context's state again, see rewind.)
+    // step back; each timed forward starts from the context's state again, below.)
     bool state = rp_model_has_state(m);
     if (rp_model_kv_create_ex(m, 16, total / 16 + 2, kv_type, 1, max_n, &kv) || rp_kv_seq_reserve(kv, &seq, total)) {
         fprintf(stderr, "verify-bench: %s\n", rp_error_message());

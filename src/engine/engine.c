@@ -227,6 +227,14 @@ static void preempt(rp_engine *e, rp_gen *g)
     e->stats.preemptions++;
 }
 
+// Whether a cached prefix's last position runs again at admission (in a private copy of
+// its block) for the MTP layer's sake: with MTP, unless the model has recurrent state,
+// whose state has consumed every cached position (attach_prefix).
+static bool reruns_last_cached(const rp_engine *e)
+{
+    return e->has_mtp && !e->stateful;
+}
+
 // Gives g (its sequence empty) the cached leading blocks of its tokens found by
 // the lookup cm, and sets n_comp past them.
 static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm)
@@ -251,7 +259,7 @@ static rp_status attach_prefix(rp_engine *e, rp_gen *g, const rp_cache_match *cm
     // prefilled position. Either way the position's block is written, so it is
     // made private first (copy on write); without a free block for the copy the
     // whole block is run again instead.
-    if ((e->has_mtp && !e->stateful) || c == g->n_tok) {
+    if (reruns_last_cached(e) || c == g->n_tok) {
         if (rp_kv_seq_unshare_last(e->kv, &g->kv) == RP_OK) {
             c -= 1;
         } else {
@@ -286,7 +294,7 @@ static void admit(rp_engine *e)
             g->disk_steps++;
             break;
         }
-        bool cow = cm.n_blocks > 0 && ((e->has_mtp && !e->stateful) || cm.n_blocks * e->block == g->n_tok);
+        bool cow = cm.n_blocks > 0 && (reruns_last_cached(e) || cm.n_blocks * e->block == g->n_tok);
         int margin = e->n_running < e->n_blocks / MARGIN_DIV ? e->n_running : e->n_blocks / MARGIN_DIV;
         if (need - cm.n_live + cow + margin > rp_kv_pool_free_blocks(e->kv))
             break;
