@@ -4,8 +4,9 @@
 # CUDA, then runs
 #   ops        the op harness (tests/unit/backend/test_backend_ops.c), every op and weight
 #              type on CUDA against the CPU's scalar kernels, then again with BF16 on the
-#              tensor cores (RP_CUDA_BF16_MMA=1); RP_TEST_REQUIRE_DEVICE=1 makes a missing GPU
-#              a failure, not a skip
+#              tensor cores (RP_CUDA_BF16_MMA=1: the row tiles a warp takes chosen per
+#              launch, then 1 and 2 forced; the deeper pipeline; three parts);
+#              RP_TEST_REQUIRE_DEVICE=1 makes a missing GPU a failure, not a skip
 #   sanitizer  the op harness under compute-sanitizer (memcheck, then racecheck)
 #   unit       the unit and long tiers with every model-level test on CUDA (RP_TEST_DEVICE=cuda:
 #              fidelity against the transformers fixtures, determinism in and out of batches,
@@ -47,13 +48,15 @@ if has build; then
 fi
 ops=build-gpu/tests/backend_test_backend_ops
 
-if has ops; then # the default numerics, then BF16 on the tensor cores (RP_CUDA_BF16_MMA=1)
-    for mma in 0 1; do
-        log="$out/ops$([ $mma = 1 ] && echo -bf16-mma).log"
-        if RP_CUDA_BF16_MMA=$mma RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$log" 2>&1; then
-            summary "ops (bf16 mma $mma)" "ok ($(grep -c '\[       OK \]' "$log") tests passed)"
+if has ops; then # the default numerics, then BF16 on the tensor cores: 2 parts (RT chosen per
+    # launch, then each RT forced: RT must never change a result), 3 parts
+    for v in "RP_CUDA_BF16_MMA=0" "RP_CUDA_BF16_MMA=1" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_RT=1" \
+        "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_RT=2" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_DEEP=1" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_PARTS=3"; do
+        log="$out/ops-$(echo "$v" | sed 's/RP_CUDA_//g; s/[ =]/-/g' | tr 'A-Z_' 'a-z-').log"
+        if env $v RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$log" 2>&1; then
+            summary "ops ($v)" "ok ($(grep -c '\[       OK \]' "$log") tests passed)"
         else
-            summary "ops (bf16 mma $mma)" FAILED
+            summary "ops ($v)" FAILED
             status=1
             grep -B2 -A6 'FAILED\|ERROR' "$log" | head -60
         fi

@@ -23,4 +23,9 @@ void rp_cuda_use_graphs(bool on);
 // (1, 2, 4 or 8, even past what their rows need), or by their shape (0, the default).
 void rp_cuda_matmul_splits(int splits);
 
+// Test hook: matmuls recorded from now on with BF16 weights on the tensor cores take `rt`
+// row tiles a warp (1 or 2), or as the launch's tokens suit (0, the default, or
+// RP_CUDA_TC_RT). Never changes a result.
+void rp_cuda_tc_rt(int rt);
+
 #endif

@@ -52,6 +52,18 @@ void rp_cuda_use_graphs(bool on)
 int cu_pdl = 1;
 int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
 int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
+int cu_tc_parts = 2;
+int cu_tc_rt = 0;
+int cu_tc_deep = 0;
+
+// *v from the environment variable `name` when it is set to one of the allowed values.
+static void env_int(const char *name, int *v, const int *allowed, int n_allowed)
+{
+    const char *s = getenv(name);
+    for (int i = 0; s && i < n_allowed; i++)
+        if (atoi(s) == allowed[i])
+            *v = allowed[i];
+}
 
 // *flag from the environment variable `name` when it is set ("0": off, anything else: on).
 static void env_flag(const char *name, int *flag)
@@ -59,6 +71,12 @@ static void env_flag(const char *name, int *flag)
     const char *v = getenv(name);
     if (v)
         *flag = strcmp(v, "0") != 0;
+}
+
+void rp_cuda_tc_rt(int rt)
+{
+    RP_ASSERT(rt == 0 || rt == 1 || rt == 2);
+    cu_tc_rt = rt;
 }
 
 void rp_cuda_matmul_splits(int splits)
@@ -877,7 +895,8 @@ static rp_status run_group(cuda_backend *c, const rp_matmul_desc *mm, int count,
 {
     cu_matmul_args a;
     memset(&a, 0, sizeof(a)); // padding hashes alike
-    a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch;
+    a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch, a.n_sm = c->prop.multiProcessorCount;
+    a.rt = cu_tc_rt, a.deep = cu_tc_deep;
     for (int i = 0; i < count; i++) {
         a.w[i] = *weight_of(mm[i].w);
         a.y[i] = mm[i].y;
@@ -1058,8 +1077,8 @@ static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
     cuda_backend *c = cuda(be);
     // The kernels' version: change it with any change of their arithmetic. The SM count
     // decides the matmuls' K-splits (cu_matmul_splits).
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-5 %s f32-act q8-act", c->prop.major,
-             c->prop.minor, c->prop.multiProcessorCount, cu_bf16_mma ? "bf16-mma" : "bf16-fma");
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-6 %s f32-act q8-act", c->prop.major,
+             c->prop.minor, c->prop.multiProcessorCount, !cu_bf16_mma ? "bf16-fma" : cu_tc_parts == 3 ? "bf16-mma3" : "bf16-mma2");
     return c->numerics;
 }
 
@@ -1174,6 +1193,9 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     env_flag("RP_CUDA_PDL", &cu_pdl); // (each for measuring a variant against the default)
     env_flag("RP_CUDA_BF16_MMA", &cu_bf16_mma);
     env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
+    env_int("RP_CUDA_TC_PARTS", &cu_tc_parts, (const int[]){2, 3}, 2);
+    env_int("RP_CUDA_TC_RT", &cu_tc_rt, (const int[]){0, 1, 2}, 3);
+    env_flag("RP_CUDA_TC_DEEP", &cu_tc_deep);
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

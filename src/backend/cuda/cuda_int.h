@@ -45,6 +45,15 @@ extern int cu_prefetch;
 // faster at one token), or tiles for the tensor cores (CU_BF16) when RP_CUDA_BF16_MMA=1
 // (faster for verification spans and batches).
 extern int cu_bf16_mma;
+// BF16 on the tensor cores: the bfloat16 parts x enters as (RP_CUDA_TC_PARTS: 2, the
+// default, or 3; part of the numerics), and the row tiles a warp takes (RP_CUDA_TC_RT: 1 or
+// 2; 0, the default: chosen per launch; never changes a result; recorded into each
+// matmul's arguments, so a graph captured with one is never replayed for another).
+extern int cu_tc_parts;
+extern int cu_tc_rt;
+// ... and how many weight loads a warp keeps in flight (RP_CUDA_TC_DEEP=1: twice as many, at
+// two blocks an SM instead of three; never changes a result).
+extern int cu_tc_deep;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
@@ -131,6 +140,9 @@ typedef struct cu_matmul_args {
     cu_qact qa;
     int n;
     bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
+    int n_sm;      // the GPU's SMs (how the tensor-core kernel spreads its rows)
+    int rt;        // row tiles a warp of the tensor-core kernel takes (0: chosen per launch; cu_tc_rt)
+    bool deep;     // the tensor-core kernel's deeper pipeline (cu_tc_deep)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
 

@@ -551,193 +551,223 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint4 &a, uint32_t
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t bf16x2(float lo, float hi)
+// The pair (a, b) of x as P bfloat16x2 parts (a in the low half): part 0 is (a, b) rounded
+// to bfloat16, each next part the rounding of what the parts before it left (the
+// subtractions are exact). Two parts carry 16 of x's 24 bits (a relative error under
+// 2^-17), three all of them; a product with a bfloat16 weight is exact in float32.
+template <int P> __device__ __forceinline__ void tc_parts(float a, float b, uint32_t (&out)[P])
 {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
-// Parts x enters the tensor cores as (3; 2 for measuring: x's top 16 bits).
-#ifndef RP_TC_PARTS
-#define RP_TC_PARTS 3
-#endif
-#define TP RP_TC_PARTS
-static_assert(TP == 2 || TP == 3, "x enters as two or three bfloat16 parts");
-
-// x as TP bfloat16 parts, hi + mid + lo (each the rounding of what the parts before it
-// left; the subtractions are exact), which carry x's 24 bits: products with a bfloat16
-// weight are exact in float32, so the tensor cores multiply float32 activations. The last
-// part is rounded where it is packed.
-__device__ __forceinline__ void split_parts(float x, float (&p)[TP])
-{
-    p[0] = __bfloat162float(__float2bfloat16_rn(x));
-    float r = __fsub_rn(x, p[0]);
-    if (TP == 3) {
-        p[1] = __bfloat162float(__float2bfloat16_rn(r));
-        r = __fsub_rn(r, p[1]);
-    }
-    p[TP - 1] = r;
-}
-
-// Lane 4g + q's B fragments of the parts of tokens t0 + 8 tt + g (tt < NTT) for tile kb:
-// x[k, k + 1] and x[k + 8, k + 9], k = 16 kb + 2q; zeros past n and past cols.
-template <int NTT>
-__device__ __forceinline__ void tc_bfrag(const float *x, int64_t cols, int t0, int n, int64_t kb,
-                                         uint32_t (&bf)[NTT][TP][2])
-{
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    int64_t k = 16 * kb + 2 * q;
 #pragma unroll
-    for (int tt = 0; tt < NTT; tt++) {
-        int t = t0 + 8 * tt + g;
-        float2 u = make_float2(0.0f, 0.0f), v = u;
-        if (t < n) {
-            const float *xr = x + (int64_t)t * cols + k;
-            u = *(const float2 *)xr;
-            if (k + 8 < cols)
-                v = *(const float2 *)(xr + 8);
-        }
-        float pu0[TP], pu1[TP], pv0[TP], pv1[TP];
-        split_parts(u.x, pu0), split_parts(u.y, pu1), split_parts(v.x, pv0), split_parts(v.y, pv1);
-#pragma unroll
-        for (int p = 0; p < TP; p++)
-            bf[tt][p][0] = bf16x2(pu0[p], pu1[p]), bf[tt][p][1] = bf16x2(pv0[p], pv1[p]);
+    for (int p = 0; p < P; p++) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        out[p] = *(uint32_t *)&h;
+        a = __fsub_rn(a, __uint_as_float(out[p] << 16));
+        b = __fsub_rn(b, __uint_as_float(out[p] & 0xffff0000u));
     }
 }
 
-// Loads tiles kb .. kb + U - 1 (those before k1) of the WN weights' row blocks (A: lane's
-// first tile of each).
-template <int WN, int U>
-__device__ __forceinline__ void tc_load(const uint4 *const (&A)[WN], int64_t kb, int64_t k1, uint4 (&wt)[WN][U])
+// What a warp holds of U consecutive k-tiles (a stage): the A fragments of its RT row tiles
+// of each of the WN weights (glu's gate and up share x). The stage's activations are not
+// held: they are brought into L1 when its weights are asked for (tc_prefetch_x) and read
+// tile by tile as the products run (tc_mma), so the registers go to weight loads in flight.
+template <int WN, int RT, int U> struct tc_stage {
+    uint4 a[WN][RT][U];
+};
+
+// A stage's weight fragments: tiles kb .. kb + U - 1 of those before k1 (A[w][r]: lane's 16
+// bytes of tile 0 of row tile r of weight w). Weights only, so it may run before the wait
+// for the kernel ahead.
+template <int WN, int RT, int U>
+__device__ __forceinline__ void tc_load_a(tc_stage<WN, RT, U> &st, const uint4 *const (&A)[WN][RT], int kb, int k1)
 {
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (kb + u < k1)
 #pragma unroll
             for (int w = 0; w < WN; w++)
-                wt[w][u] = __ldcs(A[w] + (kb + u) * 32);
+#pragma unroll
+                for (int r = 0; r < RT; r++)
+                    st.a[w][r][u] = __ldcs(A[w][r] + (kb + u) * 32);
 }
 
-// acc[w][tt][p] += the row block rb of weight w (WN of them: glu's gate and up share x)
-// times part p of the token tiles, over tiles [k0, k1) in order. The parts keep
-// accumulators of their own, so a warp's chain of dependent products is that much
-// shorter. Two stages of U tiles: the next stage's loads are issued before this one's
-// products, so a lane always has loads in flight.
-template <int NTT, int WN>
-__device__ __forceinline__ void tc_split(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
-                                         const float *x, int t0, int n, float (&acc)[WN][NTT][TP][4])
+// The 64 bytes of x that tiles kb .. kb + U - 1 (before k1) take from each token row of xr
+// (NULL past n), into L1; nothing held.
+template <int NTT, int U>
+__device__ __forceinline__ void tc_prefetch_x(const float *const (&xr)[NTT], int kb, int k1)
 {
-    constexpr int U = WN * NTT >= 4 ? 1 : (WN == 1 ? 4 : 2) / NTT; // 4 to 8 16-byte loads in flight a lane
-    int lane = threadIdx.x % 32;
-    int64_t cols = W0.cols, KB = cu_tiles_k(cols);
-    const uint4 *A[WN];
-    A[0] = (const uint4 *)W0.plane[0] + rb * KB * 32 + lane;
-    if (WN == 2)
-        A[WN - 1] = (const uint4 *)W1.plane[0] + rb * KB * 32 + lane;
-    uint4 cur[WN][U], nxt[WN][U];
-    tc_load<WN, U>(A, k0, k1, cur);
-    for (int64_t kb = k0; kb < k1; kb += U) {
-        if (kb + U < k1)
-            tc_load<WN, U>(A, kb + U, k1, nxt);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (kb + u >= k1)
-                break;
-            uint32_t bf[NTT][TP][2];
-            tc_bfrag<NTT>(x, cols, t0, n, kb + u, bf);
+    for (int u = 0; u < U; u++)
 #pragma unroll
-            for (int w = 0; w < WN; w++)
+        for (int tt = 0; tt < NTT; tt++)
+            if (kb + u < k1 && xr[tt])
+                asm volatile("prefetch.global.L1 [%0];" ::"l"(xr[tt] + 16 * (kb + u)));
+}
+
+// acc[w][r][tt] += the stage's tiles before k1 times the parts of x, each tile's parts the
+// last first (the smallest, so each product adds into a sum it can change). Lane 4g + q
+// reads x[k, k + 1, k + 8, k + 9] (k = 16 kb + 2q) of token 8 tt + g of each token tile.
+template <int WN, int RT, int NTT, int U, int P>
+__device__ __forceinline__ void tc_mma(const tc_stage<WN, RT, U> &st, const float *const (&xr)[NTT], int cols,
+                                       int kb, int k1, float (&acc)[WN][RT][NTT][4])
+{
+    int q = threadIdx.x % 4;
 #pragma unroll
-                for (int tt = 0; tt < NTT; tt++)
+    for (int u = 0; u < U; u++) {
+        if (kb + u >= k1)
+            break;
+        int k = 16 * (kb + u) + 2 * q;
+        uint32_t b0[NTT][P], b1[NTT][P];
 #pragma unroll
-                    for (int p = 0; p < TP; p++)
-                        mma_bf16(acc[w][tt][p], cur[w][u], bf[tt][p][0], bf[tt][p][1]);
+        for (int tt = 0; tt < NTT; tt++) {
+            float2 lo = make_float2(0.0f, 0.0f), hi = lo;
+            if (xr[tt]) {
+                lo = __ldg((const float2 *)(xr[tt] + k));
+                if (k + 8 < cols)
+                    hi = __ldg((const float2 *)(xr[tt] + k + 8));
+            }
+            tc_parts<P>(lo.x, lo.y, b0[tt]);
+            tc_parts<P>(hi.x, hi.y, b1[tt]);
         }
 #pragma unroll
         for (int w = 0; w < WN; w++)
 #pragma unroll
-            for (int u = 0; u < U; u++)
-                cur[w][u] = nxt[w][u];
+            for (int r = 0; r < RT; r++)
+#pragma unroll
+                for (int tt = 0; tt < NTT; tt++)
+#pragma unroll
+                    for (int p = P - 1; p >= 0; p--)
+                        mma_bf16(acc[w][r][tt], st.a[w][r][u], b0[tt][p], b1[tt][p]);
     }
 }
 
-// One pass of a warp: the partials of its 16 rows of the WN weights (glu's gate and up share
-// x) for tokens [t0, t0 + 8 NTT), into p[w] as [row · 8 NTT + token], each the sum of its
-// parts' accumulators, the last first (lo + mid, then + hi). A lane holds rows g and g + 8,
-// tokens 2q and 2q + 1 of each token tile.
-template <int NTT, int WN>
-__device__ __forceinline__ void tc_pass(const cu_weight &W0, const cu_weight &W1, int64_t rb, int64_t k0, int64_t k1,
-                                        const float *x, int t0, int n, float *p0, float *p1)
+// A token tile's rows of x for lane 4g + q: token t0 + 8 tt + g, NULL past n.
+template <int NTT>
+__device__ __forceinline__ void tc_rows(const float *x, int64_t cols, int t0, int n, const float *(&xr)[NTT])
 {
-    constexpr int TOK = 8 * NTT;
-    int lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    float acc[WN][NTT][TP][4] = {};
-    tc_split<NTT, WN>(W0, W1, rb, k0, k1, x, t0, n, acc);
+    int g = (threadIdx.x % 32) / 4;
 #pragma unroll
-    for (int w = 0; w < WN; w++) {
-        float *p = w == 0 ? p0 : p1;
-#pragma unroll
-        for (int tt = 0; tt < NTT; tt++) {
-            float v[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                v[e] = acc[w][tt][TP - 1][e];
-                for (int p = TP - 2; p >= 0; p--)
-                    v[e] = __fadd_rn(v[e], acc[w][tt][p][e]);
-            }
-            int c = 8 * tt + 2 * q;
-            p[g * TOK + c] = v[0], p[g * TOK + c + 1] = v[1];
-            p[(g + 8) * TOK + c] = v[2], p[(g + 8) * TOK + c + 1] = v[3];
+    for (int tt = 0; tt < NTT; tt++) {
+        int t = t0 + 8 * tt + g;
+        xr[tt] = t < n ? x + (int64_t)t * cols : NULL;
+    }
+}
+
+// Tiles a stage takes: four 16-byte weight loads a lane (deep: eight), so with the next
+// stage's loads issued before a stage's products a lane keeps 4 to 8 (8 to 16) in flight.
+// The shallow kernel fits three blocks an SM, the deep one two, and two token tiles' two
+// (tc_blocks_per_sm).
+__host__ __device__ constexpr int tc_unroll(int wn, int rt, bool deep)
+{
+    return (deep ? 8 : 4) / (wn * rt) > 0 ? (deep ? 8 : 4) / (wn * rt) : 1;
+}
+
+__host__ __device__ constexpr int tc_blocks_per_sm(bool deep, int ntt)
+{
+    return deep || ntt == 2 ? 2 : 3;
+}
+
+// One pass of a warp over tiles [k0, k1) of its RT row tiles (from rb0) for the tokens of
+// xr: st0 holds the first stage's weights already (asked for before the kernel's wait).
+// Two stages alternate: one's loads are in flight while the other's products run.
+template <int NTT, int WN, int RT, int P, int U>
+__device__ __forceinline__ void tc_warp(const uint4 *const (&A)[WN][RT], int cols, int k0, int k1,
+                                        const float *const (&xr)[NTT], tc_stage<WN, RT, U> &st0,
+                                        float (&acc)[WN][RT][NTT][4])
+{
+    tc_stage<WN, RT, U> st1;
+    tc_prefetch_x<NTT, U>(xr, k0, k1);
+    for (int kb = k0; kb < k1; kb += 2 * U) {
+        tc_load_a(st1, A, kb + U, k1);
+        tc_prefetch_x<NTT, U>(xr, kb + U, k1);
+        tc_mma<WN, RT, NTT, U, P>(st0, xr, cols, kb, k1, acc);
+        if (kb + 2 * U < k1) {
+            tc_load_a(st0, A, kb + 2 * U, k1);
+            tc_prefetch_x<NTT, U>(xr, kb + 2 * U, k1);
         }
+        tc_mma<WN, RT, NTT, U, P>(st1, xr, cols, kb + U, k1, acc);
     }
 }
 
-#define TC_PREFETCH 8 // tiles of a warp's split brought into L2 while the kernel before finishes
-
-// As k_matmul, for BF16 weights: a warp takes 16 rows (one row of tiles) of one K-split,
-// the chunks of 256 columns (16 tiles) split as there; tokens 8 NTT a pass (NTT = 1 for one
-// token: a token's arithmetic is the same either way; two tiles' sums take more registers,
-// so that kernel runs a block an SM). The partials meet in shared memory and are added in
-// split order.
-template <int NTT> __global__ void __launch_bounds__(MM_WARPS * 32, NTT == 1 ? 2 : 1) k_matmul_tc(cu_matmul_args a)
+// Blocks a weight's rows take with RT row tiles a warp (a block: MM_WARPS / splits row
+// groups, each split in a warp of its own).
+__host__ __device__ __forceinline__ int64_t tc_blocks(const cu_weight &W, int rt)
 {
-    constexpr int TOK = 8 * NTT;
-    __shared__ float part[2][MM_WARPS][16 * TOK]; // each warp's partials (gate, up), [row · TOK + token]
+    int64_t tiles = (W.rows + 15) / 16, per = (int64_t)(MM_WARPS / W.splits) * rt;
+    return (tiles + per - 1) / per;
+}
+
+// As mm_member, for blocks of tc_blocks.
+__device__ __forceinline__ int tc_member(const cu_matmul_args &a, int rt, int64_t *b)
+{
+    int i = 0, members = a.glu ? 1 : a.count;
+    for (int k = 0; k < CU_MM_GROUP - 1; k++)
+        if (i == k && i < members - 1 && *b >= tc_blocks(pick(k, a.w), rt))
+            *b -= tc_blocks(pick(k, a.w), rt), i++;
+    return i;
+}
+
+// As k_matmul, for BF16 weights on the tensor cores: a warp takes RT row tiles (16 RT rows)
+// of one K-split (the splits and their tiles as for the other types: 16 tiles a chunk),
+// tokens 8 NTT a pass, each k-tile's x split into P parts once for all RT row tiles. RT
+// only says which rows a warp takes, never how a row is summed, so the launcher picks it
+// for speed (cu_matmul_rt). The partials meet in shared memory and are added in split
+// order. A token's arithmetic is the same for any number of tokens and any RT: tiles in
+// order within a split, each tile's parts the last first, then the splits in order.
+template <int NTT, int WN, int RT, int P, bool DEEP>
+__global__ void __launch_bounds__(MM_WARPS * 32, tc_blocks_per_sm(DEEP, NTT)) k_matmul_tc(cu_matmul_args a)
+{
+    constexpr int TOK = 8 * NTT, U = tc_unroll(WN, RT, DEEP), ROWS = 16 * RT;
+    __shared__ float part[WN][MM_WARPS][ROWS * TOK]; // each warp's partials, [row · TOK + token]
     int64_t b = blockIdx.x;
-    int i = mm_member(a, &b);
+    int i = WN == 2 ? 0 : tc_member(a, RT, &b);
     const cu_weight W = pick(i, a.w);
-    int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int s = warp % S;
-    int64_t rb = b * (MM_WARPS / S) + warp / S, r0 = 16 * rb, rows = W.rows;
-    int64_t chunks = (W.cols + 255) / 256, KB = cu_tiles_k(W.cols);
-    int64_t k0 = 16 * (s * chunks / S), k1 = 16 * ((s + 1) * chunks / S);
+    int RB = (int)((W.rows + 15) / 16), rb0 = (int)(b * (MM_WARPS / S) + warp / S) * RT, rows = (int)W.rows;
+    int cols = (int)W.cols, chunks = (cols + 255) / 256, KB = (int)cu_tiles_k(cols);
+    int k0 = 16 * (s * chunks / S), k1 = 16 * ((s + 1) * chunks / S);
     k1 = k1 < KB ? k1 : KB;
-    bool active = r0 < rows;
-    if (a.prefetch && active && lane == 0 && k1 > k0) { // the first tiles into L2 while the kernel before finishes
-        uint32_t bytes = (uint32_t)((k1 - k0 < TC_PREFETCH ? k1 - k0 : TC_PREFETCH) * 512);
-        cu_prefetch_l2(W.plane[0] + (rb * KB + k0) * 512, bytes);
-        if (a.glu)
-            cu_prefetch_l2(a.w[1].plane[0] + (rb * KB + k0) * 512, bytes);
-    }
+    const uint4 *A[WN][RT];
+#pragma unroll
+    for (int w = 0; w < WN; w++)
+#pragma unroll
+        for (int r = 0; r < RT; r++) { // row tiles past the end read the last one (their results are dropped)
+            int rb = rb0 + r < RB ? rb0 + r : RB - 1;
+            A[w][r] = (const uint4 *)(w == 0 ? W.plane[0] : a.w[1].plane[0]) + (size_t)rb * KB * 32 + lane;
+        }
+    tc_stage<WN, RT, U> st0;
+    tc_load_a(st0, A, k0, k1); // weights only: before the wait
     cu_kernel_start();
     for (int t0 = 0; t0 < a.n; t0 += TOK) {
-        if (active && a.glu)
-            tc_pass<NTT, 2>(W, a.w[1], rb, k0, k1, a.x, t0, a.n, part[0][warp], part[1][warp]);
-        else if (active)
-            tc_pass<NTT, 1>(W, W, rb, k0, k1, a.x, t0, a.n, part[0][warp], NULL);
+        if (t0 > 0)
+            tc_load_a(st0, A, k0, k1);
+        const float *xr[NTT];
+        tc_rows<NTT>(a.x, cols, t0, a.n, xr);
+        float acc[WN][RT][NTT][4] = {};
+        tc_warp<NTT, WN, RT, P, U>(A, cols, k0, k1, xr, st0, acc);
+#pragma unroll
+        for (int w = 0; w < WN; w++) // lane 4g + q holds rows g, g + 8 and tokens 2q, 2q + 1 of each tile
+#pragma unroll
+            for (int r = 0; r < RT; r++)
+#pragma unroll
+                for (int tt = 0; tt < NTT; tt++) {
+                    float *p = part[w][warp] + (16 * r + g) * TOK + 8 * tt + 2 * q;
+                    p[0] = acc[w][r][tt][0], p[1] = acc[w][r][tt][1];
+                    p[8 * TOK] = acc[w][r][tt][2], p[8 * TOK + 1] = acc[w][r][tt][3];
+                }
         __syncthreads();
-        if (active && s == 0)
-            for (int k = lane; k < 16 * TOK; k += 32) {
+        int r0 = 16 * rb0;
+        if (s == 0 && r0 < rows)
+            for (int k = lane; k < ROWS * TOK; k += 32) {
                 int r = k / TOK, t = k % TOK;
                 if (r0 + r >= rows || t0 + t >= a.n)
                     continue;
                 mm_out(a, i, rows, r0 + r, t0 + t, split_sum(part[0] + warp, S, k),
-                       a.glu ? split_sum(part[1] + warp, S, k) : 0.0f);
+                       WN == 2 ? split_sum(part[WN - 1] + warp, S, k) : 0.0f);
             }
         __syncthreads(); // the partials are read before the next pass writes them
     }
 }
-
 // One thread a lane of a tile: its four words, each two elements of a row (zeros past the
 // matrix), as cu_tile_offset places them.
 __global__ void k_tile_bf16(const uint16_t *raw, uint4 *tiles, int64_t rows, int64_t cols, int64_t n)
@@ -782,8 +812,42 @@ extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
     return s;
 }
 
+// Row tiles a warp of k_matmul_tc takes: a->rt when set (RP_CUDA_TC_RT, rp_cuda_tc_rt), else
+// one for one token tile and two for two (x's parts, built per tile, then serve both).
+static int tc_rt(const cu_matmul_args *a, int ntt)
+{
+    return a->rt > 0 ? a->rt : ntt;
+}
+
+template <int NTT, int WN, int P, bool DEEP> static cudaError_t launch_tc(const cu_matmul_args *a, cudaStream_t s)
+{
+    int rt = tc_rt(a, NTT);
+    int64_t blocks = 0;
+    for (int i = 0; i < (a->glu ? 1 : a->count); i++)
+        blocks += tc_blocks(a->w[i], rt);
+    dim3 grid((unsigned)blocks);
+    if (rt == 2)
+        return cu_enqueue(k_matmul_tc<NTT, WN, 2, P, DEEP>, grid, MM_WARPS * 32, s, *a);
+    return cu_enqueue(k_matmul_tc<NTT, WN, 1, P, DEEP>, grid, MM_WARPS * 32, s, *a);
+}
+
+template <int NTT, int P> static cudaError_t launch_tc_deep(const cu_matmul_args *a, cudaStream_t s)
+{
+    if constexpr (NTT == 1) // (two token tiles: the shallow pipeline alone, at two blocks an SM)
+        if (a->deep)
+            return a->glu ? launch_tc<NTT, 2, P, true>(a, s) : launch_tc<NTT, 1, P, true>(a, s);
+    return a->glu ? launch_tc<NTT, 2, P, false>(a, s) : launch_tc<NTT, 1, P, false>(a, s);
+}
+
+template <int NTT> static cudaError_t launch_tc_parts(const cu_matmul_args *a, cudaStream_t s)
+{
+    return cu_tc_parts == 3 ? launch_tc_deep<NTT, 3>(a, s) : launch_tc_deep<NTT, 2>(a, s);
+}
+
 template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cudaStream_t s)
 {
+    if (a->w[0].type == CU_BF16) // one token tile for up to 8 tokens, else two a pass
+        return a->n <= 8 ? launch_tc_parts<1>(a, s) : launch_tc_parts<2>(a, s);
     int64_t blocks = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
         blocks += mm_blocks(a->w[i]);
@@ -792,7 +856,6 @@ template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cuda
     case CU_F32: return cu_enqueue(k_matmul<CU_F32, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_F16: return cu_enqueue(k_matmul<CU_F16, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_BF16_ROWS: return cu_enqueue(k_matmul<CU_BF16_ROWS, NT>, dim3(nb), MM_WARPS * 32, s, *a);
-    case CU_BF16: return cu_enqueue(k_matmul_tc<NT == 1 ? 1 : 2>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_Q8_0: return cu_enqueue(k_matmul<CU_Q8_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_Q4_0: return cu_enqueue(k_matmul<CU_Q4_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);
     case CU_Q5_0: return cu_enqueue(k_matmul<CU_Q5_0, NT>, dim3(nb), MM_WARPS * 32, s, *a);

@@ -17,9 +17,12 @@
  * gather_rows and argmax follow their contracts. Matmuls
  * also run on shapes with too few rows to fill a GPU, which CUDA splits along K, and
  * with every split count forced (rp_cuda_matmul_splits); the fused forms must give the
- * bits of the separate ops on the backend itself.
+ * bits of the separate ops on the backend itself; BF16 on CUDA's tensor cores gives the
+ * same bits whatever row tiles a warp takes (rp_cuda_tc_rt).
  *
- * Tolerances: float32 arithmetic in another order stays under 1e-5; the CPU's
+ * Tolerances: float32 arithmetic in another order stays under 1e-5; BF16 on CUDA's
+ * tensor cores under 3e-5 (x as two bfloat16 parts, and the tensor cores' float32 sums
+ * truncate rather than round: 1.07e-5 measured over 4,864 columns in one sum); the CPU's
  * bf16-rounded activations (the default on CPUs where they pay) under 1e-2.
  */
 #include "test_util.h"
@@ -70,6 +73,7 @@ typedef struct pair {
     rp_backend *be;  // the backend under test
     const char *name;
     bool bf16_act; // be rounds BF16 weights' activations to bf16
+    bool bf16_mma; // be multiplies BF16 weights on CUDA's tensor cores (float32 sums that truncate)
 } pair;
 
 static pair P;
@@ -188,6 +192,8 @@ static void wpair_deinit(wpair *w)
 
 static double mm_tol(rp_dtype t)
 {
+    if (t == RP_DTYPE_BF16 && P.bf16_mma)
+        return 3e-5;
     return t == RP_DTYPE_BF16 && P.bf16_act ? 1e-2 : 1e-5;
 }
 
@@ -274,6 +280,61 @@ static void test_matmul_split(void **state)
             check_matmul(wtypes[ti], 33, 768, forced[fi], ns, sizeof(ns) / sizeof(ns[0]));
         }
     }
+}
+
+// BF16 weights on CUDA's tensor cores (RP_CUDA_BF16_MMA=1): the row tiles a warp takes (1, 2,
+// or chosen per launch) decide only which rows a warp computes, never a row's bits: a
+// matmul and a glu for 1, 5 and 16 tokens give the same bits with each. Shapes: split
+// along K, rows not a multiple of a tile, many rows. Elsewhere nothing to check (a skip
+// says so).
+static void test_matmul_tc_rows(void **state)
+{
+#ifdef RP_HAVE_CUDA
+    if (strcmp(P.name, "cuda") != 0 || !strstr(rp_backend_numerics(P.be, RP_DTYPE_BF16), "bf16-mma")) {
+        skip();
+        return;
+    }
+    const int64_t shapes[][2] = {{97, 4864}, {33, 768}, {4200, 512}};
+    const int ns[] = {1, 5, 16}, rts[] = {2, 0};
+    for (size_t si = 0; si < 3; si++) {
+        int64_t rows = shapes[si][0], cols = shapes[si][1];
+        wpair a, b;
+        if (!wpair_init(&a, RP_DTYPE_BF16, rows, cols))
+            return;
+        wpair_init(&b, RP_DTYPE_BF16, rows, cols);
+        for (size_t ni = 0; ni < 3; ni++) {
+            int n = ns[ni];
+            size_t ny = (size_t)(n * rows);
+            float *x = rand_floats((size_t)(n * cols), 1.0f);
+            float *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
+            float *want[2] = {NULL, NULL}; // with one row tile a warp: the matmul, the glu
+            for (int ri = -1; ri < 2; ri++) {
+                rp_cuda_tc_rt(ri < 0 ? 1 : rts[ri]);
+                float *y = dev_poison(P.be, ny), *g = dev_poison(P.be, ny), *u = dev_poison(P.be, ny);
+                assert_int_equal(rp_backend_matmul(P.be, &a.be, xb, n, y), RP_OK);
+                assert_int_equal(rp_backend_matmul_glu(P.be, &a.be, &b.be, xb, n, u, g), RP_OK);
+                float *got[2] = {host_of(P.be, y, ny), host_of(P.be, g, ny)};
+                rp_cuda_tc_rt(0);
+                for (int k = 0; k < 2; k++) {
+                    if (ri < 0) {
+                        want[k] = got[k];
+                        continue;
+                    }
+                    if (memcmp(got[k], want[k], ny * 4) != 0)
+                        fail_msg("%s bf16 %lldx%lld n=%d: %d row tiles a warp differ from 1 on %s",
+                                 k ? "matmul_glu" : "matmul", (long long)rows, (long long)cols, n, rts[ri], P.name);
+                    free(got[k]);
+                }
+                rp_backend_free(P.be, y), rp_backend_free(P.be, g), rp_backend_free(P.be, u);
+            }
+            free(want[0]), free(want[1]), free(x);
+            rp_backend_free(P.be, xb);
+        }
+        wpair_deinit(&a), wpair_deinit(&b);
+    }
+#else
+    skip();
+#endif
 }
 
 // matmul_group with biases and a residual, and matmul_glu, of (rows, cols) weights a and b
@@ -730,6 +791,7 @@ static int setup_pair(const char *name, bool f32_act)
     }
     P.name = name;
     P.bf16_act = strcmp(name, "cpu") == 0 && rp_backend_cpu_bf16_act(P.be);
+    P.bf16_mma = strstr(rp_backend_numerics(P.be, RP_DTYPE_BF16), "bf16-mma") != NULL;
     return 0;
 }
 
@@ -744,6 +806,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_split), cmocka_unit_test(test_fused),
+        cmocka_unit_test(test_matmul_tc_rows),
         cmocka_unit_test(test_get_rows),  cmocka_unit_test(test_rows),         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_contexts), cmocka_unit_test(test_rmsnorm_widths),
         cmocka_unit_test(test_rows_and_argmax),
