@@ -5,7 +5,7 @@
 #   ops        the op harness (tests/unit/backend/test_backend_ops.c), every op and weight
 #              type on CUDA against the CPU's scalar kernels, then again with BF16 on the
 #              tensor cores (RP_CUDA_BF16_MMA=1: the row tiles a warp takes chosen per
-#              launch, then 1 and 2 forced; the deeper pipeline; three parts);
+#              launch, then 1 and 2 forced; three parts);
 #              RP_TEST_REQUIRE_DEVICE=1 makes a missing GPU a failure, not a skip
 #   sanitizer  the op harness under compute-sanitizer (memcheck, then racecheck)
 #   unit       the unit and long tiers with every model-level test on CUDA (RP_TEST_DEVICE=cuda:
@@ -51,7 +51,7 @@ ops=build-gpu/tests/backend_test_backend_ops
 if has ops; then # the default numerics, then BF16 on the tensor cores: 2 parts (RT chosen per
     # launch, then each RT forced: RT must never change a result), 3 parts
     for v in "RP_CUDA_BF16_MMA=0" "RP_CUDA_BF16_MMA=1" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_RT=1" \
-        "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_RT=2" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_DEEP=1" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_PARTS=3"; do
+        "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_RT=2" "RP_CUDA_BF16_MMA=1 RP_CUDA_TC_PARTS=3"; do
         log="$out/ops-$(echo "$v" | sed 's/RP_CUDA_//g; s/[ =]/-/g' | tr 'A-Z_' 'a-z-').log"
         if env $v RP_TEST_REQUIRE_DEVICE=1 timeout 120 "$ops" > "$log" 2>&1; then
             summary "ops ($v)" "ok ($(grep -c '\[       OK \]' "$log") tests passed)"

@@ -51,10 +51,9 @@ void rp_cuda_use_graphs(bool on)
 
 int cu_pdl = 1;
 int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
-int cu_bf16_mma = 0; // measured slower at one token (ibid.), faster for many
+int cu_bf16_mma = 1; // 2% slower at one token than rows, a 16-token span 1.6x a step against 7.8x (session 18)
 int cu_tc_parts = 2;
 int cu_tc_rt = 0;
-int cu_tc_deep = 0;
 
 // *v from the environment variable `name` when it is set to one of the allowed values.
 static void env_int(const char *name, int *v, const int *allowed, int n_allowed)
@@ -896,7 +895,7 @@ static rp_status run_group(cuda_backend *c, const rp_matmul_desc *mm, int count,
     cu_matmul_args a;
     memset(&a, 0, sizeof(a)); // padding hashes alike
     a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch, a.n_sm = c->prop.multiProcessorCount;
-    a.rt = cu_tc_rt, a.deep = cu_tc_deep;
+    a.rt = cu_tc_rt;
     for (int i = 0; i < count; i++) {
         a.w[i] = *weight_of(mm[i].w);
         a.y[i] = mm[i].y;
@@ -1195,7 +1194,6 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
     env_int("RP_CUDA_TC_PARTS", &cu_tc_parts, (const int[]){2, 3}, 2);
     env_int("RP_CUDA_TC_RT", &cu_tc_rt, (const int[]){0, 1, 2}, 3);
-    env_flag("RP_CUDA_TC_DEEP", &cu_tc_deep);
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

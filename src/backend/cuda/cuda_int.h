@@ -41,9 +41,9 @@ extern int cu_pdl;
 // Matmuls prefetch their first weights into L2 while the kernel ahead finishes: off
 // unless RP_CUDA_PREFETCH=1 (measured slower; kept for measuring).
 extern int cu_prefetch;
-// BF16 weights loaded from now on are rows for the CUDA cores (CU_BF16_ROWS, the default:
-// faster at one token), or tiles for the tensor cores (CU_BF16) when RP_CUDA_BF16_MMA=1
-// (faster for verification spans and batches).
+// BF16 weights loaded from now on are tiles for the tensor cores (CU_BF16, the default: a
+// verification span or a batch costs little more than one token), or rows for the CUDA
+// cores (CU_BF16_ROWS) when RP_CUDA_BF16_MMA=0 (a little faster at one token).
 extern int cu_bf16_mma;
 // BF16 on the tensor cores: the bfloat16 parts x enters as (RP_CUDA_TC_PARTS: 2, the
 // default, or 3; part of the numerics), and the row tiles a warp takes (RP_CUDA_TC_RT: 1 or
@@ -51,9 +51,6 @@ extern int cu_bf16_mma;
 // matmul's arguments, so a graph captured with one is never replayed for another).
 extern int cu_tc_parts;
 extern int cu_tc_rt;
-// ... and how many weight loads a warp keeps in flight (RP_CUDA_TC_DEEP=1: twice as many, at
-// two blocks an SM instead of three; never changes a result).
-extern int cu_tc_deep;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
@@ -66,7 +63,7 @@ enum {
     CU_Q5_K = 13,
     CU_Q6_K = 14,
     CU_BF16 = 30,
-    CU_BF16_ROWS = 1030, // BF16 kept as rows, on CUDA cores (the default; RP_CUDA_BF16_MMA=1: CU_BF16, tiles)
+    CU_BF16_ROWS = 1030, // BF16 kept as rows, on CUDA cores (RP_CUDA_BF16_MMA=0; the default is CU_BF16, tiles)
 };
 
 #define CU_MAX_PLANES 4
@@ -142,7 +139,6 @@ typedef struct cu_matmul_args {
     bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
     int n_sm;      // the GPU's SMs (how the tensor-core kernel spreads its rows)
     int rt;        // row tiles a warp of the tensor-core kernel takes (0: chosen per launch; cu_tc_rt)
-    bool deep;     // the tensor-core kernel's deeper pipeline (cu_tc_deep)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
 

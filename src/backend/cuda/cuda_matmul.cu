@@ -31,11 +31,12 @@
  * which the numerics string names) and the inputs, never on the number of tokens.
  *
  * That is the CUDA-core kernel (k_matmul): one-token steps are bound by reading the
- * weights; many tokens cost multiply-adds. With RP_CUDA_BF16_MMA=1, BF16 weights are
- * tiled at load and run on the tensor cores instead (k_matmul_tc, its own section below:
- * 16 rows a warp, the tokens as mma's N side, float32 activations as bfloat16 parts), the
- * same split-K and partial sums; a verification span then costs a fraction of what it
- * does on the CUDA cores, one token somewhat more (bench/RESULTS.md measures both).
+ * weights; many tokens cost multiply-adds. BF16 weights are tiled at load and run on the
+ * tensor cores instead (k_matmul_tc, its own section below: 16 or 32 rows a warp, the
+ * tokens as mma's N side, float32 activations as two bfloat16 parts), the same split-K and
+ * partial sums; a verification span of 16 tokens then costs 1.6x one token instead of 7.8x
+ * on the CUDA cores, one token 2% more (bench/RESULTS.md, session 18; RP_CUDA_BF16_MMA=0
+ * keeps BF16 as rows for the CUDA cores).
  *
  * Every kernel here starts with cu_kernel_start (cuda_common.cuh: kernels may start while
  * the one ahead finishes); before it, only weights are touched (the optional L2 prefetch).
@@ -567,18 +568,21 @@ template <int P> __device__ __forceinline__ void tc_parts(float a, float b, uint
 }
 
 // What a warp holds of U consecutive k-tiles (a stage): the A fragments of its RT row tiles
-// of each of the WN weights (glu's gate and up share x). The stage's activations are not
-// held: they are brought into L1 when its weights are asked for (tc_prefetch_x) and read
-// tile by tile as the products run (tc_mma), so the registers go to weight loads in flight.
-template <int WN, int RT, int U> struct tc_stage {
+// of each of the WN weights (glu's gate and up share x), and for each of its NTT token
+// tiles lane 4g + q's four values of token 8 tt + g: x[k, k + 1, k + 8, k + 9], k = 16 kb + 2q.
+// (Reading x tile by tile through L1 as the products run instead, with the registers given
+// to more weight loads, measured slower: bench/RESULTS.md, session 18.)
+template <int WN, int RT, int NTT, int U> struct tc_stage {
     uint4 a[WN][RT][U];
+    float4 x[NTT][U];
 };
 
 // A stage's weight fragments: tiles kb .. kb + U - 1 of those before k1 (A[w][r]: lane's 16
 // bytes of tile 0 of row tile r of weight w). Weights only, so it may run before the wait
 // for the kernel ahead.
-template <int WN, int RT, int U>
-__device__ __forceinline__ void tc_load_a(tc_stage<WN, RT, U> &st, const uint4 *const (&A)[WN][RT], int kb, int k1)
+template <int WN, int RT, int NTT, int U>
+__device__ __forceinline__ void tc_load_a(tc_stage<WN, RT, NTT, U> &st, const uint4 *const (&A)[WN][RT], int kb,
+                                          int k1)
 {
 #pragma unroll
     for (int u = 0; u < U; u++)
@@ -590,43 +594,44 @@ __device__ __forceinline__ void tc_load_a(tc_stage<WN, RT, U> &st, const uint4 *
                     st.a[w][r][u] = __ldcs(A[w][r] + (kb + u) * 32);
 }
 
-// The 64 bytes of x that tiles kb .. kb + U - 1 (before k1) take from each token row of xr
-// (NULL past n), into L1; nothing held.
-template <int NTT, int U>
-__device__ __forceinline__ void tc_prefetch_x(const float *const (&xr)[NTT], int kb, int k1)
-{
-#pragma unroll
-    for (int u = 0; u < U; u++)
-#pragma unroll
-        for (int tt = 0; tt < NTT; tt++)
-            if (kb + u < k1 && xr[tt])
-                asm volatile("prefetch.global.L1 [%0];" ::"l"(xr[tt] + 16 * (kb + u)));
-}
-
-// acc[w][r][tt] += the stage's tiles before k1 times the parts of x, each tile's parts the
-// last first (the smallest, so each product adds into a sum it can change). Lane 4g + q
-// reads x[k, k + 1, k + 8, k + 9] (k = 16 kb + 2q) of token 8 tt + g of each token tile.
-template <int WN, int RT, int NTT, int U, int P>
-__device__ __forceinline__ void tc_mma(const tc_stage<WN, RT, U> &st, const float *const (&xr)[NTT], int cols,
-                                       int kb, int k1, float (&acc)[WN][RT][NTT][4])
+// A stage's activations (xr[tt]: the row of lane's token in token tile tt, NULL past n).
+template <int WN, int RT, int NTT, int U>
+__device__ __forceinline__ void tc_load_x(tc_stage<WN, RT, NTT, U> &st, const float *const (&xr)[NTT], int cols,
+                                          int kb, int k1)
 {
     int q = threadIdx.x % 4;
 #pragma unroll
     for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int tt = 0; tt < NTT; tt++) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            int k = 16 * (kb + u) + 2 * q;
+            if (kb + u < k1 && xr[tt]) {
+                float2 lo = __ldg((const float2 *)(xr[tt] + k)), hi = make_float2(0.0f, 0.0f);
+                if (k + 8 < cols)
+                    hi = __ldg((const float2 *)(xr[tt] + k + 8));
+                v = make_float4(lo.x, lo.y, hi.x, hi.y);
+            }
+            st.x[tt][u] = v;
+        }
+    }
+}
+
+// acc[w][r][tt] += the stage's tiles before k1 times the parts of x, each tile's parts the
+// last first (the smallest, so each product adds into a sum it can change).
+template <int WN, int RT, int NTT, int U, int P>
+__device__ __forceinline__ void tc_mma(const tc_stage<WN, RT, NTT, U> &st, int kb, int k1,
+                                       float (&acc)[WN][RT][NTT][4])
+{
+#pragma unroll
+    for (int u = 0; u < U; u++) {
         if (kb + u >= k1)
             break;
-        int k = 16 * (kb + u) + 2 * q;
         uint32_t b0[NTT][P], b1[NTT][P];
 #pragma unroll
         for (int tt = 0; tt < NTT; tt++) {
-            float2 lo = make_float2(0.0f, 0.0f), hi = lo;
-            if (xr[tt]) {
-                lo = __ldg((const float2 *)(xr[tt] + k));
-                if (k + 8 < cols)
-                    hi = __ldg((const float2 *)(xr[tt] + k + 8));
-            }
-            tc_parts<P>(lo.x, lo.y, b0[tt]);
-            tc_parts<P>(hi.x, hi.y, b1[tt]);
+            tc_parts<P>(st.x[tt][u].x, st.x[tt][u].y, b0[tt]);
+            tc_parts<P>(st.x[tt][u].z, st.x[tt][u].w, b1[tt]);
         }
 #pragma unroll
         for (int w = 0; w < WN; w++)
@@ -642,7 +647,7 @@ __device__ __forceinline__ void tc_mma(const tc_stage<WN, RT, U> &st, const floa
 
 // A token tile's rows of x for lane 4g + q: token t0 + 8 tt + g, NULL past n.
 template <int NTT>
-__device__ __forceinline__ void tc_rows(const float *x, int64_t cols, int t0, int n, const float *(&xr)[NTT])
+__device__ __forceinline__ void tc_rows(const float *x, int cols, int t0, int n, const float *(&xr)[NTT])
 {
     int g = (threadIdx.x % 32) / 4;
 #pragma unroll
@@ -652,18 +657,12 @@ __device__ __forceinline__ void tc_rows(const float *x, int64_t cols, int t0, in
     }
 }
 
-// Tiles a stage takes: four 16-byte weight loads a lane (deep: eight), so with the next
-// stage's loads issued before a stage's products a lane keeps 4 to 8 (8 to 16) in flight.
-// The shallow kernel fits three blocks an SM, the deep one two, and two token tiles' two
-// (tc_blocks_per_sm).
-__host__ __device__ constexpr int tc_unroll(int wn, int rt, bool deep)
+// Tiles a stage takes: four 16-byte weight loads a lane (fewer for two token tiles, whose x
+// takes the registers), so with the next stage's loads issued before a stage's products a
+// lane keeps 4 to 8 in flight at two blocks an SM without spilling.
+__host__ __device__ constexpr int tc_unroll(int wn, int rt, int ntt)
 {
-    return (deep ? 8 : 4) / (wn * rt) > 0 ? (deep ? 8 : 4) / (wn * rt) : 1;
-}
-
-__host__ __device__ constexpr int tc_blocks_per_sm(bool deep, int ntt)
-{
-    return deep || ntt == 2 ? 2 : 3;
+    return 4 / (wn * rt * ntt) > 0 ? 4 / (wn * rt * ntt) : 1;
 }
 
 // One pass of a warp over tiles [k0, k1) of its RT row tiles (from rb0) for the tokens of
@@ -671,20 +670,20 @@ __host__ __device__ constexpr int tc_blocks_per_sm(bool deep, int ntt)
 // Two stages alternate: one's loads are in flight while the other's products run.
 template <int NTT, int WN, int RT, int P, int U>
 __device__ __forceinline__ void tc_warp(const uint4 *const (&A)[WN][RT], int cols, int k0, int k1,
-                                        const float *const (&xr)[NTT], tc_stage<WN, RT, U> &st0,
+                                        const float *const (&xr)[NTT], tc_stage<WN, RT, NTT, U> &st0,
                                         float (&acc)[WN][RT][NTT][4])
 {
-    tc_stage<WN, RT, U> st1;
-    tc_prefetch_x<NTT, U>(xr, k0, k1);
+    tc_stage<WN, RT, NTT, U> st1;
+    tc_load_x(st0, xr, cols, k0, k1);
     for (int kb = k0; kb < k1; kb += 2 * U) {
         tc_load_a(st1, A, kb + U, k1);
-        tc_prefetch_x<NTT, U>(xr, kb + U, k1);
-        tc_mma<WN, RT, NTT, U, P>(st0, xr, cols, kb, k1, acc);
+        tc_load_x(st1, xr, cols, kb + U, k1);
+        tc_mma<WN, RT, NTT, U, P>(st0, kb, k1, acc);
         if (kb + 2 * U < k1) {
             tc_load_a(st0, A, kb + 2 * U, k1);
-            tc_prefetch_x<NTT, U>(xr, kb + 2 * U, k1);
+            tc_load_x(st0, xr, cols, kb + 2 * U, k1);
         }
-        tc_mma<WN, RT, NTT, U, P>(st1, xr, cols, kb + U, k1, acc);
+        tc_mma<WN, RT, NTT, U, P>(st1, kb + U, k1, acc);
     }
 }
 
@@ -713,10 +712,10 @@ __device__ __forceinline__ int tc_member(const cu_matmul_args &a, int rt, int64_
 // for speed (cu_matmul_rt). The partials meet in shared memory and are added in split
 // order. A token's arithmetic is the same for any number of tokens and any RT: tiles in
 // order within a split, each tile's parts the last first, then the splits in order.
-template <int NTT, int WN, int RT, int P, bool DEEP>
-__global__ void __launch_bounds__(MM_WARPS * 32, tc_blocks_per_sm(DEEP, NTT)) k_matmul_tc(cu_matmul_args a)
+template <int NTT, int WN, int RT, int P>
+__global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_tc(cu_matmul_args a)
 {
-    constexpr int TOK = 8 * NTT, U = tc_unroll(WN, RT, DEEP), ROWS = 16 * RT;
+    constexpr int TOK = 8 * NTT, U = tc_unroll(WN, RT, NTT), ROWS = 16 * RT;
     __shared__ float part[WN][MM_WARPS][ROWS * TOK]; // each warp's partials, [row · TOK + token]
     int64_t b = blockIdx.x;
     int i = WN == 2 ? 0 : tc_member(a, RT, &b);
@@ -735,7 +734,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32, tc_blocks_per_sm(DEEP, NTT)) k_
             int rb = rb0 + r < RB ? rb0 + r : RB - 1;
             A[w][r] = (const uint4 *)(w == 0 ? W.plane[0] : a.w[1].plane[0]) + (size_t)rb * KB * 32 + lane;
         }
-    tc_stage<WN, RT, U> st0;
+    tc_stage<WN, RT, NTT, U> st0;
     tc_load_a(st0, A, k0, k1); // weights only: before the wait
     cu_kernel_start();
     for (int t0 = 0; t0 < a.n; t0 += TOK) {
@@ -819,7 +818,7 @@ static int tc_rt(const cu_matmul_args *a, int ntt)
     return a->rt > 0 ? a->rt : ntt;
 }
 
-template <int NTT, int WN, int P, bool DEEP> static cudaError_t launch_tc(const cu_matmul_args *a, cudaStream_t s)
+template <int NTT, int WN, int P> static cudaError_t launch_tc(const cu_matmul_args *a, cudaStream_t s)
 {
     int rt = tc_rt(a, NTT);
     int64_t blocks = 0;
@@ -827,21 +826,15 @@ template <int NTT, int WN, int P, bool DEEP> static cudaError_t launch_tc(const 
         blocks += tc_blocks(a->w[i], rt);
     dim3 grid((unsigned)blocks);
     if (rt == 2)
-        return cu_enqueue(k_matmul_tc<NTT, WN, 2, P, DEEP>, grid, MM_WARPS * 32, s, *a);
-    return cu_enqueue(k_matmul_tc<NTT, WN, 1, P, DEEP>, grid, MM_WARPS * 32, s, *a);
-}
-
-template <int NTT, int P> static cudaError_t launch_tc_deep(const cu_matmul_args *a, cudaStream_t s)
-{
-    if constexpr (NTT == 1) // (two token tiles: the shallow pipeline alone, at two blocks an SM)
-        if (a->deep)
-            return a->glu ? launch_tc<NTT, 2, P, true>(a, s) : launch_tc<NTT, 1, P, true>(a, s);
-    return a->glu ? launch_tc<NTT, 2, P, false>(a, s) : launch_tc<NTT, 1, P, false>(a, s);
+        return cu_enqueue(k_matmul_tc<NTT, WN, 2, P>, grid, MM_WARPS * 32, s, *a);
+    return cu_enqueue(k_matmul_tc<NTT, WN, 1, P>, grid, MM_WARPS * 32, s, *a);
 }
 
 template <int NTT> static cudaError_t launch_tc_parts(const cu_matmul_args *a, cudaStream_t s)
 {
-    return cu_tc_parts == 3 ? launch_tc_deep<NTT, 3>(a, s) : launch_tc_deep<NTT, 2>(a, s);
+    if (cu_tc_parts == 3)
+        return a->glu ? launch_tc<NTT, 2, 3>(a, s) : launch_tc<NTT, 1, 3>(a, s);
+    return a->glu ? launch_tc<NTT, 2, 2>(a, s) : launch_tc<NTT, 1, 2>(a, s);
 }
 
 template <int NT> static cudaError_t launch_matmul(const cu_matmul_args *a, cudaStream_t s)
