@@ -117,11 +117,9 @@ static const char *default_tasks(void)
 
 static int bad_usage(const char *fmt, const char *arg)
 {
-    fprintf(stderr, "rapid bench: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n");
-    bench_usage(stderr);
-    return 2;
+    char msg[256];
+    snprintf(msg, sizeof(msg), fmt, arg);
+    return rp_cli_usage_error("bench", "%s", msg);
 }
 
 static int cmd_compare(int argc, char **argv)
@@ -338,11 +336,9 @@ int rp_cli_bench(int argc, char **argv)
             goto done;
         }
         if (!ok) {
-            fprintf(stderr, "rapid bench: invalid value '%s' for %s", optarg, optname);
-            if (c == O_SCENARIO)
-                fprintf(stderr, " (%s)", rp_error_message());
-            fprintf(stderr, "\n\n");
-            bench_usage(stderr);
+            rc = rp_cli_usage_error("bench", "invalid value '%s' for %s%s%s%s", optarg, optname,
+                                    c == O_SCENARIO ? " (" : "", c == O_SCENARIO ? rp_error_message() : "",
+                                    c == O_SCENARIO ? ")" : "");
             goto done;
         }
     }

@@ -1,7 +1,8 @@
 /*
  * cli.h - the `rapid` command's subcommands. Each takes the arguments after its
  * name (argv[0] is the subcommand) and returns the process exit status:
- * 0 success, 1 failure (a message was printed), 2 bad usage (usage was printed).
+ * 0 success, 1 failure (a message was printed), 2 bad usage (one line saying what is
+ * wrong and where the help is: rp_cli_usage_error).
  */
 #ifndef RP_CLI_H
 #define RP_CLI_H
@@ -28,7 +29,10 @@ const char *rp_cli_default_model(void);
 // model, every place looked in, and how to set RAPID_MODELS.
 void rp_cli_default_model_missing(const char *cmd);
 
-// sizes.c: the flags' values
+// sizes.c: the flags' values, and what a bad one prints
+// Bad usage of `rapid CMD` (cmd NULL: of `rapid` itself): one line on stderr, "rapid CMD:
+// <fmt ...> (see `rapid CMD --help`)". Returns 2, the bad-usage status.
+int rp_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // A whole decimal number in [lo, hi] (the whole string, no junk after it); false otherwise.
 bool rp_cli_parse_long(const char *s, long long lo, long long hi, long long *out);
 bool rp_cli_parse_int(const char *s, long lo, long hi, int *out);

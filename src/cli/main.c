@@ -54,7 +54,5 @@ int main(int argc, char **argv)
         return rp_cli_template(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0)
         return rp_cli_bench(argc - 1, argv + 1);
-    fprintf(stderr, "rapid: unknown command '%s'\n\n", cmd);
-    usage(stderr);
-    return 2;
+    return rp_cli_usage_error(NULL, "unknown command '%s'", cmd);
 }

@@ -233,14 +233,11 @@ static int parse_args(int argc, char **argv, run_opts *o)
         case O_DRAFT: o->spec.draft_path = optarg; break;
         case O_DEVICE: o->device = optarg; break;
         case 'h': run_usage(stdout); return -1;
-        case ':': fprintf(stderr, "rapid run: option '%s' needs a value\n\n", argv[optind - 1]); run_usage(stderr); return 2;
-        default: fprintf(stderr, "rapid run: unknown option '%s'\n\n", argv[optind - 1]); run_usage(stderr); return 2;
+        case ':': return rp_cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
+        default: return rp_cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
         }
-        if (!ok) {
-            fprintf(stderr, "rapid run: invalid value '%s' for %s\n\n", optarg, optname);
-            run_usage(stderr);
-            return 2;
-        }
+        if (!ok)
+            return rp_cli_usage_error("run", "invalid value '%s' for %s", optarg, optname);
     }
     const char *bad = NULL;
     if (optind < argc - 1)
@@ -249,11 +246,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         bad = "give the prompt with -p or --file (one of them)";
     else if (o->raw && o->chat_template)
         bad = "--raw uses no chat template: give --raw or --chat-template";
-    if (bad) {
-        fprintf(stderr, "rapid run: %s\n\n", bad);
-        run_usage(stderr);
-        return 2;
-    }
+    if (bad)
+        return rp_cli_usage_error("run", "%s", bad);
     if (no_spec)
         o->spec.method = RP_ENGINE_SPEC_OFF;
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
@@ -261,11 +255,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         rp_cli_default_model_missing("run");
         return 1;
     }
-    if (rp_sample_params_validate(&o->sp) != RP_OK) {
-        fprintf(stderr, "rapid run: %s\n\n", rp_error_message());
-        run_usage(stderr);
-        return 2;
-    }
+    if (rp_sample_params_validate(&o->sp) != RP_OK)
+        return rp_cli_usage_error("run", "%s", rp_error_message());
     return 0;
 }
 

@@ -268,28 +268,16 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case 't': ok = rp_cli_parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
         case 'q': o->sp.quiet = true; break;
         case 'h': serve_usage(stdout); return -1;
-        case ':':
-            fprintf(stderr, "rapid serve: option '%s' needs a value\n\n", argv[optind - 1]);
-            serve_usage(stderr);
-            return 2;
-        default:
-            fprintf(stderr, "rapid serve: unknown option '%s'\n\n", argv[optind - 1]);
-            serve_usage(stderr);
-            return 2;
+        case ':': return rp_cli_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
+        default: return rp_cli_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
         }
-        if (!ok) {
-            fprintf(stderr, "rapid serve: invalid value '%s' for %s\n\n", optarg, optname);
-            serve_usage(stderr);
-            return 2;
-        }
+        if (!ok)
+            return rp_cli_usage_error("serve", "invalid value '%s' for %s", optarg, optname);
     }
     if (no_spec)
         o->ep.spec.method = RP_ENGINE_SPEC_OFF;
-    if (optind < argc - 1) {
-        fprintf(stderr, "rapid serve: expected at most one MODEL\n\n");
-        serve_usage(stderr);
-        return 2;
-    }
+    if (optind < argc - 1)
+        return rp_cli_usage_error("serve", "expected at most one MODEL");
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
         rp_cli_default_model_missing("serve");

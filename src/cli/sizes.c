@@ -2,13 +2,15 @@
  * sizes.c - the values of the command line's flags: sizes in bytes ("512M",
  * "4GiB", "0.25" of the memory available) for the KV cache and the prefix
  * cache's disk budget, the types of --quant and --kv-dtype, and whole numbers and
- * floats read strictly (the whole string, in range) for every subcommand.
+ * floats read strictly (the whole string, in range) for every subcommand; and the one
+ * line a bad flag prints.
  */
 #include "cli.h"
 
 #include "../base/base.h"
 
 #include <ctype.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -130,4 +132,16 @@ bool rp_cli_parse_float(const char *s, float *out)
         return false;
     *out = v;
     return true;
+}
+
+int rp_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rapid%s%s: %s (see `rapid%s%s --help`)\n", cmd ? " " : "", cmd ? cmd : "", msg, cmd ? " " : "",
+            cmd ? cmd : "");
+    return 2;
 }

@@ -683,8 +683,8 @@ static rp_status load_tensors(source *src)
             (st = moe ? get_moe(src, l, L) : get_mlp(src, l, L)) ||
             (moe && c->shared_ffn_dim > 0 && (st = get_shared_expert(src, l, L))))
             return st;
-        if (m->params.progress && !src->dry)
-            m->params.progress(m->params.progress_ctx, (double)(l + 1) / c->n_layer);
+        if (m->params.progress && !src->dry) // (the MTP layers count: 1 is the whole load)
+            m->params.progress(m->params.progress_ctx, (double)(l + 1) / (c->n_layer + c->n_mtp));
     }
     if (c->n_mtp > 0) {
         rp_mtp *M = &m->mtp;

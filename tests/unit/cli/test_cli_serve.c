@@ -1,5 +1,5 @@
 /*
- * test_cli_serve.c - `rapid serve` as a process: usage errors (status 2),
+ * test_cli_serve.c - `rapid serve` as a process: usage errors (status 2, one line),
  * a model that cannot load or an address that cannot be bound (status 1, one
  * message), and a real start on a free port with the bundled model: exactly
  * one "rapid: listening on http://HOST:PORT" line, /health answers on that
@@ -69,8 +69,15 @@ static void test_usage(void **state)
         int rc = run_serve(err, sizeof(err), bad[i]);
         if (rc != 2)
             fail_msg("serve %s %s: status %d, expected 2 (%s)", bad[i][0], bad[i][1] ? bad[i][1] : "", rc, err);
-        assert_non_null(strstr(err, "usage: rapid serve"));
+        // One line: what is wrong, and where the help is (not the whole usage).
+        const char *nl = strchr(err, '\n');
+        if (strncmp(err, "rapid serve: ", 13) != 0 || !strstr(err, "(see `rapid serve --help`)") || !nl || nl[1])
+            fail_msg("serve %s %s: expected one line ending in the help's name, got: %s", bad[i][0],
+                     bad[i][1] ? bad[i][1] : "", err);
     }
+    const char *unknown[] = {"--bogus", NULL};
+    run_serve(err, sizeof(err), unknown);
+    assert_string_equal(err, "rapid serve: unknown option '--bogus' (see `rapid serve --help`)\n");
     const char *nomodel[] = {"/nonexistent/model", "--port", "0", NULL};
     assert_int_equal(run_serve(err, sizeof(err), nomodel), 1);
     assert_non_null(strstr(err, "/nonexistent/model"));
