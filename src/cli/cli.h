@@ -54,6 +54,24 @@ bool rp_cli_parse_kv_dtype(const char *s, bool *f32);
 // --quant: "q8"/"q8_0", "q4"/"q4_0" or "q4k"/"q4_K" into *out. False for anything else.
 bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
+// env_opts.c: flags from the environment (RAPID_FOO_BAR for --foo-bar; the command line wins)
+struct option;
+typedef struct rp_cli_env_argv {
+    int argc;     // argv[0], the variables' flags, then the command line's arguments
+    char **argv;
+    int n_env;    // argv[1 .. n_env] came from variables
+    char **names; // (n_env) the variable each came from
+} rp_cli_env_argv;
+// The variable's name for a long flag ("api-key": "RAPID_API_KEY").
+void rp_cli_env_name(const char *flag, char *out, size_t cap);
+// Builds *out from the variables of longs (every flag but help) and the command line:
+// 0, else the status to exit with (a flag without a value given a value other than
+// 1/true/yes/on or 0/false/no/off: a usage error naming the variable).
+int rp_cli_env_args(const char *cmd, const struct option *longs, int argc, char **argv, rp_cli_env_argv *out);
+// The variable argument `index` of out->argv came from, or NULL (the command line).
+const char *rp_cli_env_origin(const rp_cli_env_argv *e, int index);
+void rp_cli_env_free(rp_cli_env_argv *e);
+
 // device.c
 // Opens the backend named by --device (NULL: $RAPID_DEVICE, else rp_backend_default_name()) with --threads
 // (0: all cores) and --f32-activations. Errors as rp_backend_open.

@@ -33,6 +33,7 @@ static void serve_usage(FILE *f)
                "      --host ADDR            address to listen on (default 127.0.0.1)\n"
                "      --port N               port (default 8000; 0 picks a free one)\n"
                "      --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
+               "      --api-key-file FILE    the key is FILE's first line (kept out of `ps`)\n"
                "      --served-model-name NAME  the model's name in the API (default: the folder/file name)\n"
                "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
                "                             gets this model)\n"
@@ -95,7 +96,10 @@ static void serve_usage(FILE *f)
                "      --device NAME          where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
                "                             (default: $RAPID_DEVICE, else the GPU when one answers, else cpu)\n"
                "  -q, --quiet                no per-request log lines\n"
-               "  -h, --help                 this help\n");
+               "  -h, --help                 this help\n"
+               "\n"
+               "Every option can also come from the environment: --foo-bar V as RAPID_FOO_BAR=V (an option\n"
+               "without a value: 1/true/yes/on or 0/false/no/off); the command line wins over a variable.\n");
 }
 
 typedef struct serve_opts {
@@ -107,7 +111,41 @@ typedef struct serve_opts {
     int threads;
     rp_dtype quant;
     bool no_disk_cache, mmap, f32_act;
+    const char *api_key_file;
+    char *key_buf;       // the key read from api_key_file
+    rp_cli_env_argv env; // the RAPID_* variables' flags and the command line (optargs point into it)
 } serve_opts;
+
+static void serve_opts_free(serve_opts *o)
+{
+    rp_cli_env_free(&o->env);
+    rp_free(o->key_buf);
+    o->key_buf = NULL;
+}
+
+// The API key in `path`: its first line, without the line end and trailing blanks. 0, or 1
+// with the message printed (unreadable, or no key in it).
+static int read_key_file(const char *path, serve_opts *o)
+{
+    size_t len = 0;
+    char *text = NULL;
+    if (rp_file_read(path, &text, &len)) {
+        fprintf(stderr, "rapid serve: --api-key-file: %s\n", rp_error_message());
+        return 1;
+    }
+    size_t n = strcspn(text, "\r\n");
+    while (n > 0 && (text[n - 1] == ' ' || text[n - 1] == '\t'))
+        n--;
+    text[n] = 0;
+    if (n == 0) {
+        fprintf(stderr, "rapid serve: --api-key-file: %s holds no key (its first line is empty)\n", path);
+        rp_free(text);
+        return 1;
+    }
+    o->key_buf = text;
+    o->sp.api_key = text;
+    return 0;
+}
 
 // 0 parsed, 2 bad usage, -1 help printed.
 static int parse_args(int argc, char **argv, serve_opts *o)
@@ -143,12 +181,14 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_CHAT_TEMPLATE,
         O_MAXCONN,
         O_MAXCONN_CLIENT,
-        O_TIMEOUT
+        O_TIMEOUT,
+        O_KEYFILE
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},
         {"api-key", required_argument, 0, O_KEY},
+        {"api-key-file", required_argument, 0, O_KEYFILE},
         {"served-model-name", required_argument, 0, O_NAME},
         {"strict-model-name", no_argument, 0, O_STRICT},
         {"ctx", required_argument, 0, O_CTX},
@@ -187,6 +227,10 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     rp_server_params_default(&o->sp);
     rp_engine_params_default(&o->ep);
     o->quant = RP_DTYPE_F32;
+    int env_rc = rp_cli_env_args("serve", longs, argc, argv, &o->env);
+    if (env_rc)
+        return env_rc;
+    argc = o->env.argc, argv = o->env.argv;
     bool no_spec = false;
     optind = 1;
     opterr = 0;
@@ -204,6 +248,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_HOST: o->sp.host = optarg; break;
         case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
         case O_KEY: o->sp.api_key = optarg; break;
+        case O_KEYFILE: o->api_key_file = optarg; ok = *optarg != 0; break;
         case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
         case O_STRICT: o->sp.strict_model_name = true; break;
         case O_CTX: ok = rp_cli_parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;
@@ -271,13 +316,27 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case ':': return rp_cli_usage_error("serve", "option '%s' needs a value", argv[optind - 1]);
         default: return rp_cli_usage_error("serve", "unknown option '%s'", argv[optind - 1]);
         }
-        if (!ok)
-            return rp_cli_usage_error("serve", "invalid value '%s' for %s", optarg, optname);
+        if (!ok) {
+            const char *from = rp_cli_env_origin(&o->env, optind - 1);
+            return rp_cli_usage_error("serve", "invalid value '%s' for %s%s%s%s", optarg, optname, from ? " (from " : "",
+                                      from ? from : "", from ? ")" : "");
+        }
     }
     if (no_spec)
         o->ep.spec.method = RP_ENGINE_SPEC_OFF;
     if (optind < argc - 1)
         return rp_cli_usage_error("serve", "expected at most one MODEL");
+    if (o->api_key_file) { // (a key given both ways: the command line's flag wins over a variable's)
+        bool key_flag = false, file_flag = false;
+        for (int i = o->env.n_env + 1; i < argc; i++) {
+            key_flag |= strcmp(argv[i], "--api-key") == 0 || strncmp(argv[i], "--api-key=", 10) == 0;
+            file_flag |= strcmp(argv[i], "--api-key-file") == 0 || strncmp(argv[i], "--api-key-file=", 15) == 0;
+        }
+        if (key_flag && file_flag)
+            return rp_cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+        if (!key_flag && read_key_file(o->api_key_file, o))
+            return 1;
+    }
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
         rp_cli_default_model_missing("serve");
@@ -350,8 +409,10 @@ int rp_cli_serve(int argc, char **argv)
 {
     serve_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
+    if (rc) {
+        serve_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *engine = NULL;
@@ -429,5 +490,6 @@ done:
     rp_model_destroy(model);
     rp_backend_destroy(draft_be);
     rp_backend_destroy(be);
+    serve_opts_free(&o);
     return rc;
 }

@@ -4,9 +4,11 @@
  * message), and a real start on a free port with the bundled model: exactly
  * one "rapid: listening on http://HOST:PORT" line, /health answers on that
  * port, speculative decoding is on (start line, /metrics), SIGTERM ends it
- * with status 0; the context it advertises is what its KV cache holds.
+ * with status 0; the context it advertises is what its KV cache holds; the API key
+ * from the environment or a file.
  */
 #include "test_util.h"
+#include "test_tmp.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -93,8 +95,8 @@ static void test_usage(void **state)
     assert_non_null(strstr(err, "/nonexistent/draft"));
 }
 
-// A GET on the local port; the whole response into resp.
-static void http_get(int port, const char *path, char *resp, size_t cap)
+// A GET on the local port with extra header lines (each ending in CRLF); the whole response into resp.
+static void http_get_h(int port, const char *path, const char *headers, char *resp, size_t cap)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
@@ -103,7 +105,7 @@ static void http_get(int port, const char *path, char *resp, size_t cap)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     char req[256];
-    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n%sConnection: close\r\n\r\n", path, headers);
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     size_t rn = 0;
     ssize_t k;
@@ -111,6 +113,11 @@ static void http_get(int port, const char *path, char *resp, size_t cap)
         rn += (size_t)k;
     resp[rn] = 0;
     close(fd);
+}
+
+static void http_get(int port, const char *path, char *resp, size_t cap)
+{
+    http_get_h(port, path, "", resp, cap);
 }
 
 static void test_listen_and_stop(void **state)
@@ -282,12 +289,61 @@ static void test_context_is_what_the_cache_holds(void **state)
     }
 }
 
+// The API key from the environment (RAPID_API_KEY, the rule every flag follows) or from a
+// file (--api-key-file, its first line): enforced either way, and the command line's flag
+// wins over a variable.
+static void test_api_key_from_env_and_file(void **state)
+{
+    (void)state;
+    const char *file = rp_test_tmp_path("key.txt");
+    rp_test_write_file(file, "s3cret \n(the rest is ignored)\n", 30);
+    static char resp[65536];
+    setenv("RAPID_API_KEY", "envkey", 1);
+    pid_t pid;
+    int fd;
+    size_t n;
+    const char *none[] = {NULL};
+    int port = start_serve(none, &pid, &fd, &n);
+    http_get(port, "/v1/models", resp, sizeof(resp));
+    assert_non_null(strstr(resp, "401"));
+    http_get_h(port, "/v1/models", "Authorization: Bearer envkey\r\n", resp, sizeof(resp));
+    assert_non_null(strstr(resp, "200 OK"));
+    stop_serve(pid, fd, n);
+
+    const char *with_file[] = {"--api-key-file", file, NULL}; // wins over RAPID_API_KEY
+    port = start_serve(with_file, &pid, &fd, &n);
+    http_get_h(port, "/v1/models", "Authorization: Bearer envkey\r\n", resp, sizeof(resp));
+    assert_non_null(strstr(resp, "401"));
+    http_get_h(port, "/v1/models", "x-api-key: s3cret\r\n", resp, sizeof(resp));
+    assert_non_null(strstr(resp, "200 OK"));
+    stop_serve(pid, fd, n);
+    unsetenv("RAPID_API_KEY");
+
+    // Refused before loading: a variable's bad value names the variable; an empty key file.
+    setenv("RAPID_PORT", "x", 1);
+    assert_int_equal(run_serve(err, sizeof(err), none), 2);
+    assert_non_null(strstr(err, "invalid value 'x' for --port (from RAPID_PORT)"));
+    unsetenv("RAPID_PORT");
+    setenv("RAPID_NO_DISK_CACHE", "maybe", 1);
+    assert_int_equal(run_serve(err, sizeof(err), none), 2);
+    assert_non_null(strstr(err, "RAPID_NO_DISK_CACHE=maybe"));
+    unsetenv("RAPID_NO_DISK_CACHE");
+    const char *empty = rp_test_tmp_path("empty.txt");
+    rp_test_write_file(empty, "\n", 1);
+    const char *empty_file[] = {"--api-key-file", empty, NULL};
+    assert_int_equal(run_serve(err, sizeof(err), empty_file), 1);
+    assert_non_null(strstr(err, "holds no key"));
+    const char *both[] = {"--api-key-file", file, "--api-key", "k", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), both), 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_usage),
         cmocka_unit_test(test_listen_and_stop),
         cmocka_unit_test(test_context_is_what_the_cache_holds),
+        cmocka_unit_test(test_api_key_from_env_and_file),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }
