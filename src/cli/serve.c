@@ -34,6 +34,8 @@ static void serve_usage(FILE *f)
                "      --port N               port (default 8000; 0 picks a free one)\n"
                "      --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY)\n"
                "      --api-key-file FILE    the key is FILE's first line (kept out of `ps`)\n"
+               "      --allowed-origins LIST browser pages of these origins may call the API (CORS): a comma\n"
+               "                             list (https://app.example,http://localhost:3000) or *; default none\n"
                "      --served-model-name NAME  the model's name in the API (default: the folder/file name)\n"
                "      --strict-model-name    answer 404 for requests naming another model (default: any name\n"
                "                             gets this model)\n"
@@ -182,13 +184,15 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_MAXCONN,
         O_MAXCONN_CLIENT,
         O_TIMEOUT,
-        O_KEYFILE
+        O_KEYFILE,
+        O_ORIGINS
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
         {"port", required_argument, 0, O_PORT},
         {"api-key", required_argument, 0, O_KEY},
         {"api-key-file", required_argument, 0, O_KEYFILE},
+        {"allowed-origins", required_argument, 0, O_ORIGINS},
         {"served-model-name", required_argument, 0, O_NAME},
         {"strict-model-name", no_argument, 0, O_STRICT},
         {"ctx", required_argument, 0, O_CTX},
@@ -249,6 +253,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
         case O_KEY: o->sp.api_key = optarg; break;
         case O_KEYFILE: o->api_key_file = optarg; ok = *optarg != 0; break;
+        case O_ORIGINS: o->sp.allowed_origins = optarg; ok = *optarg != 0; break;
         case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
         case O_STRICT: o->sp.strict_model_name = true; break;
         case O_CTX: ok = rp_cli_parse_long(optarg, 1, 1 << 24, &v), o->ep.n_ctx = (int)v; break;

@@ -12,8 +12,9 @@
  *   1. headers only: the connection's admission (503 when it was refused),
  *      the framing (two Content-Lengths, Content-Length with
  *      Transfer-Encoding, a transfer coding other than chunked: 400/501),
- *      the head's size (414, 431), the route (404 unknown path, 405 wrong
- *      method), the API key (401) and Content-Length (413);
+ *      the head's size (414, 431), a CORS preflight (204 for an allowed origin,
+ *      403 for another), the route (404 unknown path, 405 wrong method), the API
+ *      key (401) and Content-Length (413);
  *   2. body pieces: appended to the request's buffer up to max_request_bytes
  *      (a chunked body that grows past it is drained and answered 413);
  *   3. end of body: the route's handler runs on this thread and fills an
@@ -50,6 +51,7 @@
  */
 #include "server_int.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -122,6 +124,11 @@ typedef struct conn_state {
     size_t soff;
     bool s_finished, s_freed;
     bool proto_error; // libmicrohttpd found the request malformed; answered by proto.c
+    // CORS (rp_server_params.allowed_origins): what Access-Control-Allow-Origin says ("" none),
+    // and a preflight's answer (the Allow-Methods and -Headers lists) once its body is read
+    char cors_origin[256];
+    bool preflight;
+    char pf_methods[64], pf_headers[512];
 } conn_state;
 
 // What the connection's own thread is reading (one thread per connection): noted by the
@@ -297,6 +304,51 @@ bool rp_http_parse_json(rp_http_req *r, json_t **out, rp_api_error *e)
     return rp_json_parse_bytes(r->body, r->body_len, out, e);
 }
 
+/* ---- CORS ---------------------------------------------------------------------- */
+
+// Whether origin is in the server's list ("*": any), as the Allow-Origin value to send.
+static bool cors_allowed(const rp_server *s, const char *origin, char *out, size_t cap)
+{
+    const char *list = s->allowed_origins;
+    if (!list || !origin || !*origin || strlen(origin) >= cap)
+        return false;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t'))
+            p++, len--;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if ((len == 1 && *p == '*') || (len == n && memcmp(p, origin, n) == 0)) {
+            snprintf(out, cap, "%s", len == 1 && *p == '*' ? "*" : origin);
+            return true;
+        }
+        if (!end)
+            break;
+        p = end + 1;
+    }
+    return false;
+}
+
+static void cors_headers(const conn_state *cs, struct MHD_Response *resp)
+{
+    if (!cs->cors_origin[0])
+        return;
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", cs->cors_origin);
+    MHD_add_response_header(resp, "Access-Control-Expose-Headers", "x-request-id, retry-after");
+    MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+// A header list a preflight asks for, kept when it is a plain comma list of token names.
+static bool header_list_ok(const char *v)
+{
+    for (const char *p = v; *p; p++)
+        if (!(isalnum((unsigned char)*p) || strchr("-_, ", *p)))
+            return false;
+    return true;
+}
+
 /* ---- queueing ---------------------------------------------------------------- */
 
 static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
@@ -332,6 +384,13 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
         }
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
+    if (cs->preflight) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", cs->pf_methods);
+        if (cs->pf_headers[0])
+            MHD_add_response_header(resp, "Access-Control-Allow-Headers", cs->pf_headers);
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    cors_headers(cs, resp);
     char rid[32];
     snprintf(rid, sizeof(rid), "%llu", (unsigned long long)cs->req.id);
     MHD_add_response_header(resp, "x-request-id", rid);
@@ -442,6 +501,7 @@ static enum MHD_Result queue_stream(conn_state *cs)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    cors_headers(cs, resp);
     char rid[32];
     snprintf(rid, sizeof(rid), "%llu", (unsigned long long)cs->req.id);
     MHD_add_response_header(resp, "x-request-id", rid);
@@ -649,6 +709,37 @@ static enum MHD_Result begin_request(conn_state *cs)
                           MAX_HEAD);
         goto decided;
     }
+    cors_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), cs->cors_origin,
+                 sizeof(cs->cors_origin));
+    const char *pf_method = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    if (strcmp(cs->method, "OPTIONS") == 0 && pf_method && s->allowed_origins) { // a CORS preflight
+        for (size_t i = 0; i < N_ROUTES; i++) {
+            const char *p;
+            if (path_match(&routes[i], cs->path, &p) && !strstr(cs->pf_methods, routes[i].method) &&
+                strlen(cs->pf_methods) + strlen(routes[i].method) + 11 < sizeof(cs->pf_methods)) {
+                strcat(cs->pf_methods, routes[i].method);
+                strcat(cs->pf_methods, ", ");
+            }
+        }
+        if (!cs->pf_methods[0]) {
+            ret = early_error(cs, 404, "not_found", 0, "no route for %s", cs->path);
+            goto decided;
+        }
+        if (!cs->cors_origin[0]) {
+            ret = early_error(cs, 403, "origin_not_allowed", 0, "the origin '%.200s' may not call this server",
+                              MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")
+                                  ? MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")
+                                  : "(none)");
+            goto decided;
+        }
+        strcat(cs->pf_methods, "OPTIONS");
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        if (h && strlen(h) < sizeof(cs->pf_headers) && header_list_ok(h))
+            snprintf(cs->pf_headers, sizeof(cs->pf_headers), "%s", h);
+        cs->preflight = true; // answered 204 once its body (if any) is read
+        cs->req.route_name = "preflight";
+        return MHD_YES;
+    }
     bool path_known = false;
     for (size_t i = 0; i < N_ROUTES; i++) {
         const char *param;
@@ -749,6 +840,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     rp_conn_body_done(s->conns, cs->slot);
     if (cs->has_early)
         return queue_api_error(cs, &cs->early);
+    if (cs->preflight) {
+        rp_reply *rep = &cs->reply;
+        rp_buf_init(&rep->body);
+        rep->status = 204;
+        return queue_body(cs, rep);
+    }
     return run_handler(cs);
 }
 
@@ -982,14 +1079,17 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     s->host = rp_strdup(p->host && *p->host ? p->host : "127.0.0.1");
     s->api_key = p->api_key && *p->api_key ? rp_strdup(p->api_key) : NULL;
+    s->allowed_origins = p->allowed_origins && *p->allowed_origins ? rp_strdup(p->allowed_origins) : NULL;
     s->model_name = p->served_model_name && *p->served_model_name ? rp_strdup(p->served_model_name)
                                                                   : default_model_name(rp_model_path(m));
-    if (!s->host || (p->api_key && *p->api_key && !s->api_key) || !s->model_name) {
+    if (!s->host || (p->api_key && *p->api_key && !s->api_key) || !s->model_name ||
+        (p->allowed_origins && *p->allowed_origins && !s->allowed_origins)) {
         st = RP_ERR(RP_ERR_NOMEM, "out of memory");
         goto fail;
     }
     s->params.host = s->host;
     s->params.api_key = s->api_key;
+    s->params.allowed_origins = s->allowed_origins;
     s->params.served_model_name = s->model_name;
     s->params.tool_parser = s->params.reasoning_parser = s->params.chat_template = NULL; // not kept; resolved below
     s->engine = e;
@@ -1094,6 +1194,7 @@ void rp_server_destroy(rp_server *s)
     rp_chat_template_destroy(s->tpl);
     rp_free(s->host);
     rp_free(s->api_key);
+    rp_free(s->allowed_origins);
     rp_free(s->model_name);
     rp_free(s);
 }

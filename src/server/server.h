@@ -52,6 +52,13 @@ typedef struct rp_server_params {
     int max_connections;
     int max_connections_per_client;
     double timeout_s;
+    // Cross-origin requests from browsers (CORS): a comma list of origins
+    // ("https://app.example,http://localhost:3000") or "*" for any; NULL or "": none (no
+    // CORS headers; a browser then allows same-origin pages only). A request whose Origin is
+    // listed gets Access-Control-Allow-Origin (and Vary: Origin) on its answer, and a
+    // preflight (OPTIONS with Access-Control-Request-Method) for any route's path is answered
+    // 204 with the methods and headers it may use; a preflight from an origin not listed: 403.
+    const char *allowed_origins;
 } rp_server_params;
 
 void rp_server_params_default(rp_server_params *p);

@@ -298,7 +298,7 @@ struct MHD_Daemon;
 
 struct rp_server {
     rp_server_params params; // copied; strings below owned
-    char *host, *api_key;
+    char *host, *api_key, *allowed_origins;
     char *model_name;        // the served model name
     rp_engine *engine;
     const rp_tokenizer *tok;

@@ -39,11 +39,18 @@
 #define KEY "edge-key"
 #define AUTH "Authorization: Bearer " KEY "\r\n"
 
+#define ORIGIN "https://app.example"
+
+static void allow_origins(rp_server_params *sp)
+{
+    sp->allowed_origins = ORIGIN ", http://localhost:3000"; // (blanks around the commas are trimmed)
+}
+
 static int setup(void **state)
 {
     (void)state;
     wire_ctx = 8192; // a generation that runs a few seconds (the half-close tests)
-    return wire_server_start(KEY, 64 * 1024);
+    return wire_server_start_tuned(KEY, 64 * 1024, allow_origins);
 }
 
 static int teardown(void **state)
@@ -595,6 +602,65 @@ static void test_status_needs_key(void **state)
     free(r.body);
 }
 
+/* ---- browsers from other origins (CORS) ------------------------------------------- */
+
+// A preflight from a listed origin is answered 204 without the key, with the path's
+// methods and the headers asked for; from another origin 403, for an unknown path 404;
+// answers to a listed origin carry Access-Control-Allow-Origin, to others nothing; an
+// OPTIONS that is no preflight stays a 405.
+static void test_cors(void **state)
+{
+    (void)state;
+    wire_resp r;
+    wire_request("OPTIONS", "/v1/chat/completions",
+                 "Origin: " ORIGIN "\r\nAccess-Control-Request-Method: POST\r\n"
+                 "Access-Control-Request-Headers: authorization, content-type\r\n",
+                 NULL, &r);
+    assert_int_equal(r.status, 204);
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Origin"), ORIGIN);
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Methods"), "POST, OPTIONS");
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Headers"), "authorization, content-type");
+    assert_string_equal(wire_header(&r, "Vary"), "Origin");
+    assert_non_null(wire_header(&r, "Access-Control-Max-Age"));
+    free(r.body);
+    wire_request("OPTIONS", "/", "Origin: http://localhost:3000\r\nAccess-Control-Request-Method: GET\r\n", NULL, &r);
+    assert_int_equal(r.status, 204);
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Origin"), "http://localhost:3000");
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Methods"), "GET, HEAD, OPTIONS");
+    assert_null(wire_header(&r, "Access-Control-Allow-Headers"));
+    free(r.body);
+
+    wire_request("OPTIONS", "/v1/messages", "Origin: https://evil.example\r\nAccess-Control-Request-Method: POST\r\n",
+                 NULL, &r);
+    expect_error(&r, 403, true);
+    assert_non_null(strstr(r.body, "https://evil.example"));
+    assert_null(wire_header(&r, "Access-Control-Allow-Origin"));
+    free(r.body);
+    wire_request("OPTIONS", "/v1/nothing", "Origin: " ORIGIN "\r\nAccess-Control-Request-Method: POST\r\n", NULL, &r);
+    expect_error(&r, 404, false);
+    free(r.body);
+    wire_request("OPTIONS", "/v1/models", NULL, NULL, &r);
+    expect_error(&r, 405, false);
+    free(r.body);
+
+    wire_request("GET", "/v1/models", "x-api-key: " KEY "\r\nOrigin: " ORIGIN "\r\n", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Origin"), ORIGIN);
+    assert_non_null(strstr(wire_header(&r, "Access-Control-Expose-Headers"), "x-request-id"));
+    free(r.body);
+    wire_request("GET", "/v1/models", "Origin: " ORIGIN "\r\n", NULL, &r); // the key is still needed
+    expect_error(&r, 401, false);
+    assert_string_equal(wire_header(&r, "Access-Control-Allow-Origin"), ORIGIN); // (so the page can read why)
+    free(r.body);
+    wire_request("GET", "/health", "Origin: https://evil.example\r\n", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_null(wire_header(&r, "Access-Control-Allow-Origin"));
+    free(r.body);
+    wire_request("GET", "/health", NULL, NULL, &r);
+    assert_null(wire_header(&r, "Access-Control-Allow-Origin"));
+    free(r.body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -603,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_protocol_errors_json),          cmocka_unit_test(test_nul_byte_refused),
         cmocka_unit_test(test_half_close_is_not_gone),        cmocka_unit_test(test_close_cancels_whole_reply),
         cmocka_unit_test(test_half_close_then_close_cancels), cmocka_unit_test(test_status_needs_key),
+        cmocka_unit_test(test_cors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
