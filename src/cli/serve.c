@@ -410,6 +410,13 @@ static void print_memory(const rp_model *m, rp_engine *e)
                es.cache.disk_budget / 1073741824.0);
 }
 
+// Whether host is a loopback address (only this machine can connect; "": the default, 127.0.0.1).
+static bool is_loopback(const char *host)
+{
+    return !*host || strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 ||
+           strcmp(host, "[::1]") == 0;
+}
+
 int rp_cli_serve(int argc, char **argv)
 {
     serve_opts o;
@@ -418,6 +425,10 @@ int rp_cli_serve(int argc, char **argv)
         serve_opts_free(&o);
         return rc < 0 ? 0 : rc;
     }
+    if ((!o.sp.api_key || !*o.sp.api_key) && !is_loopback(o.sp.host))
+        fprintf(stderr, "rapid: warning: listening on %s without an API key: anyone who can reach this address can "
+                        "use the model (--api-key-file FILE or RAPID_API_KEY)\n",
+                o.sp.host);
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *engine = NULL;

@@ -335,6 +335,17 @@ static void test_api_key_from_env_and_file(void **state)
     assert_non_null(strstr(err, "holds no key"));
     const char *both[] = {"--api-key-file", file, "--api-key", "k", NULL};
     assert_int_equal(run_serve(err, sizeof(err), both), 2);
+
+    // Beyond loopback without a key: a warning at start (here the model then fails to load).
+    const char *open_host[] = {"/nonexistent/model", "--host", "0.0.0.0", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), open_host), 1);
+    assert_non_null(strstr(err, "rapid: warning: listening on 0.0.0.0 without an API key"));
+    const char *keyed[] = {"/nonexistent/model", "--host", "0.0.0.0", "--port", "0", "--api-key", "k", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), keyed), 1);
+    assert_null(strstr(err, "warning"));
+    const char *local[] = {"/nonexistent/model", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), local), 1);
+    assert_null(strstr(err, "warning"));
 }
 
 int main(void)
