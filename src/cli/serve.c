@@ -249,7 +249,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             snprintf(optname, sizeof(optname), "-%c", c);
         li = -1;
         switch (c) {
-        case O_HOST: o->sp.host = optarg; break;
+        case O_HOST: o->sp.host = optarg; ok = *optarg != 0; break;
         case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
         case O_KEY: o->sp.api_key = optarg; break;
         case O_KEYFILE: o->api_key_file = optarg; ok = *optarg != 0; break;
@@ -429,6 +429,14 @@ int rp_cli_serve(int argc, char **argv)
         fprintf(stderr, "rapid: warning: listening on %s without an API key: anyone who can reach this address can "
                         "use the model (--api-key-file FILE or RAPID_API_KEY)\n",
                 o.sp.host);
+    // The address first: a busy port or a bad host fails now, not after the model has loaded.
+    int port = 0;
+    if (rp_server_listen(o.sp.host, o.sp.port, &o.sp.listen_fd, &port)) {
+        fprintf(stderr, "rapid: %s\n", rp_error_message());
+        serve_opts_free(&o);
+        return 1;
+    }
+    o.sp.has_listen_fd = true; // the server's once rp_server_run has it
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *engine = NULL;
@@ -494,12 +502,15 @@ int rp_cli_serve(int argc, char **argv)
                         o.sp.tool_parser, o.sp.reasoning_parser, &tf, &rf);
     rp_log(RP_LOG_INFO, "rapid: chat template %s | tool calls: %s, reasoning: %s", what, rp_tool_format_name(tf),
            rp_reasoning_format_name(rf));
+    o.sp.has_listen_fd = false; // (handed over, whatever happens)
     if (rp_server_run(engine, model, tok, &o.sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;
     }
     rc = 0;
 done:
+    if (o.sp.has_listen_fd)
+        close(o.sp.listen_fd);
     rp_engine_destroy(engine);
     rp_free(chat_src);
     rp_tok_destroy(tok);

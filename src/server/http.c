@@ -1011,7 +1011,7 @@ static char *default_model_name(const char *path)
     return rp_strndup(path + b, len);
 }
 
-static rp_status open_listener(const char *host, int port, int *fd_out, int *port_out)
+rp_status rp_server_listen(const char *host, int port, int *fd_out, int *port_out)
 {
     char ps[16];
     snprintf(ps, sizeof(ps), "%d", port);
@@ -1062,15 +1062,21 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
                            rp_server **out)
 {
     *out = NULL;
-    if (!e || !m || !tok || !p)
+    int given_fd = p && p->has_listen_fd ? p->listen_fd : -1; // ours from here on
+    rp_server *s = NULL;
+    if (!e || !m || !tok || !p) {
+        if (given_fd >= 0)
+            close(given_fd);
         return RP_ERR(RP_ERR_INVALID, "rp_server_create: missing engine, model, tokenizer or params");
-    if (p->port < 0 || p->port > 65535)
-        return RP_ERR(RP_ERR_INVALID, "port %d is outside 0..65535", p->port);
-    rp_server *s = rp_calloc(1, sizeof(*s));
-    if (!s)
-        return RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
+    if (p->port < 0 || p->port > 65535 || !(s = rp_calloc(1, sizeof(*s)))) {
+        if (given_fd >= 0)
+            close(given_fd);
+        return p->port < 0 || p->port > 65535 ? RP_ERR(RP_ERR_INVALID, "port %d is outside 0..65535", p->port)
+                                              : RP_ERR(RP_ERR_NOMEM, "out of memory");
+    }
     rp_status st = RP_OK;
-    s->listen_fd = -1;
+    s->listen_fd = given_fd;
     s->wake_pipe[0] = s->wake_pipe[1] = -1;
     s->params = *p;
     if (!s->params.max_request_bytes)
@@ -1119,8 +1125,18 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         st = RP_ERR(RP_ERR_IO, "pipe: %s", strerror(errno));
         goto fail;
     }
-    if ((st = open_listener(s->host, p->port, &s->listen_fd, &s->port)))
+    if (s->listen_fd >= 0) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl) != 0) {
+            st = RP_ERR(RP_ERR_IO, "getsockname: %s", strerror(errno));
+            goto fail;
+        }
+        s->port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                           : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    } else if ((st = rp_server_listen(s->host, p->port, &s->listen_fd, &s->port))) {
         goto fail;
+    }
     // The gate (gate.c) accepts and hands each connection over once its first line is good.
     s->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |

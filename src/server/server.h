@@ -59,6 +59,11 @@ typedef struct rp_server_params {
     // preflight (OPTIONS with Access-Control-Request-Method) for any route's path is answered
     // 204 with the methods and headers it may use; a preflight from an origin not listed: 403.
     const char *allowed_origins;
+    // A listening socket opened earlier by rp_server_listen (so a busy or bad address fails
+    // before a model loads), which rp_server_create takes over (and closes if it fails);
+    // without one (has_listen_fd false, the default) it binds host:port itself.
+    bool has_listen_fd;
+    int listen_fd;
 } rp_server_params;
 
 void rp_server_params_default(rp_server_params *p);
@@ -73,6 +78,9 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
                            rp_server **out);
 // The port actually bound (the chosen one when params.port was 0).
 int rp_server_port(const rp_server *s);
+// Opens a socket listening on host:port (0: a free one) for rp_server_params.listen_fd:
+// *fd_out, and the port it got. Errors: RP_ERR_IO naming the address and why.
+rp_status rp_server_listen(const char *host, int port, int *fd_out, int *port_out);
 // Wakes rp_server_wait. Async-signal-safe; any thread.
 void rp_server_stop(rp_server *s);
 // Blocks until rp_server_stop.

@@ -65,7 +65,7 @@ static void test_usage(void **state)
         {"--port", "70000", NULL}, {"--port", "x", NULL},         {"--bogus", NULL},
         {"--quant", "q3", NULL},   {"--tool-parser", "nope", NULL}, {"a", "b", NULL},
         {"--ctx", "0", NULL},      {"--max-request-bytes", "12", NULL}, {"--parallel", NULL},
-        {"--kv-dtype", "bf16", NULL},
+        {"--kv-dtype", "bf16", NULL}, {"--host", "", NULL},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         int rc = run_serve(err, sizeof(err), bad[i]);
@@ -86,6 +86,23 @@ static void test_usage(void **state)
     const char *badhost[] = {"--host", "256.1.2.3", "--port", "0", NULL};
     assert_int_equal(run_serve(err, sizeof(err), badhost), 1);
     assert_non_null(strstr(err, "256.1.2.3"));
+    // The address is taken before the model loads: a busy port is the one error, even with
+    // a model that would not load.
+    int busy = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    assert_int_equal(bind(busy, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(busy, 1), 0);
+    assert_int_equal(getsockname(busy, (struct sockaddr *)&a, &al), 0);
+    char port[16];
+    snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+    const char *taken[] = {"/nonexistent/model", "--port", port, NULL};
+    assert_int_equal(run_serve(err, sizeof(err), taken), 1);
+    assert_non_null(strstr(err, "cannot listen on 127.0.0.1:"));
+    assert_null(strstr(err, "/nonexistent/model"));
+    close(busy);
     // Speculative decoding's flags: a bad config is bad usage; a draft model that is not there fails.
     const char *badspec[] = {"--speculative-config", "{\"k\": 1}", NULL};
     assert_int_equal(run_serve(err, sizeof(err), badspec), 2);
