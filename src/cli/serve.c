@@ -367,6 +367,28 @@ static void load_progress(void *ctx, double fraction)
 // here that is capped at a quarter of the memory available (but never below one context).
 // The KV pool's size when --kv-memory is a fraction or absent: the memory it may take is
 // the host's available memory, or on a GPU the device's free memory after the weights.
+// An explicit KV cache (--kv-memory SIZE or --kv-tokens N) the memory cannot hold: false,
+// with a message saying what is there (a GPU's free memory after the weights, else the
+// host's available memory). Checked before anything is allocated: an allocation past the
+// memory would otherwise be granted lazily and then page the machine to a halt.
+static bool kv_fits(rp_model *m, const rp_engine_params *ep)
+{
+    rp_backend_info bi;
+    rp_backend_get_info(rp_model_backend(m), &bi);
+    uint64_t avail = bi.host_memory ? rp_cli_mem_available() : bi.mem_free;
+    const rp_model_config *c = rp_model_get_config(m);
+    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
+    uint64_t want = ep->kv_memory ? ep->kv_memory : (uint64_t)ep->kv_tokens * per_token;
+    if (!avail || want <= avail)
+        return true;
+    fprintf(stderr,
+            "rapid: a KV cache of %.1f GiB%s does not fit: %s %.1f GiB available; give at most that (or a fraction "
+            "of it: --kv-memory 0.5)\n",
+            want / 1073741824.0, ep->kv_memory ? "" : " (--kv-tokens)", bi.host_memory ? "the machine has" : "the GPU has",
+            avail / 1073741824.0);
+    return false;
+}
+
 static void default_kv_memory(rp_model *m, double fraction, rp_engine_params *ep)
 {
     rp_backend_info bi;
@@ -484,6 +506,12 @@ int rp_cli_serve(int argc, char **argv)
     }
     o.sp.chat_template = chat_src;
     default_kv_memory(model, o.kv_fraction, &o.ep);
+    if (!kv_fits(model, &o.ep))
+        goto done;
+    int max_ctx = rp_model_get_config(model)->max_ctx;
+    if (o.ep.n_ctx > max_ctx)
+        fprintf(stderr, "rapid: --ctx %d is past the model's context (%d tokens): requests get %d\n", o.ep.n_ctx,
+                max_ctx, max_ctx);
     char *default_dir = NULL;
     if (o.no_disk_cache || o.ep.no_prefix_cache)
         o.ep.cache_dir = NULL;

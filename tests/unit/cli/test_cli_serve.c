@@ -107,6 +107,11 @@ static void test_usage(void **state)
     const char *badspec[] = {"--speculative-config", "{\"k\": 1}", NULL};
     assert_int_equal(run_serve(err, sizeof(err), badspec), 2);
     assert_non_null(strstr(err, "unknown key \"k\""));
+    // A KV cache past the memory there is: one message, before anything is allocated.
+    const char *huge[] = {"--kv-memory", "64T", "--port", "0", NULL};
+    assert_int_equal(run_serve(err, sizeof(err), huge), 1);
+    assert_non_null(strstr(err, "a KV cache of 65536.0 GiB does not fit: the ")); // (machine or GPU)
+    assert_non_null(strstr(err, "GiB available"));
     const char *nodraft[] = {"--draft-model", "/nonexistent/draft", "--port", "0", NULL};
     assert_int_equal(run_serve(err, sizeof(err), nodraft), 1);
     assert_non_null(strstr(err, "/nonexistent/draft"));
@@ -267,7 +272,8 @@ static void stop_serve(pid_t pid, int fd, size_t n)
 // A KV cache smaller than the model's context (32,768 tokens for rapid-tiny):
 // the server advertises what one request can get, everywhere it names the
 // context: the start line, /v1/models and /v1/models/{id} (max_model_len),
-// /v1/status (kv.context_tokens). With --ctx it is that.
+// /v1/status (kv.context_tokens). With --ctx it is that; a --ctx past the model's is cut to
+// it, with a line that says so.
 static void test_context_is_what_the_cache_holds(void **state)
 {
     (void)state;
@@ -275,11 +281,15 @@ static void test_context_is_what_the_cache_holds(void **state)
     const struct {
         const char *args[8];
         int ctx;
+        const char *line; // a start line expected too, or NULL
     } cases[] = {
-        {{"--kv-tokens", "512", "--no-disk-cache", NULL}, 512},
-        {{"--kv-tokens", "1000", "--no-disk-cache", NULL}, 1008}, // whole blocks of 16
-        {{"--kv-memory", "1M", "--no-disk-cache", NULL}, 288},    // 3,584 bytes a token: 18 blocks
-        {{"--kv-tokens", "512", "--ctx", "300", "--no-disk-cache", NULL}, 300},
+        {{"--kv-tokens", "512", "--no-disk-cache", NULL}, 512, NULL},
+        {{"--kv-tokens", "1000", "--no-disk-cache", NULL}, 1008, NULL}, // whole blocks of 16
+        {{"--kv-memory", "1M", "--no-disk-cache", NULL}, 288, NULL},    // 3,584 bytes a token: 18 blocks
+        {{"--kv-tokens", "512", "--ctx", "300", "--no-disk-cache", NULL}, 300, NULL},
+        {{"--ctx", "100000", "--no-disk-cache", NULL},
+         32768,
+         "rapid: --ctx 100000 is past the model's context (32768 tokens): requests get 32768"},
     };
     static char problem[300000];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -293,6 +303,8 @@ static void test_context_is_what_the_cache_holds(void **state)
         snprintf(want, sizeof(want), "| context %d tokens per request", cases[i].ctx);
         if (!strstr(err, want))
             snprintf(problem, sizeof(problem), "the start lines lack [%s]: %s", want, err);
+        if (!problem[0] && cases[i].line && !strstr(err, cases[i].line))
+            snprintf(problem, sizeof(problem), "the start lines lack [%s]: %s", cases[i].line, err);
         const char *paths[] = {"/v1/models", "/v1/models/rapid-tiny", "/v1/status"};
         for (int k = 0; k < 3 && !problem[0]; k++) {
             snprintf(want, sizeof(want), k < 2 ? "\"max_model_len\":%d" : "\"context_tokens\":%d", cases[i].ctx);
