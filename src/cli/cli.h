@@ -62,8 +62,6 @@ typedef struct rp_cli_env_argv {
     int n_env;    // argv[1 .. n_env] came from variables
     char **names; // (n_env) the variable each came from
 } rp_cli_env_argv;
-// The variable's name for a long flag ("api-key": "RAPID_API_KEY").
-void rp_cli_env_name(const char *flag, char *out, size_t cap);
 // Builds *out from the variables of longs (every flag but help) and the command line:
 // 0, else the status to exit with (a flag without a value given a value other than
 // 1/true/yes/on or 0/false/no/off: a usage error naming the variable).

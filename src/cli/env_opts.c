@@ -21,7 +21,8 @@
 #include <string.h>
 #include <strings.h>
 
-void rp_cli_env_name(const char *flag, char *out, size_t cap)
+// The variable's name for a long flag ("api-key": "RAPID_API_KEY").
+static void env_name(const char *flag, char *out, size_t cap)
 {
     size_t n = (size_t)snprintf(out, cap, "RAPID_");
     for (const char *p = flag; *p && n + 1 < cap; p++)
@@ -55,7 +56,7 @@ int rp_cli_env_args(const char *cmd, const struct option *longs, int argc, char 
     out->argv[n++] = argv[0];
     for (int i = 0; i < n_longs; i++) {
         char name[96];
-        rp_cli_env_name(longs[i].name, name, sizeof(name));
+        env_name(longs[i].name, name, sizeof(name));
         const char *v = strcmp(longs[i].name, "help") == 0 ? NULL : getenv(name);
         if (!v)
             continue;

@@ -114,7 +114,8 @@ typedef struct serve_opts {
     rp_dtype quant;
     bool no_disk_cache, mmap, f32_act;
     const char *api_key_file;
-    char *key_buf;       // the key read from api_key_file
+    bool key_flag, key_file_flag; // --api-key, --api-key-file given on the command line (not by a variable)
+    char *key_buf;                // the key read from api_key_file
     rp_cli_env_argv env; // the RAPID_* variables' flags and the command line (optargs point into it)
 } serve_opts;
 
@@ -251,8 +252,15 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         switch (c) {
         case O_HOST: o->sp.host = optarg; ok = *optarg != 0; break;
         case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
-        case O_KEY: o->sp.api_key = optarg; break;
-        case O_KEYFILE: o->api_key_file = optarg; ok = *optarg != 0; break;
+        case O_KEY:
+            o->sp.api_key = optarg;
+            o->key_flag = !rp_cli_env_origin(&o->env, optind - 1);
+            break;
+        case O_KEYFILE:
+            o->api_key_file = optarg;
+            o->key_file_flag = !rp_cli_env_origin(&o->env, optind - 1);
+            ok = *optarg != 0;
+            break;
         case O_ORIGINS: o->sp.allowed_origins = optarg; ok = *optarg != 0; break;
         case O_NAME: o->sp.served_model_name = optarg; ok = *optarg != 0; break;
         case O_STRICT: o->sp.strict_model_name = true; break;
@@ -331,17 +339,11 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         o->ep.spec.method = RP_ENGINE_SPEC_OFF;
     if (optind < argc - 1)
         return rp_cli_usage_error("serve", "expected at most one MODEL");
-    if (o->api_key_file) { // (a key given both ways: the command line's flag wins over a variable's)
-        bool key_flag = false, file_flag = false;
-        for (int i = o->env.n_env + 1; i < argc; i++) {
-            key_flag |= strcmp(argv[i], "--api-key") == 0 || strncmp(argv[i], "--api-key=", 10) == 0;
-            file_flag |= strcmp(argv[i], "--api-key-file") == 0 || strncmp(argv[i], "--api-key-file=", 15) == 0;
-        }
-        if (key_flag && file_flag)
-            return rp_cli_usage_error("serve", "give --api-key or --api-key-file, not both");
-        if (!key_flag && read_key_file(o->api_key_file, o))
-            return 1;
-    }
+    if (o->key_flag && o->key_file_flag)
+        return rp_cli_usage_error("serve", "give --api-key or --api-key-file, not both");
+    // (a key given both ways, one by a variable: the command line's flag wins)
+    if (o->api_key_file && !o->key_flag && read_key_file(o->api_key_file, o))
+        return 1;
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
         rp_cli_default_model_missing("serve");
@@ -363,50 +365,56 @@ static void load_progress(void *ctx, double fraction)
     fflush(stderr);
 }
 
+// The memory a KV cache may take (a GPU's free memory after the weights, else the host's
+// available memory; 0: unknown), whether that is host memory, and a token's KV bytes.
+static uint64_t kv_room(rp_model *m, const rp_engine_params *ep, bool *host, uint64_t *per_token)
+{
+    rp_backend_info bi;
+    rp_backend_get_info(rp_model_backend(m), &bi);
+    const rp_model_config *c = rp_model_get_config(m);
+    *per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
+    *host = bi.host_memory;
+    return bi.host_memory ? rp_cli_mem_available() : bi.mem_free;
+}
+
 // Without --kv-memory or --kv-tokens the engine holds max(ctx, 4096) tokens;
 // here that is capped at a quarter of the memory available (but never below one context).
 // The KV pool's size when --kv-memory is a fraction or absent: the memory it may take is
-// the host's available memory, or on a GPU the device's free memory after the weights.
-// An explicit KV cache (--kv-memory SIZE or --kv-tokens N) the memory cannot hold: false,
-// with a message saying what is there (a GPU's free memory after the weights, else the
-// host's available memory). Checked before anything is allocated: an allocation past the
-// memory would otherwise be granted lazily and then page the machine to a halt.
-static bool kv_fits(rp_model *m, const rp_engine_params *ep)
-{
-    rp_backend_info bi;
-    rp_backend_get_info(rp_model_backend(m), &bi);
-    uint64_t avail = bi.host_memory ? rp_cli_mem_available() : bi.mem_free;
-    const rp_model_config *c = rp_model_get_config(m);
-    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
-    uint64_t want = ep->kv_memory ? ep->kv_memory : (uint64_t)ep->kv_tokens * per_token;
-    if (!avail || want <= avail)
-        return true;
-    fprintf(stderr,
-            "rapid: a KV cache of %.1f GiB%s does not fit: %s %.1f GiB available; give at most that (or a fraction "
-            "of it: --kv-memory 0.5)\n",
-            want / 1073741824.0, ep->kv_memory ? "" : " (--kv-tokens)", bi.host_memory ? "the machine has" : "the GPU has",
-            avail / 1073741824.0);
-    return false;
-}
-
+// kv_room's.
 static void default_kv_memory(rp_model *m, double fraction, rp_engine_params *ep)
 {
-    rp_backend_info bi;
-    rp_backend_get_info(rp_model_backend(m), &bi);
-    uint64_t avail = bi.host_memory ? rp_cli_mem_available() : bi.mem_free;
-    if (fraction > 0 && !bi.host_memory)
+    bool host;
+    uint64_t per_token, avail = kv_room(m, ep, &host, &per_token);
+    if (fraction > 0 && !host)
         ep->kv_memory = (uint64_t)(fraction * (double)avail);
     if (ep->kv_tokens || ep->kv_memory)
         return;
     const rp_model_config *c = rp_model_get_config(m);
-    uint64_t per_token = rp_kv_block_bytes(rp_model_kv_layers(m), c->n_kv_head, c->head_dim, 1, rp_engine_kv_type(ep));
     uint64_t ctx = ep->n_ctx > 0 && ep->n_ctx < c->max_ctx ? (uint64_t)ep->n_ctx : (uint64_t)c->max_ctx;
     uint64_t want = (ctx > 4096 ? ctx : 4096) * per_token, cap = avail / 4;
     if (cap && want > cap)
         ep->kv_memory = cap > ctx * per_token ? cap : ctx * per_token;
 }
 
-// The KV cache and prefix cache as they came out, on stderr.
+// An explicit KV cache (--kv-memory SIZE or --kv-tokens N) the memory cannot hold: false,
+// with a message saying what is there (kv_room). Checked before anything is allocated: an
+// allocation past the memory would otherwise be granted lazily and then page the machine
+// to a halt.
+static bool kv_fits(rp_model *m, const rp_engine_params *ep)
+{
+    bool host;
+    uint64_t per_token, avail = kv_room(m, ep, &host, &per_token);
+    uint64_t want = ep->kv_memory ? ep->kv_memory : (uint64_t)ep->kv_tokens * per_token;
+    if (!avail || want <= avail)
+        return true;
+    fprintf(stderr,
+            "rapid: a KV cache of %.1f GiB%s does not fit: %s %.1f GiB available; give at most that (or a fraction "
+            "of it: --kv-memory 0.5)\n",
+            want / 1073741824.0, ep->kv_memory ? "" : " (--kv-tokens)", host ? "the machine has" : "the GPU has",
+            avail / 1073741824.0);
+    return false;
+}
+
 static void print_memory(const rp_model *m, rp_engine *e)
 {
     rp_engine_stats es;

@@ -304,6 +304,17 @@ bool rp_http_parse_json(rp_http_req *r, json_t **out, rp_api_error *e)
     return rp_json_parse_bytes(r->body, r->body_len, out, e);
 }
 
+// The methods the routes of `path` take, as "GET, HEAD" (out: "" for none).
+static void path_methods(const char *path, char *out, size_t cap)
+{
+    out[0] = 0;
+    for (size_t i = 0; i < N_ROUTES; i++) {
+        const char *p;
+        if (path_match(&routes[i], path, &p) && !strstr(out, routes[i].method))
+            snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? ", " : "", routes[i].method);
+    }
+}
+
 /* ---- CORS ---------------------------------------------------------------------- */
 
 // Whether origin is in the server's list ("*": any), as the Allow-Origin value to send.
@@ -371,17 +382,9 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
         snprintf(ra, sizeof(ra), "%d", rep->retry_after);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
     }
-    if (rep->status == 405 && cs->route == NULL) {
-        // Allow: the methods the path does take.
-        char allow[64] = "";
-        for (size_t i = 0; i < N_ROUTES; i++) {
-            const char *p;
-            if (path_match(&routes[i], cs->path, &p) && !strstr(allow, routes[i].method)) {
-                if (allow[0])
-                    strcat(allow, ", ");
-                strncat(allow, routes[i].method, sizeof(allow) - strlen(allow) - 1);
-            }
-        }
+    if (rep->status == 405 && cs->route == NULL) { // Allow: the methods the path does take
+        char allow[64];
+        path_methods(cs->path, allow, sizeof(allow));
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (cs->preflight) {
@@ -709,30 +712,22 @@ static enum MHD_Result begin_request(conn_state *cs)
                           MAX_HEAD);
         goto decided;
     }
-    cors_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), cs->cors_origin,
-                 sizeof(cs->cors_origin));
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    cors_allowed(s, origin, cs->cors_origin, sizeof(cs->cors_origin));
     const char *pf_method = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Method");
     if (strcmp(cs->method, "OPTIONS") == 0 && pf_method && s->allowed_origins) { // a CORS preflight
-        for (size_t i = 0; i < N_ROUTES; i++) {
-            const char *p;
-            if (path_match(&routes[i], cs->path, &p) && !strstr(cs->pf_methods, routes[i].method) &&
-                strlen(cs->pf_methods) + strlen(routes[i].method) + 11 < sizeof(cs->pf_methods)) {
-                strcat(cs->pf_methods, routes[i].method);
-                strcat(cs->pf_methods, ", ");
-            }
-        }
+        path_methods(cs->path, cs->pf_methods, sizeof(cs->pf_methods));
         if (!cs->pf_methods[0]) {
             ret = early_error(cs, 404, "not_found", 0, "no route for %s", cs->path);
             goto decided;
         }
         if (!cs->cors_origin[0]) {
             ret = early_error(cs, 403, "origin_not_allowed", 0, "the origin '%.200s' may not call this server",
-                              MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")
-                                  ? MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin")
-                                  : "(none)");
+                              origin ? origin : "(none)");
             goto decided;
         }
-        strcat(cs->pf_methods, "OPTIONS");
+        size_t used = strlen(cs->pf_methods);
+        snprintf(cs->pf_methods + used, sizeof(cs->pf_methods) - used, ", OPTIONS");
         const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         if (h && strlen(h) < sizeof(cs->pf_headers) && header_list_ok(h))
             snprintf(cs->pf_headers, sizeof(cs->pf_headers), "%s", h);

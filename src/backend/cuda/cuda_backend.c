@@ -894,7 +894,7 @@ static rp_status run_group(cuda_backend *c, const rp_matmul_desc *mm, int count,
 {
     cu_matmul_args a;
     memset(&a, 0, sizeof(a)); // padding hashes alike
-    a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch, a.n_sm = c->prop.multiProcessorCount;
+    a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch;
     a.rt = cu_tc_rt;
     for (int i = 0; i < count; i++) {
         a.w[i] = *weight_of(mm[i].w);

@@ -137,7 +137,6 @@ typedef struct cu_matmul_args {
     cu_qact qa;
     int n;
     bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
-    int n_sm;      // the GPU's SMs (how the tensor-core kernel spreads its rows)
     int rt;        // row tiles a warp of the tensor-core kernel takes (0: chosen per launch; cu_tc_rt)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);

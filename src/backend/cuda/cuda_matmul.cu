@@ -408,10 +408,11 @@ __device__ __forceinline__ void split_dot(const cu_matmul_args &a, const cu_weig
                 acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
 }
 
-// Blocks of the grid that a weight's rows take (its splits share a block).
-__host__ __device__ __forceinline__ int64_t mm_blocks(const cu_weight &W)
+// Blocks of the grid that a weight's rows take (its splits share a block), with a warp
+// taking rt times mm_rows (the tensor-core kernel's row tiles; 1 elsewhere).
+__host__ __device__ __forceinline__ int64_t mm_blocks(const cu_weight &W, int rt = 1)
 {
-    int64_t rows = (int64_t)(MM_WARPS / W.splits) * mm_rows(W.type);
+    int64_t rows = (int64_t)(MM_WARPS / W.splits) * mm_rows(W.type) * rt;
     return (W.rows + rows - 1) / rows;
 }
 
@@ -433,13 +434,13 @@ template <int N> __device__ __forceinline__ float split_sum(const float (*p)[N],
 }
 
 // The group member this block computes (its blocks follow the members before it) and the
-// block's index among that member's.
-__device__ __forceinline__ int mm_member(const cu_matmul_args &a, int64_t *b)
+// block's index among that member's (blocks of mm_blocks(W, rt)).
+__device__ __forceinline__ int mm_member(const cu_matmul_args &a, int64_t *b, int rt = 1)
 {
     int i = 0, members = a.glu ? 1 : a.count;
     for (int k = 0; k < CU_MM_GROUP - 1; k++)
-        if (i == k && i < members - 1 && *b >= mm_blocks(pick(k, a.w)))
-            *b -= mm_blocks(pick(k, a.w)), i++;
+        if (i == k && i < members - 1 && *b >= mm_blocks(pick(k, a.w), rt))
+            *b -= mm_blocks(pick(k, a.w), rt), i++;
     return i;
 }
 
@@ -687,24 +688,6 @@ __device__ __forceinline__ void tc_warp(const uint4 *const (&A)[WN][RT], int col
     }
 }
 
-// Blocks a weight's rows take with RT row tiles a warp (a block: MM_WARPS / splits row
-// groups, each split in a warp of its own).
-__host__ __device__ __forceinline__ int64_t tc_blocks(const cu_weight &W, int rt)
-{
-    int64_t tiles = (W.rows + 15) / 16, per = (int64_t)(MM_WARPS / W.splits) * rt;
-    return (tiles + per - 1) / per;
-}
-
-// As mm_member, for blocks of tc_blocks.
-__device__ __forceinline__ int tc_member(const cu_matmul_args &a, int rt, int64_t *b)
-{
-    int i = 0, members = a.glu ? 1 : a.count;
-    for (int k = 0; k < CU_MM_GROUP - 1; k++)
-        if (i == k && i < members - 1 && *b >= tc_blocks(pick(k, a.w), rt))
-            *b -= tc_blocks(pick(k, a.w), rt), i++;
-    return i;
-}
-
 // As k_matmul, for BF16 weights on the tensor cores: a warp takes RT row tiles (16 RT rows)
 // of one K-split (the splits and their tiles as for the other types: 16 tiles a chunk),
 // tokens 8 NTT a pass, each k-tile's x split into P parts once for all RT row tiles. RT
@@ -718,7 +701,7 @@ __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_tc(cu_matmul_args a
     constexpr int TOK = 8 * NTT, U = tc_unroll(WN, RT, NTT), ROWS = 16 * RT;
     __shared__ float part[WN][MM_WARPS][ROWS * TOK]; // each warp's partials, [row · TOK + token]
     int64_t b = blockIdx.x;
-    int i = WN == 2 ? 0 : tc_member(a, RT, &b);
+    int i = WN == 2 ? 0 : mm_member(a, &b, RT);
     const cu_weight W = pick(i, a.w);
     int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
     int s = warp % S;
@@ -823,7 +806,7 @@ template <int NTT, int WN, int P> static cudaError_t launch_tc(const cu_matmul_a
     int rt = tc_rt(a, NTT);
     int64_t blocks = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
-        blocks += tc_blocks(a->w[i], rt);
+        blocks += mm_blocks(a->w[i], rt);
     dim3 grid((unsigned)blocks);
     if (rt == 2)
         return cu_enqueue(k_matmul_tc<NTT, WN, 2, P>, grid, MM_WARPS * 32, s, *a);
