@@ -21,6 +21,7 @@
 #include "server_int.h"
 
 #include <stdio.h>
+#include <time.h>
 
 #define MAX_SERIES 128 // distinct (route, status) pairs kept
 
@@ -298,9 +299,56 @@ static json_t *forward_buckets_json(const rp_engine_stats *es)
     return a;
 }
 
-// The engine's figures as one JSON object (GET /v1/status).
-static json_t *status_json(rp_engine *e)
+// The served model: {"name", "architecture", "description", "weight_type", "size_bytes",
+// "bytes_per_token", "layers", "context_tokens", "backend", "device", "device_memory_bytes",
+// "device_free_bytes"} (the memory figures 0 on host memory).
+static json_t *model_json(const rp_server *s)
 {
+    rp_backend_info bi;
+    rp_model_backend_info(s->model, &bi);
+    const rp_model_config *c = s->cfg;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:s, s:s, s:I, s:I}", "name", s->model_name,
+                     "architecture", c->arch_name, "description", rp_model_describe(s->model), "weight_type",
+                     rp_dtype_name(rp_model_weight_type(s->model)), "size_bytes",
+                     (json_int_t)rp_model_size_bytes(s->model), "bytes_per_token",
+                     (json_int_t)rp_model_weight_bytes(s->model), "layers", c->n_layer, "context_tokens", s->n_ctx,
+                     "backend", bi.name ? bi.name : "", "device", bi.device, "device_memory_bytes",
+                     (json_int_t)bi.mem_total, "device_free_bytes", (json_int_t)bi.mem_free);
+}
+
+// Speculative decoding per method: {"steps", "accepted_tokens", "tokens_per_step", "methods": [{"method",
+// "enabled", "steps", "drafted", "accepted", "acceptance", "tokens_per_step"}]}. A method's steps are the
+// request steps that verified its drafts (each has a first draft position: spec_pos_drafted[m][0]);
+// tokens_per_step is what such a step emitted on average (1 + accepted / steps: the verified token plus
+// the accepted drafts), the ceiling of the speedup a step's extra cost eats into; acceptance is accepted /
+// drafted. Both null before a step.
+static json_t *speculation_json(const rp_engine_stats *es)
+{
+    json_t *methods = json_array();
+    uint64_t accepted = 0;
+    for (int m = 0; methods && m < RP_SPEC_N_METHODS; m++) {
+        uint64_t steps = es->spec_pos_drafted[m][0], dr = es->spec_drafted[m], ac = es->spec_accepted[m];
+        accepted += ac;
+        json_t *o = json_pack("{s:s, s:b, s:I, s:I, s:I, s:o, s:o}", "method", rp_spec_method_name((rp_spec_method)m),
+                              "enabled", es->spec_methods[m], "steps", (json_int_t)steps, "drafted", (json_int_t)dr,
+                              "accepted", (json_int_t)ac, "acceptance",
+                              dr ? json_real((double)ac / (double)dr) : json_null(), "tokens_per_step",
+                              steps ? json_real(1.0 + (double)ac / (double)steps) : json_null());
+        if (json_array_append_new(methods, o)) {
+            json_decref(methods);
+            return NULL;
+        }
+    }
+    return json_pack("{s:I, s:I, s:o, s:o?}", "steps", (json_int_t)es->spec_steps, "accepted_tokens",
+                     (json_int_t)accepted, "tokens_per_step",
+                     es->spec_steps ? json_real(1.0 + (double)accepted / (double)es->spec_steps) : json_null(),
+                     "methods", methods);
+}
+
+// The server's, the model's and the engine's figures as one JSON object (GET /v1/status).
+static json_t *status_json(const rp_server *s)
+{
+    rp_engine *e = s->engine;
     rp_engine_stats es;
     rp_engine_get_stats(e, &es);
     const rp_cache_stats *c = &es.cache;
@@ -310,8 +358,9 @@ static json_t *status_json(rp_engine *e)
                              (json_int_t)c->disk_budget, "hit_blocks", (json_int_t)c->disk_hit_blocks, "writes",
                              (json_int_t)c->disk_writes, "write_drops", (json_int_t)c->disk_write_drops, "evictions",
                              (json_int_t)c->disk_evictions, "rejects", (json_int_t)c->disk_rejects);
-    json_t *mem = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
-                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions);
+    json_t *mem = json_pack("{s:I, s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
+                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions, "hit_blocks",
+                            (json_int_t)(c->hit_blocks - c->disk_hit_blocks));
     json_t *states = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "saves", (json_int_t)c->state_saves,
                                "drops", (json_int_t)c->state_drops, "hits", (json_int_t)c->state_hits, "disk_hits",
                                (json_int_t)c->state_disk_hits, "snapshots", (json_int_t)c->state_snaps, "bytes",
@@ -334,13 +383,16 @@ static json_t *status_json(rp_engine *e)
                             (json_int_t)es.tokens_generated, "prefill_chunk", es.prefill_chunk, "max_batch",
                             es.max_batch, "step_seconds", es.step_s, "step_max_seconds", es.step_max_s,
                             "forward_seconds", es.forward_s, "forward_by_batch", forward_buckets_json(&es));
-    return json_pack("{s:o?, s:o?, s:o?, s:o?}", "requests", req, "kv", kv, "prefix_cache", cache, "engine", eng);
+    json_t *srv = json_pack("{s:s, s:I, s:f}", "version", RP_VERSION, "started", (json_int_t)s->created,
+                            "uptime_seconds", (double)(time(NULL) - s->created));
+    return json_pack("{s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?}", "server", srv, "model", model_json(s), "requests",
+                     req, "kv", kv, "prefix_cache", cache, "speculation", speculation_json(&es), "engine", eng);
 }
 
 void rp_status_handler(rp_http_req *r, rp_reply *out)
 {
     rp_api_error e;
-    if (!rp_reply_json_new(out, status_json(r->srv->engine), &e))
+    if (!rp_reply_json_new(out, status_json(r->srv), &e))
         rp_reply_error(r, out, &e);
 }
 
