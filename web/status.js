@@ -247,25 +247,22 @@ export class Status {
         scroll.appendChild(table);
         spec.appendChild(scroll);
         spec.appendChild(el('p', 'note', 'Tokens/step: what a step that verified drafts emitted on average (the verified token and the accepted drafts), the most speculation can speed decoding up.'));
-        const tp = el('section', 'card wide');
-        tp.appendChild(el('h2', null, `Throughput, last ${HISTORY_S / 60} minutes (tokens/s)`));
-        const legend = el('div', 'legend');
-        const k1 = el('span', 'k1', 'Decode ');
-        const gen = el('strong');
-        gen.id = 'gen-now';
-        k1.appendChild(gen);
-        const k2 = el('span', 'k2', 'Prefill ');
-        const pre = el('strong');
-        pre.id = 'pre-now';
-        k2.appendChild(pre);
-        legend.append(k1, k2);
-        tp.appendChild(legend);
-        for (const id of ['chart-gen', 'chart-pre']) {
+        const tp = el('section', 'card spec');
+        tp.appendChild(el('h2', null, `Throughput, last ${HISTORY_S / 60} minutes`));
+        for (const [id, label, k] of [['gen', 'Decode', 'k1'], ['pre', 'Prefill', 'k2']]) {
+            const fig = el('figure', 'plot');
+            const cap = el('figcaption', 'legend');
+            const name = el('span', k, `${label} tokens/s, now `);
+            const now = el('strong');
+            now.id = `${id}-now`;
+            name.appendChild(now);
+            cap.appendChild(name);
             const cv = el('canvas', 'chart');
-            cv.id = id;
+            cv.id = `chart-${id}`;
             cv.setAttribute('role', 'img');
-            cv.setAttribute('aria-label', id === 'chart-gen' ? 'Decode tokens per second over time' : 'Prefill tokens per second over time');
-            tp.appendChild(cv);
+            cv.setAttribute('aria-label', `${label} tokens per second over the last ${HISTORY_S / 60} minutes`);
+            fig.append(cap, cv);
+            tp.appendChild(fig);
         }
         cards.appendChild(tp);
         this.built = true;
@@ -305,7 +302,8 @@ function chart(canvas, points, key, colorVar) {
         g.stroke();
         g.textAlign = 'right';
         g.textBaseline = 'middle';
-        g.fillText(String(Math.round((top * (2 - i)) / 2)), pad.l - 6, y);
+        const v = (top * (2 - i)) / 2;
+        g.fillText(v >= 1000 ? `${v / 1000}k` : String(v), pad.l - 6, y);
     }
     g.textAlign = 'left';
     g.textBaseline = 'top';
