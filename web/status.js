@@ -181,6 +181,26 @@ export class Status {
             cards.appendChild(c);
             return c;
         };
+        const tp = el('section', 'card wide');
+        tp.appendChild(el('h2', null, `Throughput, last ${HISTORY_S / 60} minutes`));
+        const plots = el('div', 'plots');
+        tp.appendChild(plots);
+        for (const [id, label, k] of [['gen', 'Decode', 'k1'], ['pre', 'Prefill', 'k2']]) {
+            const fig = el('figure', 'plot');
+            const cap = el('figcaption', 'legend');
+            const name = el('span', k, `${label} tokens/s, now `);
+            const now = el('strong');
+            now.id = `${id}-now`;
+            name.appendChild(now);
+            cap.appendChild(name);
+            const cv = el('canvas', 'chart');
+            cv.id = `chart-${id}`;
+            cv.setAttribute('role', 'img');
+            cv.setAttribute('aria-label', `${label} tokens per second over the last ${HISTORY_S / 60} minutes`);
+            fig.append(cap, cv);
+            plots.appendChild(fig);
+        }
+        cards.appendChild(tp);
         card('Model', [
             ['Name', 'model.name'],
             ['Architecture', 'model.architecture'],
@@ -247,24 +267,6 @@ export class Status {
         scroll.appendChild(table);
         spec.appendChild(scroll);
         spec.appendChild(el('p', 'note', 'Tokens/step: what a step that verified drafts emitted on average (the verified token and the accepted drafts), the most speculation can speed decoding up.'));
-        const tp = el('section', 'card spec');
-        tp.appendChild(el('h2', null, `Throughput, last ${HISTORY_S / 60} minutes`));
-        for (const [id, label, k] of [['gen', 'Decode', 'k1'], ['pre', 'Prefill', 'k2']]) {
-            const fig = el('figure', 'plot');
-            const cap = el('figcaption', 'legend');
-            const name = el('span', k, `${label} tokens/s, now `);
-            const now = el('strong');
-            now.id = `${id}-now`;
-            name.appendChild(now);
-            cap.appendChild(name);
-            const cv = el('canvas', 'chart');
-            cv.id = `chart-${id}`;
-            cv.setAttribute('role', 'img');
-            cv.setAttribute('aria-label', `${label} tokens per second over the last ${HISTORY_S / 60} minutes`);
-            fig.append(cap, cv);
-            tp.appendChild(fig);
-        }
-        cards.appendChild(tp);
         this.built = true;
     }
 }
