@@ -9,8 +9,7 @@
 import { ApiError, getJSON, getKey, setKey } from './api.js';
 import { Chat } from './chat.js';
 import { Status } from './status.js';
-
-const $ = (id) => document.getElementById(id);
+import { $ } from './dom.js';
 
 function banner(text) {
     const b = $('banner');

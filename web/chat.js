@@ -14,19 +14,11 @@
 
 import { ApiError, streamChat } from './api.js';
 import { render } from './markdown.js';
+import { $, el } from './dom.js';
 
 const STORE = 'rapid.conversations';
 const SETTINGS = 'rapid.settings';
 const DEFAULTS = { temperature: 0.7, top_p: 1, max_tokens: 1024, thinking: true };
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-}
 
 function load(key, fallback) {
     try {

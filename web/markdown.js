@@ -16,14 +16,9 @@
 //
 // render(text) -> DocumentFragment.
 
-const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+import { el } from './dom.js';
 
-function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-}
+const SAFE_URL = /^(https?:\/\/|mailto:)/i;
 
 function link(text, href) {
     if (!SAFE_URL.test(href)) return document.createTextNode(text === href ? text : `${text} (${href})`);

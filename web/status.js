@@ -12,16 +12,10 @@
 // (e.g. "kv.blocks_used"), so a test can compare the page with the server.
 
 import { ApiError, getJSON, getText, parseMetrics } from './api.js';
+import { el } from './dom.js';
 
 const POLL_MS = 2000;
 const HISTORY_S = 300;
-
-function el(tag, cls, text) {
-    const e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-}
 
 function bytes(n) {
     if (!Number.isFinite(n)) return '–';

@@ -12,9 +12,7 @@ import {
     SKIP,
     TIMEOUT,
     assertHealthy,
-    metricNames,
-    metricSum,
-    metrics,
+    generationCounters,
     openStream,
     readFrames,
     request,
@@ -24,12 +22,6 @@ import {
 } from './harness.js';
 
 const T = { timeout: TIMEOUT };
-
-const CANCELLED = /cancel/i;
-const RUNNING = /running/i;
-// The engine's own count of generated tokens (a per-request counter of the HTTP layer
-// may be added when the handler ends, after the engine has let the request go).
-const GENERATED = /generated/i;
 
 describe('client disconnect cancels the generation', { skip: SKIP }, () => {
     let server;
@@ -41,12 +33,7 @@ describe('client disconnect cancels the generation', { skip: SKIP }, () => {
         await stopSharedServer();
     });
 
-    async function readCounters() {
-        const s = await metrics(server);
-        const c = { cancelled: metricSum(s, CANCELLED), running: metricSum(s, RUNNING), generated: metricSum(s, GENERATED) };
-        for (const [k, v] of Object.entries(c)) assert.notEqual(v, null, `/metrics has no ${k} metric (${metricNames(s)})`);
-        return c;
-    }
+    const readCounters = () => generationCounters(server);
 
     async function disconnectCase(path, body, headers = {}) {
         const before0 = await readCounters();

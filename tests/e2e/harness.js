@@ -421,6 +421,16 @@ export function metricNames(samples) {
     return [...new Set(samples.map((s) => s.name))].join(', ');
 }
 
+// What a cancel changes in /metrics: { cancelled, running, generated } (the engine's own
+// count of generated tokens: a per-request counter of the HTTP layer may be added only when
+// the handler ends, after the engine has let the request go). Fails when one is missing.
+export async function generationCounters(server) {
+    const s = await metrics(server);
+    const c = { cancelled: metricSum(s, /cancel/i), running: metricSum(s, /running/i), generated: metricSum(s, /generated/i) };
+    for (const [k, v] of Object.entries(c)) if (v === null) throw new Error(`/metrics has no ${k} metric (${metricNames(s)})`);
+    return c;
+}
+
 // Polls fn until it returns a truthy value or the deadline (ms, scaled by SLOW) passes.
 export async function waitFor(fn, ms, what) {
     const deadline = Date.now() + ms * SLOW;

@@ -25,9 +25,7 @@ import {
     PROMPTS,
     SKIP,
     TIMEOUT,
-    metricNames,
-    metricSum,
-    metrics,
+    generationCounters,
     request,
     sharedServer,
     startServer,
@@ -113,16 +111,7 @@ describe('the web page in Chromium', { skip: BROWSER_SKIP }, () => {
         assert.ok(fs.statSync(file).size > 1000, `${file} was written`);
     }
 
-    async function counters() {
-        const s = await metrics(server);
-        const c = {
-            cancelled: metricSum(s, /^rapid_engine_requests_cancelled_total$/),
-            running: metricSum(s, /^rapid_requests_running$/),
-            generated: metricSum(s, /^rapid_engine_tokens_generated_total$/),
-        };
-        for (const [k, v] of Object.entries(c)) assert.notEqual(v, null, `/metrics has no ${k} metric (${metricNames(s)})`);
-        return c;
-    }
+    const counters = () => generationCounters(server);
 
     // Sets max tokens and the temperature in the settings panel (greedy: the bundled
     // model's known replies, PROMPTS.endless never ending on its own).
