@@ -9,7 +9,8 @@
 // Stop aborts the fetch, which closes the connection, and the server cancels
 // the generation. Edit puts the last user turn back into the composer, and
 // sending then replaces it and what followed; Regenerate asks again for the
-// last answer. Per answer the stats line shows what the server reported in its
+// last answer. Tools (a JSON array in Settings) go with each request, and the
+// model's calls are shown under its answer (and sent back with the history). Per answer the stats line shows what the server reported in its
 // final chunk: tokens, time to first token, decode speed, draft tokens accepted.
 
 import { ApiError, streamChat } from './api.js';
@@ -18,7 +19,7 @@ import { $, el } from './dom.js';
 
 const STORE = 'rapid.conversations';
 const SETTINGS = 'rapid.settings';
-const DEFAULTS = { temperature: 0.7, top_p: 1, max_tokens: 1024, thinking: true };
+const DEFAULTS = { temperature: 0.7, top_p: 1, max_tokens: 1024, thinking: true, tools: '' };
 
 function load(key, fallback) {
     try {
@@ -85,6 +86,11 @@ export class Chat {
         $('thinking').checked = s.thinking;
         $('thinking').addEventListener('change', () => {
             s.thinking = $('thinking').checked;
+            localStorage.setItem(SETTINGS, JSON.stringify(s));
+        });
+        $('tools').value = s.tools;
+        $('tools').addEventListener('change', () => {
+            s.tools = $('tools').value;
             localStorage.setItem(SETTINGS, JSON.stringify(s));
         });
         $('system').addEventListener('input', () => {
@@ -290,12 +296,30 @@ export class Chat {
         const body = { messages, temperature: s.temperature, top_p: s.top_p, max_tokens: s.max_tokens };
         if (this.model) body.model = this.model;
         if (!s.thinking) body.reasoning_effort = 'none';
+        if (s.tools.trim()) {
+            let tools;
+            try {
+                tools = JSON.parse(s.tools);
+            } catch (e) {
+                throw new Error(`the tools in Settings are not JSON (${e.message})`);
+            }
+            if (!Array.isArray(tools)) throw new Error('the tools in Settings are not a JSON array');
+            body.tools = tools;
+        }
         return body;
     }
 
     async run() {
-        const body = this.requestBody();
         const msgs = this.current.messages;
+        let body;
+        try {
+            body = this.requestBody();
+        } catch (e) {
+            msgs.push({ role: 'assistant', error: true, content: e.message });
+            this.save();
+            this.drawThread();
+            return;
+        }
         const ans = { role: 'assistant', content: '', reasoning: '', tool_calls: [], streaming: true };
         msgs.push(ans);
         this.abort = new AbortController();

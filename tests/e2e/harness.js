@@ -431,6 +431,26 @@ export async function generationCounters(server) {
     return c;
 }
 
+// After a client stopped a generation: waits (generous deadline, nothing timed) until
+// /metrics counts one more cancelled request than `before` (generationCounters) and
+// nothing running, then checks that the generated-token count stands still. Returns
+// the counters; throws with what it saw otherwise.
+export async function waitCancelled(server, before) {
+    const after1 = await waitFor(
+        async () => {
+            const c = await generationCounters(server);
+            return c.cancelled > before.cancelled && c.running === 0 ? c : null;
+        },
+        10_000,
+        'the cancelled count to rise and running to fall to 0 in /metrics',
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const after2 = await generationCounters(server);
+    if (after2.generated !== after1.generated || after2.running !== 0)
+        throw new Error(`tokens were generated after the cancel: ${JSON.stringify(after1)} then ${JSON.stringify(after2)}`);
+    return after2;
+}
+
 // Polls fn until it returns a truthy value or the deadline (ms, scaled by SLOW) passes.
 export async function waitFor(fn, ms, what) {
     const deadline = Date.now() + ms * SLOW;

@@ -6,7 +6,8 @@
 // Checked: the page loads with no console error; a reply streams into the page
 // over several frames; Stop (the Escape key) cancels the generation on the server
 // (/metrics: one more cancelled request, nothing running, the generated count
-// standing still); what the model writes, and hostile Markdown (<script>, <img
+// standing still); tool calls and reasoning shown, the last turn edited and
+// regenerated, the conversation kept over a reload; what the model writes, and hostile Markdown (<script>, <img
 // onerror>, javascript: links) put through the renderer and through a stored
 // conversation, is shown as text and runs nothing; the Status view shows the
 // figures /v1/status reports and follows them without a reload; a server with
@@ -22,6 +23,7 @@ import { after, before, describe, test } from 'node:test';
 
 import {
     BINARY,
+    OPENAI_TOOLS,
     PROMPTS,
     SKIP,
     TIMEOUT,
@@ -30,6 +32,7 @@ import {
     sharedServer,
     startServer,
     stopSharedServer,
+    waitCancelled,
     waitFor,
 } from './harness.js';
 
@@ -208,20 +211,61 @@ describe('the web page in Chromium', { skip: BROWSER_SKIP }, () => {
             return b && !document.getElementById('stop').hidden && b.textContent.length > 1;
         });
         await page.keyboard.press('Escape');
-        const after1 = await waitFor(
-            async () => {
-                const c = await counters();
-                return c.cancelled > before0.cancelled && c.running === 0 ? c : null;
-            },
-            10_000,
-            'the cancelled count to rise and running to fall to 0 in /metrics',
-        );
-        await new Promise((r) => setTimeout(r, 300));
-        const after2 = await counters();
-        assert.equal(after2.generated, after1.generated, 'the generated-token count stands still after Stop');
+        await waitCancelled(server, before0); // cancelled on the server, nothing generated after
         await page.locator('#stop').waitFor({ state: 'hidden' });
         const stats = (await page.locator('#messages li.msg.assistant:last-child .stats').textContent()) || '';
         assert.match(stats, /stopped/, `the answer says it was stopped: ${stats}`);
+        assert.deepEqual(errors, [], 'no console errors');
+    });
+
+    test('tool calls and reasoning are shown; the last turn can be edited and regenerated', T, async () => {
+        const { page, errors } = await open(server.url);
+        await page.locator('#model-name', { hasText: 'rapid-e2e' }).waitFor();
+        await setSampling(page, 200);
+        const finished = () => page.locator('#stop').waitFor({ state: 'hidden' });
+        await page.locator('#settings summary').click();
+        await page.locator('#tools').fill(JSON.stringify(OPENAI_TOOLS));
+        await page.locator('#tools').dispatchEvent('change');
+        await page.locator('#settings summary').click();
+        await page.locator('#prompt').fill(PROMPTS.tool);
+        await page.locator('#send').click();
+        await page.locator('#messages li.msg.assistant .tool-call').waitFor();
+        await finished();
+        assert.match(await page.locator('#messages .tool-call .name').first().textContent(), /^get_weather\(/);
+        assert.equal(JSON.parse(await page.locator('#messages .tool-call pre').first().textContent()).city, 'Paris');
+        await shot(page, 'chat-tool-call-light');
+
+        await page.locator('#settings summary').click();
+        await page.locator('#tools').fill('');
+        await page.locator('#tools').dispatchEvent('change');
+        await page.locator('#settings summary').click();
+        await page.locator('#new-chat').click();
+        await page.locator('#prompt').fill(PROMPTS.think);
+        await page.locator('#prompt').press('Enter');
+        await page.locator('#messages li.msg.assistant details.reasoning').waitFor();
+        await finished();
+        const reasoning = page.locator('#messages li.msg.assistant details.reasoning');
+        assert.equal(await reasoning.evaluate((d) => d.open), false, 'the reasoning is folded once the answer is there');
+        await reasoning.locator('summary').click();
+        assert.ok((await reasoning.locator('.text').textContent()).length > 0, 'the reasoning unfolds');
+
+        // Edit: the last user turn comes back into the composer; sending replaces it and its answer.
+        await page.locator('#messages li.msg.user button', { hasText: 'Edit' }).click();
+        assert.equal(await page.locator('#prompt').inputValue(), PROMPTS.think);
+        await page.locator('#prompt').fill('Say hello again.');
+        await page.locator('#prompt').press('Enter');
+        await finished();
+        const turns = async () => page.locator('#messages li.msg').evaluateAll((l) => l.map((e) => e.className));
+        assert.deepEqual(await turns(), ['msg user', 'msg assistant']);
+        assert.equal(await page.locator('#messages li.msg.user .body').textContent(), 'Say hello again.');
+        // Regenerate: the answer is asked for again, in its place.
+        await page.locator('#messages li.msg.assistant button', { hasText: 'Regenerate' }).click();
+        await finished();
+        assert.deepEqual(await turns(), ['msg user', 'msg assistant']);
+        // Kept in the browser: a reload shows the same conversation.
+        await page.reload();
+        await page.locator('#messages li.msg.user .body', { hasText: 'Say hello again.' }).waitFor();
+        assert.deepEqual(await turns(), ['msg user', 'msg assistant']);
         assert.deepEqual(errors, [], 'no console errors');
     });
 

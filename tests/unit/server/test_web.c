@@ -23,13 +23,6 @@ static int setup(void **state)
     return wire_server_start(KEY, 0);
 }
 
-static int teardown(void **state)
-{
-    (void)state;
-    wire_server_stop();
-    return 0;
-}
-
 static const rp_web_asset *asset(const char *name)
 {
     for (size_t i = 0; i < rp_web_n_assets; i++)
@@ -231,5 +224,5 @@ int main(void)
         cmocka_unit_test(test_odd_paths),
         cmocka_unit_test(test_status_for_the_page),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, wire_teardown);
 }
