@@ -206,7 +206,7 @@ export class Chat {
         if (m.content) body.appendChild(render(m.content));
         for (const t of m.tool_calls || []) {
             const box = el('div', 'tool-call');
-            box.appendChild(el('span', 'name', `${t.function?.name || '?'}(…)`));
+            box.append(el('span', 'label', 'Tool call '), el('span', 'name', t.function?.name || '?'));
             let args = t.function?.arguments || '';
             try {
                 args = JSON.stringify(JSON.parse(args), null, 2);

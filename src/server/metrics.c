@@ -329,11 +329,11 @@ static json_t *speculation_json(const rp_engine_stats *es)
     for (int m = 0; methods && m < RP_SPEC_N_METHODS; m++) {
         uint64_t steps = es->spec_pos_drafted[m][0], dr = es->spec_drafted[m], ac = es->spec_accepted[m];
         accepted += ac;
-        json_t *o = json_pack("{s:s, s:b, s:I, s:I, s:I, s:o, s:o}", "method", rp_spec_method_name((rp_spec_method)m),
-                              "enabled", es->spec_methods[m], "steps", (json_int_t)steps, "drafted", (json_int_t)dr,
-                              "accepted", (json_int_t)ac, "acceptance",
-                              dr ? json_real((double)ac / (double)dr) : json_null(), "tokens_per_step",
-                              steps ? json_real(1.0 + (double)ac / (double)steps) : json_null());
+        json_t *o =
+            json_pack("{s:s, s:b, s:I, s:I, s:I, s:o, s:o}", "method", rp_spec_method_name((rp_spec_method)m),
+                      "enabled", es->spec_methods[m], "steps", (json_int_t)steps, "drafted", (json_int_t)dr, "accepted",
+                      (json_int_t)ac, "acceptance", dr ? json_real((double)ac / (double)dr) : json_null(),
+                      "tokens_per_step", steps ? json_real(1.0 + (double)ac / (double)steps) : json_null());
         if (json_array_append_new(methods, o)) {
             json_decref(methods);
             return NULL;

@@ -304,7 +304,7 @@ struct rp_server {
     char *model_name;        // the served model name
     rp_engine *engine;
     const rp_tokenizer *tok;
-    const rp_model *model;   // borrowed: /v1/status describes it
+    const rp_model *model; // borrowed: /v1/status describes it
     const rp_model_config *cfg;
     rp_chat_template *tpl;   // the chat template (--chat-template's, else the tokenizer's), NULL if none
     rp_tool_format tool_format;
@@ -472,7 +472,7 @@ void rp_responses_create(rp_http_req *r, rp_reply *out);
 void rp_metrics_handler(rp_http_req *r, rp_reply *out);
 void rp_status_handler(rp_http_req *r, rp_reply *out);
 void rp_health_handler(rp_http_req *r, rp_reply *out);
-void rp_web_page(rp_http_req *r, rp_reply *out);  // GET / (web.c)
+void rp_web_page(rp_http_req *r, rp_reply *out); // GET / (web.c)
 void rp_web_file(rp_http_req *r, rp_reply *out); // GET /ui/{file}
 
 /* ---- the web page's files (generated from web/ by tools/embed_web.cmake) ------ */

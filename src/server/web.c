@@ -24,10 +24,13 @@ static const char *const page_headers[] = {
     "Content-Security-Policy",
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options", "nosniff",
-    "Referrer-Policy", "no-referrer",
+    "X-Content-Type-Options",
+    "nosniff",
+    "Referrer-Policy",
+    "no-referrer",
     // The files change with the binary: a browser revalidates rather than keeps an old page.
-    "Cache-Control", "no-cache",
+    "Cache-Control",
+    "no-cache",
     NULL,
 };
 

@@ -103,9 +103,21 @@ static void test_odd_paths(void **state)
 {
     (void)state;
     static const char *const paths[] = {
-        "/ui/nope.js", "/ui/", "/ui", "/ui/../CMakeLists.txt", "/ui/..%2fCMakeLists.txt", "/ui/%2e%2e/README.md",
-        "/ui/app.js/", "/ui//app.js", "/ui/APP.JS", "/ui/%ff%fe", "/ui/index.html/x",
-        "/index.html", "/favicon.ico", "//", "/ui/app.js%20",
+        "/ui/nope.js",
+        "/ui/",
+        "/ui",
+        "/ui/../CMakeLists.txt",
+        "/ui/..%2fCMakeLists.txt",
+        "/ui/%2e%2e/README.md",
+        "/ui/app.js/",
+        "/ui//app.js",
+        "/ui/APP.JS",
+        "/ui/%ff%fe",
+        "/ui/index.html/x",
+        "/index.html",
+        "/favicon.ico",
+        "//",
+        "/ui/app.js%20",
     };
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         // "/ui" and "//" are no route at all; the rest reach the file route and find no file.
@@ -176,7 +188,8 @@ static void test_status_for_the_page(void **state)
     v = body_json(&r);
     json_t *m = json_object_get(v, "model");
     assert_string_equal(json_string_value(json_object_get(m, "name")), "rapid-tiny");
-    assert_string_equal(json_string_value(json_object_get(m, "architecture")), rp_model_get_config(wire_model)->arch_name);
+    assert_string_equal(json_string_value(json_object_get(m, "architecture")),
+                        rp_model_get_config(wire_model)->arch_name);
     assert_string_equal(json_string_value(json_object_get(m, "weight_type")),
                         rp_dtype_name(rp_model_weight_type(wire_model)));
     assert_int_equal(json_integer_value(json_object_get(m, "size_bytes")), (json_int_t)rp_model_size_bytes(wire_model));
