@@ -4,9 +4,10 @@
 // It polls every POLL_MS while the page is visible (on either view, so the
 // charts have a history when the view is opened) and redraws only while the
 // Status view is shown. Throughput is the change of the engine's counters
-// (engine.tokens_generated, engine.tokens_prefilled) between two polls over
-// the time between them, kept for HISTORY_S in the page's memory (a reload
-// starts the history again). The charts are drawn by hand on a canvas.
+// (engine.tokens_generated, engine.tokens_prefilled) between two readings over
+// the time between them: at the first poll the server's own history (/v1/status
+// "history", a reading every 5 s for ten minutes), then the page's polls, kept
+// for HISTORY_S. The charts are drawn by hand on a canvas.
 //
 // Every figure shown from /v1/status is an element with data-k="path.in.json"
 // (e.g. "kv.blocks_used"), so a test can compare the page with the server.
@@ -76,6 +77,14 @@ export class Status {
             this.last = st;
             this.metrics = mt ? parseMetrics(mt) : null;
             const t = performance.now() / 1000;
+            // The first read brings the server's own history (a sample every 5 s): the charts
+            // then show the minutes before the page was opened too.
+            if (!this.samples.length) {
+                for (const h of st.history?.samples || []) {
+                    if (h.age_seconds >= 1 && h.age_seconds < HISTORY_S)
+                        this.samples.push({ t: t - h.age_seconds, gen: h.tokens_generated, pre: h.tokens_prefilled });
+                }
+            }
             this.samples.push({ t, gen: st.engine.tokens_generated, pre: st.engine.tokens_prefilled });
             while (this.samples.length > 2 && t - this.samples[0].t > HISTORY_S) this.samples.shift();
             this.error = null;
@@ -93,7 +102,7 @@ export class Status {
             const a = this.samples[i - 1];
             const b = this.samples[i];
             const dt = b.t - a.t;
-            if (dt > 0) out.push({ t: b.t, gen: Math.max(0, (b.gen - a.gen) / dt), pre: Math.max(0, (b.pre - a.pre) / dt) });
+            if (dt >= 0.5) out.push({ t: b.t, gen: Math.max(0, (b.gen - a.gen) / dt), pre: Math.max(0, (b.pre - a.pre) / dt) });
         }
         return out;
     }

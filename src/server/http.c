@@ -1109,7 +1109,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     if (p->reasoning_parser && (st = rp_reasoning_format_from_name(p->reasoning_parser, &s->reasoning_format)))
         goto fail;
-    if ((st = rp_metrics_create(&s->metrics)))
+    if ((st = rp_metrics_create(e, &s->metrics)))
         goto fail;
     if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client, s->params.timeout_s,
                                    &s->conns)))

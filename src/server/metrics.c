@@ -10,7 +10,10 @@
  * requests, KV pool, prefix cache in memory and on disk, speculative
  * decoding's draft tokens verified and accepted per method and draft position)
  * are read from rp_engine_get_stats at scrape time, the connection figures
- * (open, limits, closed by reason, refused) from the connection table.
+ * (open, limits, closed by reason, refused) from the connection table. A
+ * sampler thread reads the engine's token counters every 5 s into a ring of
+ * ten minutes (/v1/status "history"), from which the web page draws decode and
+ * prefill throughput of the last minutes, also those before it was opened.
  *
  * Who may read what: /health and /metrics need no API key (load balancers and
  * Prometheus scrapers), so /metrics holds numbers only: no path, model name,
@@ -21,9 +24,12 @@
 #include "server_int.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
-#define MAX_SERIES 128 // distinct (route, status) pairs kept
+#define MAX_SERIES 128    // distinct (route, status) pairs kept
+#define HISTORY_N 120     // throughput samples kept: ten minutes ...
+#define HISTORY_EVERY_S 5 // ... of one every 5 s
 
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double tps_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
@@ -42,20 +48,81 @@ typedef struct series {
     uint64_t count;
 } series;
 
+// One reading of the engine's cumulative token counters, for the throughput history.
+typedef struct sample {
+    double t; // rp_time_s()
+    uint64_t generated, prefilled;
+} sample;
+
 struct rp_metrics {
     pthread_mutex_t lock;
     series req[MAX_SERIES];
     int n_req;
     uint64_t prompt_tokens, cached_tokens, completion_tokens, client_gone;
     histogram ttft, tps;
+    // The throughput history (under lock): a ring of HISTORY_N samples, the oldest at
+    // hist_head once full. The sampler thread adds one every HISTORY_EVERY_S until stop.
+    rp_engine *engine;
+    sample hist[HISTORY_N];
+    int hist_n, hist_head;
+    pthread_t sampler;
+    bool sampling, stop;
+    pthread_cond_t wake;
 };
 
-rp_status rp_metrics_create(rp_metrics **out)
+void rp_metrics_sample(rp_metrics *m)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(m->engine, &es);
+    sample x = {rp_time_s(), es.tokens_generated, es.tokens_prefilled};
+    pthread_mutex_lock(&m->lock);
+    if (m->hist_n < HISTORY_N) {
+        m->hist[m->hist_n++] = x;
+    } else {
+        m->hist[m->hist_head] = x;
+        m->hist_head = (m->hist_head + 1) % HISTORY_N;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void *sampler_main(void *arg)
+{
+    rp_metrics *m = arg;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        pthread_mutex_unlock(&m->lock);
+        rp_metrics_sample(m);
+        pthread_mutex_lock(&m->lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += HISTORY_EVERY_S;
+        while (!m->stop && pthread_cond_timedwait(&m->wake, &m->lock, &ts) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+rp_status rp_metrics_create(rp_engine *e, rp_metrics **out)
 {
     rp_metrics *m = rp_calloc(1, sizeof(*m));
     if (!m)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    m->engine = e;
+    if (e) {
+        int rc = pthread_create(&m->sampler, NULL, sampler_main, m);
+        if (rc) {
+            rp_metrics_destroy(m);
+            return RP_ERR(RP_ERR_NOMEM, "cannot start the metrics sampler: %s", strerror(rc));
+        }
+        m->sampling = true;
+    }
     *out = m;
     return RP_OK;
 }
@@ -64,8 +131,36 @@ void rp_metrics_destroy(rp_metrics *m)
 {
     if (!m)
         return;
+    if (m->sampling) {
+        pthread_mutex_lock(&m->lock);
+        m->stop = true;
+        pthread_cond_signal(&m->wake);
+        pthread_mutex_unlock(&m->lock);
+        pthread_join(m->sampler, NULL);
+    }
+    pthread_cond_destroy(&m->wake);
     pthread_mutex_destroy(&m->lock);
     rp_free(m);
+}
+
+// The history for /v1/status: {"interval_seconds", "samples": [{"age_seconds", "tokens_generated",
+// "tokens_prefilled"}]}, oldest first; a sample's age is how long before this call it was read.
+static json_t *history_json(rp_metrics *m)
+{
+    json_t *a = json_array();
+    double now = rp_time_s();
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; a && i < m->hist_n; i++) {
+        const sample *x = &m->hist[(m->hist_head + i) % HISTORY_N];
+        if (json_array_append_new(a,
+                                  json_pack("{s:f, s:I, s:I}", "age_seconds", now - x->t, "tokens_generated",
+                                            (json_int_t)x->generated, "tokens_prefilled", (json_int_t)x->prefilled))) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return json_pack("{s:i, s:o?}", "interval_seconds", HISTORY_EVERY_S, "samples", a);
 }
 
 static void observe(histogram *h, const double *bounds, size_t nb, double v)
@@ -385,8 +480,9 @@ static json_t *status_json(const rp_server *s)
                             "forward_seconds", es.forward_s, "forward_by_batch", forward_buckets_json(&es));
     json_t *srv = json_pack("{s:s, s:I, s:f}", "version", RP_VERSION, "started", (json_int_t)s->created,
                             "uptime_seconds", (double)(time(NULL) - s->created));
-    return json_pack("{s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?}", "server", srv, "model", model_json(s), "requests",
-                     req, "kv", kv, "prefix_cache", cache, "speculation", speculation_json(&es), "engine", eng);
+    return json_pack("{s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?}", "server", srv, "model", model_json(s),
+                     "requests", req, "kv", kv, "prefix_cache", cache, "speculation", speculation_json(&es), "engine",
+                     eng, "history", history_json(s->metrics));
 }
 
 void rp_status_handler(rp_http_req *r, rp_reply *out)

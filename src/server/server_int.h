@@ -619,8 +619,13 @@ void rp_stop_flush(rp_stop_matcher *m, const char **out, size_t *out_len);
 
 /* ---- metrics (metrics.c) --------------------------------------------------- */
 
-rp_status rp_metrics_create(rp_metrics **out);
+// Creates the counters and, with an engine (borrowed: it must outlive the metrics), starts the
+// sampler thread of the throughput history (one sample now, then every 5 s). RP_ERR_NOMEM.
+rp_status rp_metrics_create(rp_engine *e, rp_metrics **out);
+// Stops and joins the sampler, frees m. NULL is a no-op.
 void rp_metrics_destroy(rp_metrics *m);
+// Adds one sample of the engine's token counters to the history now (the sampler's step; tests).
+void rp_metrics_sample(rp_metrics *m);
 // Records one finished request (route, status, token counts, timings). Any thread.
 void rp_metrics_record(rp_metrics *m, const rp_http_req *r);
 // Appends the Prometheus text exposition (with the engine's gauges and, when

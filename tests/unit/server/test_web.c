@@ -5,8 +5,8 @@
  * and no body; query strings are ignored; unknown, empty, dotted, encoded, long and
  * odd paths find nothing (404, or 414 past the URI limit) and never a file; other
  * methods are 405 with Allow; the key still guards /v1/status, whose model and
- * speculation sections (what the page's Status view reads) are checked here; a chat
- * reply's timings. Run under ASan by the sanitizer build like every unit test.
+ * speculation sections and the throughput history (what the page's Status view reads)
+ * are checked here; a chat reply's timings. Run under ASan by the sanitizer build like every unit test.
  */
 #include "test_util.h"
 
@@ -183,9 +183,28 @@ static void test_status_for_the_page(void **state)
     json_decref(v);
     free(r.body);
 
+    rp_metrics_sample(server->metrics); // a history sample after the reply (one was taken at start)
     wire_request("GET", "/v1/status", AUTH, NULL, &r);
     assert_int_equal(r.status, 200);
     v = body_json(&r);
+    json_t *h = json_object_get(v, "history");
+    assert_int_equal(json_integer_value(json_object_get(h, "interval_seconds")), 5);
+    json_t *samples = json_object_get(h, "samples");
+    size_t ns = json_array_size(samples);
+    assert_true(ns >= 2);
+    rp_engine_stats now;
+    rp_engine_get_stats(engine, &now);
+    json_t *newest = json_array_get(samples, ns - 1);
+    assert_int_equal(json_integer_value(json_object_get(newest, "tokens_generated")), (json_int_t)now.tokens_generated);
+    assert_int_equal(json_integer_value(json_object_get(newest, "tokens_prefilled")), (json_int_t)now.tokens_prefilled);
+    for (size_t i = 1; i < ns; i++) { // oldest first: ages fall, counters never do
+        json_t *a = json_array_get(samples, i - 1), *b = json_array_get(samples, i);
+        assert_true(json_real_value(json_object_get(a, "age_seconds")) >=
+                    json_real_value(json_object_get(b, "age_seconds")));
+        assert_true(json_integer_value(json_object_get(a, "tokens_generated")) <=
+                    json_integer_value(json_object_get(b, "tokens_generated")));
+    }
+    assert_true(json_real_value(json_object_get(newest, "age_seconds")) >= 0);
     json_t *m = json_object_get(v, "model");
     assert_string_equal(json_string_value(json_object_get(m, "name")), "rapid-tiny");
     assert_string_equal(json_string_value(json_object_get(m, "architecture")),
