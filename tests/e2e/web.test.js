@@ -80,7 +80,6 @@ const ALLOWED = new Set(
 describe('the web page in Chromium', { skip: BROWSER_SKIP }, () => {
     let server;
     let browser;
-    const pages = [];
 
     before(async () => {
         server = await sharedServer();
@@ -104,7 +103,6 @@ describe('the web page in Chromium', { skip: BROWSER_SKIP }, () => {
         });
         page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
         await page.goto(url);
-        pages.push(page);
         return { page, errors, context };
     }
 
