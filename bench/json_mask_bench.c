@@ -120,7 +120,7 @@ int main(int argc, char **argv)
     printf("%-22s %8s %10.1f %10.1f\n", "(fill the row)", "", med, p90);
     for (size_t p = 0; p < sizeof(positions) / sizeof(positions[0]); p++) {
         rp_json_match *m = NULL;
-        if (rp_json_match_create(v, &m) != RP_OK || !set_state(m, v, positions[p][1])) {
+        if (rp_json_match_create(v, NULL, &m) != RP_OK || !set_state(m, v, positions[p][1])) {
             printf("%-22s (cannot reach with this vocabulary)\n", positions[p][0]);
             rp_json_match_destroy(m);
             continue;
@@ -143,7 +143,7 @@ int main(int argc, char **argv)
 
     // A random walk: uniform among allowed tokens, restarted when the object closes.
     rp_json_match *m = NULL;
-    if (rp_json_match_create(v, &m) != RP_OK)
+    if (rp_json_match_create(v, NULL, &m) != RP_OK)
         return 1;
     int steps = repeat * 5;
     for (int s = 0; s < steps; s++) {
@@ -161,7 +161,7 @@ int main(int argc, char **argv)
                 pick = i;
         if (v->kind[pick] == JT_EOG || rp_json_match_accept(m, pick) != RP_OK) {
             rp_json_match_destroy(m);
-            if (rp_json_match_create(v, &m) != RP_OK)
+            if (rp_json_match_create(v, NULL, &m) != RP_OK)
                 return 1;
         }
     }

@@ -137,6 +137,7 @@ static void gen_free(rp_gen *g)
     rp_free(g->toks);
     rp_free(g->step);
     rp_free(g->out);
+    rp_json_schema_unref(g->schema);
     pthread_cond_destroy(&g->cv);
     rp_free(g);
     engine_unref(e);
@@ -306,7 +307,7 @@ static void admit(rp_engine *e)
             for (int i = 0; i < g->n_prompt; i++)
                 rp_sampler_accept(g->smp, g->toks[i], true);
         if (!st && g->json && !g->jm)
-            st = rp_json_match_create(e->jv, &g->jm);
+            st = rp_json_match_create(e->jv, g->schema, &g->jm);
         if (!st)
             st = attach_prefix(e, g, &cm);
         if (!st)
@@ -1050,6 +1051,7 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
         return RP_ERR(RP_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", p->n_prompt);
     }
     memcpy(g->toks, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+    g->schema = p->json ? rp_json_schema_ref(p->schema) : NULL;
 
     pthread_mutex_lock(&e->mu);
     if (e->failed)
@@ -1068,6 +1070,7 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     }
     pthread_mutex_unlock(&e->mu);
     if (st) {
+        rp_json_schema_unref(g->schema);
         pthread_cond_destroy(&g->cv);
         rp_free(g->toks);
         rp_free(g->out);

@@ -85,6 +85,7 @@
 #define RP_ENGINE_H
 
 #include "../cache/cache.h"
+#include "../grammar/grammar.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../spec/spec.h"
@@ -202,6 +203,8 @@ typedef struct rp_gen_params {
                             // object's end makes end-of-generation the only choice (the
                             // first JSON request builds the grammar's token table: ~50-100 ms
                             // for a 100k vocabulary, once per engine)
+    const rp_json_schema *schema; // with json: the schema the output must match (NULL: any JSON
+                                  // object); the request takes a reference at submit
 } rp_gen_params;
 
 // OpenAI sampling defaults (rp_sample_params_default), max_tokens 0, no logprobs, no JSON.

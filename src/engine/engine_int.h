@@ -106,6 +106,7 @@ struct rp_gen {
     // Set at submit, read-only after.
     rp_sample_params sp;
     bool ignore_eos, json;
+    rp_json_schema *schema; // JSON mode's schema (a reference), NULL: any object
     int n_logprobs;
     int n_prompt, max_tokens;
 

@@ -284,7 +284,8 @@ bool match_step(const rp_json_schema *sc, match_state *s, uint8_t c);
 bool match_feed(const rp_json_schema *sc, match_state *s, const uint8_t *p, size_t n);
 // The text so far is one complete value of the schema (followed by nothing that must still come).
 bool match_complete(const rp_json_schema *sc, const match_state *s);
-// The match's current state (for tests and diagnostics).
+// The match's current state and grammar (for tests and diagnostics).
 const match_state *json_match_state(const rp_json_match *m);
+const rp_json_schema *json_match_schema(const rp_json_match *m);
 
 #endif

@@ -884,6 +884,11 @@ const match_state *json_match_state(const rp_json_match *m)
     return &m->state;
 }
 
+const rp_json_schema *json_match_schema(const rp_json_match *m)
+{
+    return m->sc;
+}
+
 void rp_json_match_copy(rp_json_match *dst, const rp_json_match *src)
 {
     RP_ASSERT(dst->v == src->v);

@@ -474,16 +474,43 @@ bool rp_drv_admitted(rp_drv *d)
     return d->gen_done || rp_gen_read(d->gen, 0, NULL, 0, &n) != RP_GEN_RUNNING;
 }
 
+// Compiles (or finds in the cache) the request's schema, in the request's thread so
+// the engine thread never waits on a schema; what the grammar cannot enforce is a 400
+// naming the keyword and where it is.
+static bool compile_schema(rp_server *s, const rp_api_req *q, rp_json_schema **out, rp_api_error *e)
+{
+    rp_json_schema_error err;
+    rp_status st = rp_json_schema_cache_get(s->schemas, q->schema, out, &err);
+    if (!st)
+        return true;
+    if (st == RP_ERR_NOMEM)
+        return rp_api_oom(e);
+    char param[sizeof(q->schema_param) + sizeof(err.path) + 16];
+    snprintf(param, sizeof(param), "%.47s%.200s", q->schema_param, err.path + 1); // "#/a/b" -> param + "/a/b"
+    const char *code = st == RP_ERR_UNSUPPORTED ? "unsupported_schema" : st == RP_ERR_LIMIT ? "schema_too_complex"
+                                                                                          : "invalid_schema";
+    if (err.keyword[0])
+        return rp_api_fail(e, 400, param, code, "%s: '%s' at %s: %s", q->schema_param, err.keyword, err.path,
+                           rp_error_message());
+    return rp_api_fail(e, 400, param, code, "%s at %s: %s", q->schema_param, err.path, rp_error_message());
+}
+
 bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_error *e)
 {
     *out = NULL;
     rp_server *s = r->srv;
-    rp_prompt pr;
-    if (!rp_prompt_build(s, q, &pr, e))
+    rp_json_schema *schema = NULL;
+    if (q->json_mode && q->schema && !compile_schema(s, q, &schema, e))
         return false;
+    rp_prompt pr;
+    if (!rp_prompt_build(s, q, &pr, e)) {
+        rp_json_schema_unref(schema);
+        return false;
+    }
     if (pr.n >= s->n_ctx) {
         r->stats.n_prompt = pr.n;
         rp_prompt_deinit(&pr);
+        rp_json_schema_unref(schema);
         return rp_api_fail(e, 400, q->messages ? "messages" : "prompt", "context_length_exceeded",
                            "This model's maximum context length is %d tokens. However, your %s resulted in %d "
                            "tokens. Please reduce the length of the %s.",
@@ -493,6 +520,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     rp_drv *d = rp_calloc(1, sizeof(*d));
     if (!d) {
         rp_prompt_deinit(&pr);
+        rp_json_schema_unref(schema);
         return rp_api_oom(e);
     }
     d->r = r;
@@ -545,7 +573,10 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     gp.ignore_eos = q->ignore_eos;
     gp.n_logprobs = q->logprobs;
     gp.json = q->json_mode;
+    gp.schema = schema;
     rp_status st = rp_engine_submit(s->engine, &gp, &d->gen);
+    rp_json_schema_unref(schema); // the request holds its own reference
+    schema = NULL;
     if (st == RP_ERR_LIMIT) {
         rp_api_fail(e, 503, NULL, "server_busy", "the server is busy (the request queue is full); retry shortly");
         e->retry_after = 1;
@@ -574,6 +605,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     *out = d;
     return true;
 fail:
+    rp_json_schema_unref(schema);
     rp_prompt_deinit(&pr);
     rp_drv_destroy(d);
     return false;
