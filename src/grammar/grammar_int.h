@@ -164,7 +164,7 @@ bool rx_match(const rx_dfa *d, const uint8_t *p, size_t n);
 
 /* ---- compiled schemas (schema.c) ------------------------------------------- */
 
-#define SC_MAX_DEPTH 32   // open containers a schema document may have (frames in match_state)
+#define SC_MAX_DEPTH 32   // (a multiple of 4) open containers a schema document may have (frames in match_state)
 #define SC_NONE 0xFFFF    // no node / no limit (uint16 fields)
 #define SC_DEPTH_INF 0xFF // node depth: cannot be completed
 

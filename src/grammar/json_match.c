@@ -30,6 +30,7 @@
  * never has no token left.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -839,6 +840,7 @@ struct rp_json_match {
     match_state state;
     // scratch of the mask
     match_state *states; // (v->max_len + 1) the walk's state per depth
+    const match_state **at; // (v->max_len + 1) the state in force per depth (states[d] or an ancestor's)
     cand_range *ranges;  // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
     float *saved;        // (v->n_cand / 2 + 1) allowed logits while the row is cleared
     float *eog_logit;    // (v->n_eog + 1) end-of-generation logits while masking
@@ -856,10 +858,11 @@ rp_status rp_json_match_create(const rp_json_vocab *v, const rp_json_schema *sch
     match_state_init(&m->state, m->sc);
     size_t half = (size_t)v->n_cand / 2 + 1;
     m->states = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->states));
+    m->at = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->at));
     m->ranges = rp_malloc(half * sizeof(*m->ranges));
     m->saved = rp_malloc(half * sizeof(*m->saved));
     m->eog_logit = rp_malloc(((size_t)v->n_eog + 1) * sizeof(*m->eog_logit));
-    if (!m->states || !m->ranges || !m->saved || !m->eog_logit) {
+    if (!m->states || !m->at || !m->ranges || !m->saved || !m->eog_logit) {
         rp_json_match_destroy(m);
         return RP_ERR(RP_ERR_NOMEM, "out of memory for a JSON matcher (%d tokens)", (int)v->n_cand);
     }
@@ -873,6 +876,7 @@ void rp_json_match_destroy(rp_json_match *m)
         return;
     rp_json_schema_unref(m->own);
     rp_free(m->states);
+    rp_free(m->at);
     rp_free(m->ranges);
     rp_free(m->saved);
     rp_free(m->eog_logit);
@@ -899,6 +903,15 @@ void rp_json_match_copy(rp_json_match *dst, const rp_json_match *src)
 bool rp_json_match_done(const rp_json_match *m)
 {
     return match_complete(m->sc, &m->state);
+}
+
+// dst = src, copying only the frames in use (those above are never read before a push
+// writes them), four at a time: the walk's copy per trie node stays small.
+static inline void state_copy(match_state *dst, const match_state *src)
+{
+    memcpy(dst, src, offsetof(match_state, f));
+    for (unsigned i = 0; i < src->depth; i += 4)
+        memcpy(&dst->f[i], &src->f[i], 4 * sizeof(sc_frame));
 }
 
 static inline void add_range(cand_range *r, size_t *n, uint32_t a, uint32_t b)
@@ -931,15 +944,29 @@ static size_t walk(const rp_json_match *m, size_t *n_ranges)
         *n_ranges = 1;
         return (size_t)v->n_cand;
     }
+    // at[d]: the state after the first d bytes of the current path; a byte that leaves the
+    // state as it was (plain text inside a free string) shares its parent's instead of a copy.
+    const match_state **at = m->at;
     states[0] = m->state;
+    at[0] = &states[0];
     for (uint32_t k = 1; k < (uint32_t)v->n_node;) {
-        match_state *s = &states[depth[k]];
-        *s = states[depth[k] - 1];
-        if (!mstep(sc, s, byte[k])) {
-            k = end[k];
-            continue;
+        unsigned d = depth[k];
+        const match_state *parent = at[d - 1];
+        uint8_t c = byte[k];
+        const match_state *now;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && in_plain_string(sc, parent)) { // stays in the string
+            now = parent;
+        } else {
+            match_state *s = &states[d];
+            state_copy(s, parent);
+            if (!mstep(sc, s, c)) {
+                k = end[k];
+                continue;
+            }
+            now = s;
         }
-        if (plain[k] && in_plain_string(sc, s)) { // the whole subtree stays inside the string
+        at[d] = now;
+        if (plain[k] && in_plain_string(sc, now)) { // the whole subtree stays inside the string
             uint32_t a = first[k], b = first[end[k]];
             add_range(ranges, &nr, a, b);
             n_allowed += b - a;
