@@ -502,7 +502,9 @@ static bool num_live(const sc_node *n, const match_state *s)
         bool bopen;
         if (s->frac >= 0) { // after '.': [m / 10^f, (m + 1) / 10^f)
             double p = pow(10, s->frac);
-            a = v / p, b = (v + 1) / p, bopen = true;
+            a = v / p, b = a + 1 / p, bopen = true; // (v + 1 would round to v past 2^53)
+            if (b <= a)
+                b = nextafter(a, INFINITY); // past double precision: some neighbour still reads as a
         } else if (s->lex.mode == JM_NUM_ZERO) { // a leading zero: 0, or 0.x
             a = 0, b = integer ? 0 : 1, bopen = !integer;
         } else { // k more integer digits, then (numbers) a fraction
@@ -682,7 +684,7 @@ again:
         if (c == '.') {
             s->frac = 0;
         } else if (c >= '0' && c <= '9') {
-            if (s->ndig >= 17 || s->frac >= 17)
+            if (s->ndig >= 18 || s->frac >= 18)
                 return false;
             s->mant = s->mant * 10 + (c - '0');
             s->ndig += s->mant != 0;

@@ -59,6 +59,7 @@ typedef struct rx_parser {
     rx_set *sets;
     int n_sets;
     const char *what; // the pattern, for messages
+    bool top_alt;     // a '|' outside every group
 } rx_parser;
 
 static rp_status rx_unsup(rx_parser *ps, const char *why)
@@ -452,6 +453,7 @@ static rp_status parse_alt(rx_parser *ps, int depth, int *out)
     rp_status st = parse_cat(ps, depth, out);
     while (!st && ps->p < ps->end && *ps->p == '|') {
         ps->p++;
+        ps->top_alt = ps->top_alt || depth == 0;
         int b;
         if ((st = parse_cat(ps, depth, &b)))
             break;
@@ -679,6 +681,10 @@ rp_status rx_compile(const char *pattern, size_t len, int max_states, rx_dfa *ou
     if (ps.p < ps.end && *ps.p == '$' && ps.p + 1 == ps.end) {
         end_anchor = true;
         ps.p++;
+    }
+    if ((start_anchor || end_anchor) && ps.top_alt) { // ECMA: ^a|b$ is (^a)|(b$)
+        st = rx_unsup(&ps, "'^' or '$' around a top-level '|' is not supported (write ^(a|b)$)");
+        goto done;
     }
     if (ps.p != ps.end) {
         st = *ps.p == ')' ? RP_ERR(RP_ERR_INVALID, "pattern \"%s\": an unmatched ')'", pattern)

@@ -107,6 +107,12 @@ static void pop_path(cc *c, size_t saved)
 // Records where the error is and returns st (the message already set by RP_ERR).
 static rp_status fail_at(cc *c, const char *keyword, rp_status st)
 {
+    if (keyword && *keyword) { // the path ends at the keyword
+        size_t kl = strlen(keyword), saved;
+        if (!(c->path_len > kl && c->path[c->path_len - kl - 1] == '/' &&
+              strcmp(c->path + c->path_len - kl, keyword) == 0))
+            push_path(c, keyword, &saved);
+    }
     if (c->err) {
         snprintf(c->err->path, sizeof(c->err->path), "#%s", c->path);
         snprintf(c->err->keyword, sizeof(c->err->keyword), "%s", keyword ? keyword : "");
@@ -686,7 +692,6 @@ static rp_status compile_union(cc *c, const json_t *s, const char *kw, int depth
     if (!grow((void **)&sc->alts, &sc->cap_alts, first + (uint32_t)n, sizeof(uint16_t)))
         return RP_ERR(RP_ERR_NOMEM, "out of memory compiling a schema");
     sc->n_alts += (uint32_t)n;
-    bool any = false;
     for (size_t i = 0; i < n; i++) {
         char ix[24];
         snprintf(ix, sizeof(ix), "%zu", i);
@@ -695,10 +700,9 @@ static rp_status compile_union(cc *c, const json_t *s, const char *kw, int depth
         if (st)
             return st;
         sc->alts[first + i] = a;
-        any = any || sc->nodes[a].kind == SK_ANY;
     }
     sc_node *nd = &sc->nodes[id];
-    nd->kind = any ? SK_ANY : SK_UNION;
+    nd->kind = SK_UNION;
     nd->first_prop = first;
     nd->n = (uint32_t)n;
     return RP_OK;
