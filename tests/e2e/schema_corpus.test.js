@@ -7,25 +7,7 @@
 // No server: this file only needs node_modules.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
-import { join, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import Ajv2020 from 'ajv/dist/2020.js';
-import addFormats from 'ajv-formats';
-
-const dir = join(dirname(fileURLToPath(import.meta.url)), '..', 'data', 'schemas');
-
-export function schemaValidator() {
-  const ajv = new Ajv2020({ strict: true, allErrors: false, validateFormats: true });
-  addFormats(ajv, { mode: 'full' });
-  return ajv;
-}
-
-export function corpus() {
-  return readdirSync(dir).filter((f) => f.endsWith('.json')).sort().map((f) => ({
-    name: f.replace(/\.json$/, ''), ...JSON.parse(readFileSync(join(dir, f), 'utf8')),
-  }));
-}
+import { corpus, schemaValidator } from './schemas.js';
 
 test('the corpus has varied schemas, each with valid and invalid documents', () => {
   const c = corpus();
