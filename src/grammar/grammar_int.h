@@ -95,6 +95,36 @@ static inline bool json_done(const json_state *s)
     return s->mode == JM_DONE;
 }
 
+// Byte categories (rp_json_vocab.cats, rx_dfa.loop): a pattern's DFA state that
+// stays itself on every byte of some categories lets a trie subtree made only of
+// those through at once.
+enum {
+    BC_LOWER = 1,  // a-z
+    BC_UPPER = 2,  // A-Z
+    BC_DIGIT = 4,  // 0-9
+    BC_SPACE = 8,  // ' '
+    BC_PUNCT = 16, // _ - .
+    BC_OTHER = 32, // the other bytes a string holds unescaped in ASCII (0x21-0x7F)
+    BC_NEVER = 64, // '"', '\', controls and bytes >= 0x80: never let through by category
+};
+
+static inline uint8_t byte_cat(uint8_t c)
+{
+    if (c >= 'a' && c <= 'z')
+        return BC_LOWER;
+    if (c >= 'A' && c <= 'Z')
+        return BC_UPPER;
+    if (c >= '0' && c <= '9')
+        return BC_DIGIT;
+    if (c == ' ')
+        return BC_SPACE;
+    if (c == '_' || c == '-' || c == '.')
+        return BC_PUNCT;
+    if (c > 0x20 && c < 0x80 && c != '"' && c != '\\')
+        return BC_OTHER;
+    return BC_NEVER;
+}
+
 // What a token id may be.
 enum {
     JT_NEVER = 0, // special, unused, empty or too long: never allowed
@@ -121,6 +151,7 @@ struct rp_json_vocab {
     uint8_t *byte;    // (n_node) the byte leading into the node
     uint8_t *plain;   // (n_node) 1: every token below has a remainder (after this depth) made of
                       //   whole UTF-8 characters other than '"', '\' and controls
+    uint8_t *cats;    // (n_node) BC_* of every byte in the remainders below (after this depth)
     uint16_t *depth;  // (n_node)
     uint32_t *end;    // (n_node) one past the node's subtree
     uint32_t *first;  // (n_node + 1) first candidate index below the node; first[n_node] = n_cand
@@ -150,6 +181,7 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
 typedef struct rx_dfa {
     uint16_t *next;  // (n_states * 256)
     uint8_t *accept; // (n_states)
+    uint8_t *loop;   // (n_states) BC_* whose every byte leads the state to itself
     int n_states;
 } rx_dfa;
 

@@ -827,6 +827,15 @@ static inline bool in_plain_string(const rp_json_schema *sc, const match_state *
     return s->mode == SM_FREE || (s->mode == SM_STR && sc->nodes[s->node].dfa < 0);
 }
 
+// Inside a pattern's string at a state that stays itself on every byte category in cats.
+static inline bool in_loop_string(const rp_json_schema *sc, const match_state *s, uint8_t cats)
+{
+    if (s->mode != SM_STR || s->lex.mode != JM_STR)
+        return false;
+    int32_t dfa = sc->nodes[s->node].dfa;
+    return dfa >= 0 && (cats & ~sc->dfas[dfa].loop[s->off]) == 0;
+}
+
 /* ---- matching ------------------------------------------------------------- */
 
 // A run [a, b) of candidates in trie order.
@@ -933,7 +942,7 @@ static size_t walk(const rp_json_match *m, size_t *n_ranges)
     const rp_json_schema *sc = m->sc;
     cand_range *ranges = m->ranges;
     match_state *states = m->states;
-    const uint8_t *byte = v->byte, *plain = v->plain;
+    const uint8_t *byte = v->byte, *plain = v->plain, *cats = v->cats;
     const uint16_t *depth = v->depth;
     const uint32_t *end = v->end, *first = v->first;
     size_t n_allowed = 0, nr = 0;
@@ -968,7 +977,8 @@ static size_t walk(const rp_json_match *m, size_t *n_ranges)
             now = s;
         }
         at[d] = now;
-        if (plain[k] && in_plain_string(sc, now)) { // the whole subtree stays inside the string
+        if ((plain[k] && in_plain_string(sc, now)) || in_loop_string(sc, now, cats[k])) {
+            // the whole subtree stays inside the string (and at the pattern's state)
             uint32_t a = first[k], b = first[end[k]];
             add_range(ranges, &nr, a, b);
             n_allowed += b - a;

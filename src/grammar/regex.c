@@ -836,6 +836,19 @@ rp_status rx_compile(const char *pattern, size_t len, int max_states, rx_dfa *ou
             next[(size_t)d * 256 + c] = t >= 0 && live[t] && writable((uint8_t)c) ? (uint16_t)t : RX_DEAD;
         }
     rp_free(live);
+    uint8_t *loop = rp_calloc((size_t)n, 1);
+    if (!loop) {
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory compiling a pattern");
+        goto done;
+    }
+    for (int d = 0; d < n; d++) {
+        uint8_t bad = BC_NEVER; // categories with a byte that leaves d
+        for (int c = 0; c < 256; c++)
+            if (next[(size_t)d * 256 + c] != d)
+                bad |= byte_cat((uint8_t)c);
+        loop[d] = (uint8_t)(~bad & (BC_NEVER - 1));
+    }
+    out->loop = loop;
     out->next = next;
     out->accept = acc;
     out->n_states = n;
@@ -858,6 +871,7 @@ void rx_dfa_deinit(rx_dfa *d)
 {
     rp_free(d->next);
     rp_free(d->accept);
+    rp_free(d->loop);
     memset(d, 0, sizeof(*d));
 }
 

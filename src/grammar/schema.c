@@ -271,7 +271,7 @@ static const char *format_pattern(const char *f)
     if (strcmp(f, "date-time") == 0)
         return "^" DATE "T" TIME "$";
     if (strcmp(f, "email") == 0)
-        return "^[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)+[A-Za-z]{2,24}$";
+        return "^[A-Za-z0-9_%+-]+(\\.[A-Za-z0-9_%+-]+)*@([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?\\.)+[A-Za-z]{2}[A-Za-z]*$";
     if (strcmp(f, "uuid") == 0)
         return "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$";
     return NULL;
