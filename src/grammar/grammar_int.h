@@ -219,6 +219,7 @@ enum {
     SF_MAX = 4,      // num_max applies
     SF_XMIN = 8,     // exclusive
     SF_XMAX = 16,
+    SF_DONE = 32, // compiled (its contents are final; set during the compile)
 };
 
 // A set of byte strings sorted by their bytes (literal values, object keys):

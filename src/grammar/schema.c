@@ -676,6 +676,8 @@ static rp_status build_leaf(cc *c, const json_t *s, int depth, int k, uint16_t i
     }
 }
 
+static void leaf_first(const rp_json_schema *sc, sc_node *n);
+
 static rp_status compile_union(cc *c, const json_t *s, const char *kw, int depth, uint16_t id)
 {
     const json_t *alts = json_object_get(s, kw);
@@ -701,6 +703,23 @@ static rp_status compile_union(cc *c, const json_t *s, const char *kw, int depth
             return st;
         sc->alts[first + i] = a;
     }
+    // Alternatives already final and not unions: their first bytes must differ (checked here to name the
+    // path; the rest after the walk).
+    uint64_t seen[4] = {0};
+    for (size_t i = 0; i < n; i++) {
+        sc_node *x = &sc->nodes[sc->alts[first + i]];
+        if (!(x->flags & SF_DONE) || x->kind == SK_UNION)
+            continue;
+        leaf_first(sc, x);
+        for (int w = 0; w < 4; w++) {
+            if (seen[w] & x->first[w])
+                return FAIL(c, kw, RP_ERR_UNSUPPORTED,
+                            "'%s' alternative %zu can start like an earlier one (two objects, two strings, two "
+                            "numbers, ...): each alternative must have its own JSON type",
+                            kw, i);
+            seen[w] |= x->first[w];
+        }
+    }
     sc_node *nd = &sc->nodes[id];
     nd->kind = SK_UNION;
     nd->first_prop = first;
@@ -708,7 +727,19 @@ static rp_status compile_union(cc *c, const json_t *s, const char *kw, int depth
     return RP_OK;
 }
 
+static rp_status compile_node(cc *c, const json_t *s, int depth, uint16_t *out);
+
+// compile_node, then the node is marked final (a $ref to it from now on sees its contents).
 static rp_status compile(cc *c, const json_t *s, int depth, uint16_t *out)
+{
+    int before = c->sc->n_nodes;
+    rp_status st = compile_node(c, s, depth, out);
+    if (!st && *out >= before) // made by this call (not a $ref back into one still being compiled)
+        c->sc->nodes[*out].flags |= SF_DONE;
+    return st;
+}
+
+static rp_status compile_node(cc *c, const json_t *s, int depth, uint16_t *out)
 {
     rp_status st;
     if (depth > c->lim->max_depth)

@@ -426,6 +426,12 @@ static void test_errors(void **state)
     expect_error("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}",
                  RP_ERR_LIMIT, "#/$defs/b/$ref", "$ref");
     expect_error("{\"anyOf\":[{\"type\":\"object\"},{\"type\":\"object\",\"properties\":{\"a\":{}}}]}",
+                 RP_ERR_UNSUPPORTED, "#/anyOf", "anyOf");
+    expect_error("{\"type\":\"object\",\"properties\":{\"v\":{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}}}",
+                 RP_ERR_UNSUPPORTED, "#/properties/v/oneOf", "oneOf");
+    // Found only after the walk (the alternative is a $ref still being compiled): the whole schema is named.
+    expect_error("{\"$defs\":{\"n\":{\"type\":\"object\",\"properties\":{\"x\":{\"anyOf\":[{\"$ref\":\"#/$defs/n\"},"
+                 "{\"type\":\"object\"}]}}}},\"$ref\":\"#/$defs/n\"}",
                  RP_ERR_UNSUPPORTED, "#", "anyOf");
     expect_error("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"b\"]}", RP_ERR_UNSUPPORTED,
                  "#/required", "required");
