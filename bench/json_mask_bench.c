@@ -236,32 +236,8 @@ int main(int argc, char **argv)
     }
 
     // A random walk: uniform among allowed tokens, restarted when the object closes.
-    rp_json_match *m = NULL;
-    if (rp_json_match_create(v, NULL, &m) != RP_OK)
-        return 1;
-    int steps = repeat * 5;
-    for (int s = 0; s < steps; s++) {
-        for (int32_t i = 0; i < n_vocab; i++)
-            logits[i] = 0.0f;
-        double t1 = now_us();
-        rp_json_match_mask(m, logits, n_vocab);
-        times[s] = now_us() - t1;
-        int32_t n_allowed = 0;
-        for (int32_t i = 0; i < n_vocab; i++)
-            n_allowed += !isinf(logits[i]);
-        int32_t k = (int32_t)(rng() % (uint64_t)n_allowed), pick = -1;
-        for (int32_t i = 0; i < n_vocab && pick < 0; i++)
-            if (!isinf(logits[i]) && k-- == 0)
-                pick = i;
-        if (v->kind[pick] == JT_EOG || rp_json_match_accept(m, pick) != RP_OK) {
-            rp_json_match_destroy(m);
-            if (rp_json_match_create(v, NULL, &m) != RP_OK)
-                return 1;
-        }
-    }
-    quantiles(times, steps, &med, &p90);
+    walk_times(v, NULL, logits, n_vocab, times, repeat * 5, &med, &p90);
     printf("%-22s %8s %10.1f %10.1f\n", "random walk", "", med, p90);
-    rp_json_match_destroy(m);
     for (int a = 4; a < argc; a++)
         if (bench_schema(argv[a], v, logits, n_vocab, times, repeat))
             return 1;

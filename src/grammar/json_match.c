@@ -52,6 +52,15 @@ static inline bool is_ws(uint8_t c)
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
+// One more whitespace byte in a run (at most JSON_MAX_WS).
+static inline bool ws_step(uint8_t *ws)
+{
+    if (*ws >= JSON_MAX_WS)
+        return false;
+    (*ws)++;
+    return true;
+}
+
 static inline int hex_val(uint8_t c)
 {
     if (c >= '0' && c <= '9')
@@ -302,12 +311,8 @@ static inline bool step(json_state *s, uint8_t c)
 
 structural:
     // Structural modes, and JM_DONE (trailing whitespace only): whitespace is counted, anything else resets the count.
-    if (is_ws(c)) {
-        if (s->ws >= JSON_MAX_WS)
-            return false;
-        s->ws++;
-        return true;
-    }
+    if (is_ws(c))
+        return ws_step(&s->ws);
     s->ws = 0;
     switch (s->mode) {
     case JM_START:
@@ -697,12 +702,8 @@ again:
         break;
     }
     // Structural modes: bounded whitespace, then the byte.
-    if (is_ws(c)) {
-        if (s->ws >= JSON_MAX_WS)
-            return false;
-        s->ws++;
-        return true;
-    }
+    if (is_ws(c))
+        return ws_step(&s->ws);
     s->ws = 0;
     switch (s->mode) {
     case SM_VALUE:

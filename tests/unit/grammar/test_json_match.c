@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "grammar/grammar_int.h"
+#include "grammar/brute.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -21,10 +22,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return rp_test_xorshift(&rng_state);
 }
 
 static uint32_t rng_below(uint32_t n)
@@ -491,23 +489,6 @@ static void test_generated_documents(void **state)
 
 /* ---- the mask on real tokenizers ------------------------------------------- */
 
-// What the mask must say for token id from state s (brute force over its bytes).
-static bool brute_allowed(const rp_json_vocab *v, const rp_json_schema *sc, const match_state *s, int32_t id,
-                          bool any_cand)
-{
-    if (id >= v->n_tok)
-        return false;
-    switch (v->kind[id]) {
-    case JT_CAND: {
-        match_state t = *s;
-        return match_feed(sc, &t, v->blob + v->off[id], v->off[id + 1] - v->off[id]);
-    }
-    case JT_EOG:
-        return match_complete(sc, s) || !any_cand;
-    default:
-        return false;
-    }
-}
 
 // Masks a random row and checks it against brute force (every id when full,
 // else a sample); returns how many ids stayed allowed, or -1 when the row was

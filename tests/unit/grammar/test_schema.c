@@ -26,20 +26,13 @@
 #include <pcre2.h>
 
 #include "grammar/grammar_int.h"
+#include "grammar/brute.h"
 
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
 
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
 static uint32_t rng_below(uint32_t n)
 {
-    return (uint32_t)(rng() % n);
+    return (uint32_t)(rp_test_xorshift(&rng_state) % n);
 }
 
 static rp_json_schema *compile_text(const char *text)
@@ -157,20 +150,6 @@ static void test_corpus(void **state)
 
 /* ---- the mask over a real vocabulary -------------------------------------------- */
 
-static bool brute_allowed(const rp_json_vocab *v, const rp_json_schema *sc, const match_state *s, int32_t id,
-                          bool any_cand)
-{
-    switch (v->kind[id]) {
-    case JT_CAND: {
-        match_state t = *s;
-        return match_feed(sc, &t, v->blob + v->off[id], v->off[id + 1] - v->off[id]);
-    }
-    case JT_EOG:
-        return match_complete(sc, s) || !any_cand;
-    default:
-        return false;
-    }
-}
 
 // Random walks through schema sc: at each step the mask must equal brute force
 // (every id on the first steps and at random ones, else a sample). Returns the
