@@ -205,6 +205,8 @@ typedef struct rp_gen_params {
                             // for a 100k vocabulary, once per engine)
     const rp_json_schema *schema; // with json: the schema the output must match (NULL: any JSON
                                   // object); the request takes a reference at submit
+    const char *json_prefix;      // with json: text the grammar reads before the first generated token
+    size_t json_prefix_len;       // (the end of the prompt, e.g. a forced tool-call opening); copied
 } rp_gen_params;
 
 // OpenAI sampling defaults (rp_sample_params_default), max_tokens 0, no logprobs, no JSON.

@@ -77,6 +77,11 @@ typedef struct rp_json_schema_error {
 // (a limit), RP_ERR_NOMEM. *out has one reference.
 rp_status rp_json_schema_compile(const json_t *schema, const rp_json_schema_limits *lim, rp_json_schema **out,
                                  rp_json_schema_error *err);
+// Makes the value complete only once `text` (n bytes, at most 256; copied) follows
+// it, whitespace allowed before (a tool call's closing tag). Call before s is
+// shared: a schema from the cache must not get one. Errors: RP_ERR_NOMEM,
+// RP_ERR_RANGE.
+rp_status rp_json_schema_set_suffix(rp_json_schema *s, const char *text, size_t n);
 // One more reference (returns s; NULL is fine). Threads: any (atomic).
 rp_json_schema *rp_json_schema_ref(const rp_json_schema *s);
 // Drops a reference; the last frees it. NULL is fine.
@@ -128,6 +133,10 @@ void rp_json_match_mask(const rp_json_match *m, float *logits, int32_t n_vocab);
 // not continue the object. An end-of-generation token is accepted exactly
 // when the mask allows it and leaves the state as it is.
 rp_status rp_json_match_accept(rp_json_match *m, int32_t id);
+// Advances over n bytes of text that is already part of the output (a forced
+// prefix the prompt ends with). RP_ERR_INVALID (state unchanged, message set)
+// if the grammar refuses them.
+rp_status rp_json_match_feed(rp_json_match *m, const char *text, size_t n);
 // Puts dst at src's position in the grammar (both made from the same vocab),
 // so dst can run ahead over tokens not accepted yet (speculative drafts: the
 // mask of each draft position as if the drafts before it were accepted) while

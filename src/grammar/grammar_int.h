@@ -269,6 +269,8 @@ struct rp_json_schema {
     int n_dfas, cap_dfas;
     int refs;         // atomic
     uint64_t hash;
+    char *suffix;     // text that must follow the value before it is complete (NULL: none)
+    uint16_t suffix_len;
 };
 
 // The schema of json_object mode: any JSON object (static, never freed).

@@ -543,6 +543,7 @@ static inline void value_done(match_state *s)
     s->ws = 0;
     if (s->depth == 0) {
         s->mode = SM_DONE;
+        s->off = 0; // suffix bytes read
         return;
     }
     s->mode = SM_AFTER;
@@ -698,6 +699,14 @@ again:
         }
         return num_live(n, s);
     }
+    case SM_DONE:
+        if (!sc->suffix_len)
+            break; // whitespace only
+        if (s->off < sc->suffix_len && c == (uint8_t)sc->suffix[s->off]) {
+            s->off++;
+            return true;
+        }
+        return s->off == 0 && is_ws(c) && ws_step(&s->ws); // whitespace before the suffix
     default:
         break;
     }
@@ -805,6 +814,8 @@ bool match_feed(const rp_json_schema *sc, match_state *s, const uint8_t *p, size
 
 bool match_complete(const rp_json_schema *sc, const match_state *s)
 {
+    if (sc->suffix_len)
+        return s->mode == SM_DONE && s->off == sc->suffix_len;
     if (s->mode == SM_DONE)
         return true;
     if (s->depth != 0)
@@ -1058,6 +1069,13 @@ void rp_json_match_mask(const rp_json_match *m, float *logits, int32_t n_vocab)
     for (int32_t i = 0; i < v->n_eog; i++)
         if (v->eog[i] < n_vocab)
             logits[v->eog[i]] = open ? eog_logit[i] : -INFINITY;
+}
+
+rp_status rp_json_match_feed(rp_json_match *m, const char *text, size_t n)
+{
+    if (match_feed(m->sc, &m->state, (const uint8_t *)text, n))
+        return RP_OK;
+    return RP_ERR(RP_ERR_INVALID, "the grammar refuses the forced text \"%.*s\"", (int)(n < 80 ? n : 80), text);
 }
 
 rp_status rp_json_match_accept(rp_json_match *m, int32_t id)

@@ -1023,6 +1023,7 @@ static void schema_free(rp_json_schema *sc)
     rp_free(sc->sets);
     rp_free(sc->strs);
     rp_free(sc->blob);
+    rp_free(sc->suffix);
     rp_free(sc);
 }
 
@@ -1071,6 +1072,21 @@ fail:
     rp_free(c.memo);
     schema_free(c.sc);
     return st;
+}
+
+rp_status rp_json_schema_set_suffix(rp_json_schema *s, const char *text, size_t n)
+{
+    if (n > 256)
+        return RP_ERR(RP_ERR_RANGE, "a grammar suffix of %zu bytes (at most 256)", n);
+    char *t = rp_malloc(n + 1);
+    if (!t)
+        return RP_ERR(RP_ERR_NOMEM, "out of memory for a grammar suffix");
+    memcpy(t, text, n);
+    t[n] = 0;
+    rp_free(s->suffix);
+    s->suffix = t;
+    s->suffix_len = (uint16_t)n;
+    return RP_OK;
 }
 
 rp_json_schema *rp_json_schema_ref(const rp_json_schema *s)

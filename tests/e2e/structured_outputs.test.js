@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import {
+    OPENAI_TOOLS,
     SERVED,
     SKIP,
     TIMEOUT,
@@ -145,6 +146,46 @@ describe('structured outputs (json_schema)', { skip: SKIP }, () => {
             finished += checkReply(e, at, a.stop_reason === 'end_turn', 'anthropic');
         }
         assert.ok(finished >= entries.length, `only ${finished} replies finished`);
+    });
+
+    test('tool_choice named and required: the call always matches (the named tool\'s parameters validate)', T, async () => {
+        // A strict-style tool with an enum and a bounded integer beside the suite's two tools.
+        const tools = [...OPENAI_TOOLS, {
+            type: 'function',
+            function: {
+                name: 'set_alarm', strict: true,
+                parameters: {
+                    type: 'object', additionalProperties: false, required: ['hour', 'label', 'repeat'],
+                    properties: { hour: { type: 'integer', minimum: 0, maximum: 23 }, label: { type: 'string' }, repeat: { enum: ['never', 'daily'] } },
+                },
+            },
+        }];
+        let calls = 0;
+        for (const [choice, seed] of [['set_alarm', 1], ['set_alarm', 2], ['get_time', 3], ['required', 4], ['required', 5]]) {
+            const named = choice !== 'required';
+            const r = await post(server, '/v1/chat/completions', {
+                model: SERVED, messages: [{ role: 'user', content: 'Wake me at 7 every day, and what time is it in Paris?' }],
+                tools, tool_choice: named ? { type: 'function', function: { name: choice } } : 'required',
+                max_tokens: 96, temperature: 1, seed, ...NOTHINK,
+            });
+            assert.equal(r.status, 200, JSON.stringify(r.json));
+            const c = r.json.choices[0];
+            if (c.finish_reason === 'length') continue; // cut inside the arguments: nothing to validate
+            const tc = c.message.tool_calls;
+            assert.ok(Array.isArray(tc) && tc.length === 1, `${choice}: one call: ${JSON.stringify(c.message)}`);
+            const fn = tc[0].function;
+            if (named) assert.equal(fn.name, choice);
+            const tool = tools.find((t) => t.function.name === fn.name);
+            assert.ok(tool, `a tool that exists: ${fn.name}`);
+            const args = JSON.parse(fn.arguments);
+            assert.ok(args && typeof args === 'object' && !Array.isArray(args), fn.arguments);
+            if (named) {
+                const validate = schemaValidator().compile(tool.function.parameters);
+                assert.ok(validate(args), `${fn.name}(${fn.arguments}): ${JSON.stringify(validate.errors)}`);
+            }
+            calls++;
+        }
+        assert.ok(calls >= 3, `only ${calls} calls finished`);
     });
 
     test('a schema outside the subset is a 400 naming the keyword and its path (all three APIs)', T, async () => {

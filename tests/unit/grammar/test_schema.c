@@ -506,6 +506,15 @@ static void test_semantics(void **state)
     assert_true(accepts(sc, "12"));
     assert_false(accepts(sc, "123"));
     rp_json_schema_unref(sc);
+    // A suffix (a tool call's closing tag): complete only after it, whitespace allowed before it.
+    sc = compile_text("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}},\"required\":[\"a\"]}");
+    assert_int_equal(rp_json_schema_set_suffix(sc, "\n</x>", 5), RP_OK);
+    assert_false(accepts(sc, "{\"a\":1}"));
+    assert_true(accepts(sc, "{\"a\":1}\n</x>"));
+    assert_true(accepts(sc, "{\"a\":1}  \n</x>"));
+    assert_false(accepts(sc, "{\"a\":1}\n</x> "));
+    assert_false(accepts(sc, "{\"a\":1}\n </x>"));
+    rp_json_schema_unref(sc);
     const rp_json_schema *any = json_schema_any_object();
     assert_true(accepts(any, " {\"a\": [1, {\"b\": null}]} "));
     assert_false(accepts(any, "[1]"));
