@@ -186,6 +186,20 @@ describe('structured outputs (json_schema)', { skip: SKIP }, () => {
             calls++;
         }
         assert.ok(calls >= 3, `only ${calls} calls finished`);
+
+        // Anthropic's tool_choice {type: tool} is the same forced call: its input validates.
+        const alarm = tools[2].function;
+        const a = await anthropicClient(server).messages.create({
+            model: SERVED, max_tokens: 96, temperature: 1, messages: [{ role: 'user', content: 'Wake me at 7.' }],
+            tools: [{ name: alarm.name, description: 'Set an alarm', input_schema: alarm.parameters }],
+            tool_choice: { type: 'tool', name: alarm.name },
+        });
+        if (a.stop_reason !== 'max_tokens') {
+            const use = a.content.find((b) => b.type === 'tool_use');
+            assert.ok(use, JSON.stringify(a.content));
+            const validate = schemaValidator().compile(alarm.parameters);
+            assert.ok(validate(use.input), `${JSON.stringify(use.input)}: ${JSON.stringify(validate.errors)}`);
+        }
     });
 
     test('a schema outside the subset is a 400 naming the keyword and its path (all three APIs)', T, async () => {
