@@ -19,13 +19,22 @@
  * own: the byte after it (',', ']', '}' or whitespace) ends it and is then
  * read as that byte.
  *
+ * The schema layer never lets the text reach a state with no way to finish:
+ * keys only in the window the schema order leaves (no required one skipped),
+ * '}' and ']' only once required properties / minItems are met, a bounded
+ * number's digit only if some completion stays in bounds, a container only if
+ * the fewest levels its value needs still fit in SC_MAX_DEPTH frames, pattern
+ * DFAs with the states that cannot accept cut off.
+ *
  * The mask walks the vocab's trie (grammar_int.h) from the current state: a
  * byte the state rejects cuts off every token below it, and inside a string,
  * a node whose remaining tokens are all plain text is allowed whole without
- * descending. The walk yields the allowed tokens as runs in trie order; then
+ * descending (inside a pattern's string: all of categories that keep the DFA
+ * state); a plain ASCII byte inside a free string shares its parent's state
+ * instead of copying it. The walk yields the allowed tokens as runs in trie order; then
  * either the few allowed logits are kept aside while the whole row is set to
  * -inf, or, when most are allowed, only the gaps between the runs are. End-
- * of-generation tokens are allowed once the object is complete, or when
+ * of-generation tokens are allowed once the value is complete, or when
  * nothing else could follow (a vocabulary that cannot continue), so a step
  * never has no token left.
  */

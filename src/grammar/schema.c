@@ -281,16 +281,16 @@ static const char *format_pattern(const char *f)
 
 static rp_status compile(cc *c, const json_t *s, int depth, uint16_t *out);
 
+// compile() of the subschema at path/seg1[/seg2]; on failure the path stays where the error is.
 static rp_status compile_at(cc *c, const char *seg1, const char *seg2, const json_t *s, int depth, uint16_t *out)
 {
-    size_t a, b = 0;
-    push_path(c, seg1, &a);
+    size_t at, inner;
+    push_path(c, seg1, &at);
     if (seg2)
-        push_path(c, seg2, &b);
+        push_path(c, seg2, &inner);
     rp_status st = compile(c, s, depth, out);
     if (!st)
-        pop_path(c, a);
-    (void)b;
+        pop_path(c, at);
     return st;
 }
 
@@ -308,7 +308,8 @@ static rp_status add_dfa(cc *c, const char *pattern, const char *keyword, int32_
     return RP_OK;
 }
 
-static rp_status literal_item(cc *c, const json_t *v, str_item *it, char **text)
+// A literal's compact JSON text (json_dumps' memory, in *text) as a set item.
+static rp_status literal_item(const json_t *v, str_item *it, char **text)
 {
     *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!*text)
@@ -316,7 +317,6 @@ static rp_status literal_item(cc *c, const json_t *v, str_item *it, char **text)
     it->p = (const uint8_t *)*text;
     it->len = strlen(*text);
     it->val = 0;
-    (void)c;
     return RP_OK;
 }
 
@@ -361,7 +361,7 @@ static rp_status build_lits(cc *c, const json_t *s, unsigned types, uint16_t id)
         const json_t *v = en ? json_array_get(en, i) : cn;
         if (!type_admits(types, v))
             continue;
-        if ((st = literal_item(c, v, &items[m], &texts[m])))
+        if ((st = literal_item(v, &items[m], &texts[m])))
             goto done;
         m++;
     }
