@@ -873,6 +873,7 @@ struct rp_json_match {
     // scratch of the mask
     match_state *states; // (v->max_len + 1) the walk's state per depth
     const match_state **at; // (v->max_len + 1) the state in force per depth (states[d] or an ancestor's)
+    json_state *lex_states; // (v->max_len + 1) walk_free's state per depth
     cand_range *ranges;  // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
     float *saved;        // (v->n_cand / 2 + 1) allowed logits while the row is cleared
     float *eog_logit;    // (v->n_eog + 1) end-of-generation logits while masking
@@ -891,10 +892,11 @@ rp_status rp_json_match_create(const rp_json_vocab *v, const rp_json_schema *sch
     size_t half = (size_t)v->n_cand / 2 + 1;
     m->states = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->states));
     m->at = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->at));
+    m->lex_states = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->lex_states));
     m->ranges = rp_malloc(half * sizeof(*m->ranges));
     m->saved = rp_malloc(half * sizeof(*m->saved));
     m->eog_logit = rp_malloc(((size_t)v->n_eog + 1) * sizeof(*m->eog_logit));
-    if (!m->states || !m->at || !m->ranges || !m->saved || !m->eog_logit) {
+    if (!m->states || !m->at || !m->lex_states || !m->ranges || !m->saved || !m->eog_logit) {
         rp_json_match_destroy(m);
         return RP_ERR(RP_ERR_NOMEM, "out of memory for a JSON matcher (%d tokens)", (int)v->n_cand);
     }
@@ -909,6 +911,7 @@ void rp_json_match_destroy(rp_json_match *m)
     rp_json_schema_unref(m->own);
     rp_free(m->states);
     rp_free(m->at);
+    rp_free(m->lex_states);
     rp_free(m->ranges);
     rp_free(m->saved);
     rp_free(m->eog_logit);
@@ -957,6 +960,41 @@ static inline void add_range(cand_range *r, size_t *n, uint32_t a, uint32_t b)
 // Lists in m->ranges the candidates whose bytes continue the grammar from the
 // current state; returns how many there are. (The ranges are scratch: the
 // pointer is const, the memory is the match's own.)
+// walk() for a free container at the top (json_object mode, a schema such as {"type": "object"})
+// before it closes: the lexer alone decides, on 16-byte states, and its JM_DONE reads what
+// SM_DONE would after the close (bounded whitespace; no suffix).
+static size_t walk_free(const rp_json_match *m, size_t *n_ranges)
+{
+    const rp_json_vocab *v = m->v;
+    cand_range *ranges = m->ranges;
+    json_state *states = m->lex_states;
+    const uint8_t *byte = v->byte, *plain = v->plain;
+    const uint16_t *depth = v->depth;
+    const uint32_t *end = v->end, *first = v->first;
+    size_t n_allowed = 0, nr = 0;
+    states[0] = m->state.lex;
+    for (uint32_t k = 1; k < (uint32_t)v->n_node;) {
+        json_state s = states[depth[k] - 1];
+        if (!step(&s, byte[k])) {
+            k = end[k];
+            continue;
+        }
+        uint32_t a = first[k], b = s.mode == JM_STR && plain[k] ? first[end[k]] : first[k + 1];
+        if (b > a) {
+            add_range(ranges, &nr, a, b);
+            n_allowed += b - a;
+        }
+        if (s.mode == JM_STR && plain[k]) { // the whole subtree stays inside the string
+            k = end[k];
+            continue;
+        }
+        states[depth[k]] = s;
+        k++;
+    }
+    *n_ranges = nr;
+    return n_allowed;
+}
+
 static size_t walk(const rp_json_match *m, size_t *n_ranges)
 {
     const rp_json_vocab *v = m->v;
@@ -976,6 +1014,8 @@ static size_t walk(const rp_json_match *m, size_t *n_ranges)
         *n_ranges = 1;
         return (size_t)v->n_cand;
     }
+    if (m->state.mode == SM_FREE && m->state.depth == 0 && m->state.lex.depth > 0 && !sc->suffix_len)
+        return walk_free(m, n_ranges);
     // at[d]: the state after the first d bytes of the current path; a byte that leaves the
     // state as it was (plain text inside a free string) shares its parent's instead of a copy.
     const match_state **at = m->at;
