@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian/Ubuntu packages Rapid builds and tests with (tools/deb-packages.txt),
-# Node.js when it is missing, and the end-to-end suite's npm packages (tests/e2e).
+# Installs the Debian/Ubuntu packages Rapid builds and tests with (tools/deb-packages.txt:
+# the build's libraries, and Chromium with a font for the web page's browser test), Node.js
+# when it is missing, and the end-to-end suite's npm packages (tests/e2e, playwright-core among them).
 set -euo pipefail
 cd "$(dirname "$0")"
 SUDO=""

@@ -228,6 +228,17 @@ bool rp_backend_supports_type(rp_backend *be, rp_dtype type)
     return be->ops->supports_type(be, type);
 }
 
+void rp_backend_group_weights(rp_backend *be, rp_tensor *const *w, int n)
+{
+    rp_tensor *t[RP_BACKEND_GROUP_MAX];
+    int k = 0;
+    for (int i = 0; i < n && k < RP_BACKEND_GROUP_MAX; i++)
+        if (w[i]->data)
+            t[k++] = w[i];
+    if (be->ops->group_weights && k > 1)
+        be->ops->group_weights(be, t, k);
+}
+
 /* ---- the KV cache ---- */
 
 size_t rp_kv_layer_block_bytes(const rp_kv_layer *kv)

@@ -144,6 +144,14 @@ rp_status rp_backend_tensor_init(rp_backend *be, rp_dtype type, int64_t ne0, int
                                  rp_tensor *out);
 void rp_backend_tensor_deinit(rp_backend *be, rp_tensor *t);
 bool rp_backend_supports_type(rp_backend *be, rp_dtype type);
+#define RP_BACKEND_GROUP_MAX 4 // weights rp_backend_group_weights takes, at most
+
+// Says that the forward multiplies these n weights (n <= RP_BACKEND_GROUP_MAX; those with
+// NULL data are skipped) by one x together, as one rp_backend_matmul_group (q, k, v): a backend may choose
+// their kernels' parameters together (CUDA: the K-splits, so that the group's blocks fill
+// the GPU in one wave). Call once, after their tensor_init and before any op with them; a
+// weight's results then depend on its group's shapes, never on the calls made with it.
+void rp_backend_group_weights(rp_backend *be, rp_tensor *const *w, int n);
 
 /* ---- the KV cache ---- */
 

@@ -41,6 +41,7 @@ typedef struct rp_backend_ops {
                              rp_tensor *out);
     void (*tensor_deinit)(rp_backend *be, rp_tensor *t);
     bool (*supports_type)(rp_backend *be, rp_dtype type);
+    void (*group_weights)(rp_backend *be, rp_tensor *const *w, int n); // optional
 
     // The KV cache. The wrapper checks the geometry and block ids before calling.
     rp_status (*kv_layer_init)(rp_backend *be, rp_kv_layer *kv); // kv's geometry and type set; fills k, v

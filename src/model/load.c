@@ -605,6 +605,8 @@ static rp_status get_attention(source *src, int l, rp_layer *L)
         (st = get_norm(src, "attn_q_norm.weight", l, c->head_dim, c->qk_norm, &L->q_norm)) ||
         (st = get_norm(src, "attn_k_norm.weight", l, c->head_dim, c->qk_norm, &L->k_norm)))
         return st;
+    rp_tensor *qkv[] = {&L->wq, &L->wk, &L->wv, &L->wq_gate}; // one rp_backend_matmul_group in the forward
+    rp_backend_group_weights(src->m->be, qkv, 4);
     return RP_OK;
 }
 

@@ -195,7 +195,7 @@ rp_status rp_model_load(const char *path, rp_backend *be, const rp_model_params 
         m->prof->n_tokens = prof_n;
     }
     const rp_model_config *c = &m->cfg;
-    rp_dtype wtype = m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w_qkv.type;
+    rp_dtype wtype = rp_model_weight_type(m);
     char experts[64] = "", plan[48] = "";
     if (c->n_expert > 0)
         snprintf(experts, sizeof(experts), ", %d experts (%d a token)", c->n_expert, c->n_expert_used);
@@ -327,6 +327,21 @@ size_t rp_model_state_bytes(const rp_model *m)
 const char *rp_model_describe(const rp_model *m)
 {
     return m->desc;
+}
+
+rp_dtype rp_model_weight_type(const rp_model *m)
+{
+    return m->layers[0].wq.data ? m->layers[0].wq.type : m->layers[0].w_qkv.type;
+}
+
+size_t rp_model_size_bytes(const rp_model *m)
+{
+    return m->weight_bytes;
+}
+
+void rp_model_backend_info(const rp_model *m, rp_backend_info *out)
+{
+    rp_backend_get_info(m->be, out);
 }
 
 const char *rp_model_path(const rp_model *m)

@@ -159,6 +159,12 @@ size_t rp_model_weight_bytes(const rp_model *m);
 size_t rp_model_state_bytes(const rp_model *m);
 // A one-line description: "qwen2, 24 layers, dim 896, q8_0 weights (...)".
 const char *rp_model_describe(const rp_model *m);
+// How the layers' matrices are stored (the first attention projection's type: --quant's, or the file's).
+rp_dtype rp_model_weight_type(const rp_model *m);
+// Bytes of every weight loaded (MTP block included): the model's size in memory.
+size_t rp_model_size_bytes(const rp_model *m);
+// rp_backend_get_info of the backend the model runs on (any thread: the facts are read, nothing runs).
+void rp_model_backend_info(const rp_model *m, rp_backend_info *out);
 // The path the model was loaded from (folder or file).
 const char *rp_model_path(const rp_model *m);
 // The most tokens one rp_model_forward accepts (rp_model_params.max_batch after defaults).

@@ -460,6 +460,11 @@ static void update_stats(rp_drv *d)
         st->ttft_s = gs.t_first - gs.t_submit;
     if (gs.n_generated > 1 && gs.t_last > gs.t_first)
         st->decode_tps = (gs.n_generated - 1) / (gs.t_last - gs.t_first);
+    st->n_drafted = st->n_accepted = 0;
+    for (int m = 0; m < RP_SPEC_N_METHODS; m++) {
+        st->n_drafted += gs.spec_drafted[m];
+        st->n_accepted += gs.spec_accepted[m];
+    }
 }
 
 bool rp_drv_admitted(rp_drv *d)

@@ -76,8 +76,6 @@
 #define PROBE_EVERY_S 1.0             // a half-closed client is probed again this often
 #define FD_RESERVE 64                 // descriptors kept for everything but connections
 
-static void root_handler(rp_http_req *r, rp_reply *out);
-
 // The routing table. Query strings are ignored for matching.
 static const rp_route routes[] = {
     {"POST", "/v1/chat/completions", false, rp_openai_chat, "chat", RP_API_OPENAI, true},
@@ -90,8 +88,11 @@ static const rp_route routes[] = {
     {"GET", "/health", false, rp_health_handler, "health", RP_API_PLAIN, false},
     {"GET", "/metrics", false, rp_metrics_handler, "metrics", RP_API_PLAIN, false},
     {"GET", "/v1/status", false, rp_status_handler, "status", RP_API_PLAIN, true}, // names the cache folder
-    {"GET", "/", false, root_handler, "root", RP_API_PLAIN, false},
-    {"HEAD", "/", false, root_handler, "root", RP_API_PLAIN, false},
+    // The web page and its files: no key (the page asks for it and sends it on its API calls).
+    {"GET", "/", false, rp_web_page, "page", RP_API_PLAIN, false},
+    {"HEAD", "/", false, rp_web_page, "page", RP_API_PLAIN, false},
+    {"GET", "/ui/", true, rp_web_file, "asset", RP_API_PLAIN, false},
+    {"HEAD", "/ui/", true, rp_web_file, "asset", RP_API_PLAIN, false},
 };
 #define N_ROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -228,12 +229,6 @@ void rp_reply_stream(rp_reply *out, rp_stream_pump_fn pump, rp_stream_free_fn fr
     out->pump = pump;
     out->pump_free = free_fn;
     out->pump_ctx = ctx;
-}
-
-static void root_handler(rp_http_req *r, rp_reply *out)
-{
-    (void)r;
-    rp_reply_text(out, 200, "text/plain; charset=utf-8", "rapid\n", 6);
 }
 
 /* ---- request accessors ------------------------------------------------------- */
@@ -377,6 +372,8 @@ static enum MHD_Result queue_body(conn_state *cs, rp_reply *rep)
         return MHD_NO;
     if (rep->content_type)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, rep->content_type);
+    for (const char *const *h = rep->headers; h && h[0] && h[1]; h += 2)
+        MHD_add_response_header(resp, h[0], h[1]);
     if (rep->retry_after > 0) {
         char ra[32];
         snprintf(ra, sizeof(ra), "%d", rep->retry_after);
@@ -1097,6 +1094,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     s->params.tool_parser = s->params.reasoning_parser = s->params.chat_template = NULL; // not kept; resolved below
     s->engine = e;
     s->tok = tok;
+    s->model = m;
     s->cfg = rp_model_get_config(m);
     s->n_ctx = rp_engine_n_ctx(e);
     s->created = (long long)time(NULL);
@@ -1113,7 +1111,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     if (p->reasoning_parser && (st = rp_reasoning_format_from_name(p->reasoning_parser, &s->reasoning_format)))
         goto fail;
-    if ((st = rp_metrics_create(&s->metrics)))
+    if ((st = rp_metrics_create(e, &s->metrics)))
         goto fail;
     if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client, s->params.timeout_s,
                                    &s->conns)))

@@ -10,7 +10,10 @@
  * requests, KV pool, prefix cache in memory and on disk, speculative
  * decoding's draft tokens verified and accepted per method and draft position)
  * are read from rp_engine_get_stats at scrape time, the connection figures
- * (open, limits, closed by reason, refused) from the connection table.
+ * (open, limits, closed by reason, refused) from the connection table. A
+ * sampler thread reads the engine's token counters every 5 s into a ring of
+ * ten minutes (/v1/status "history"), from which the web page draws decode and
+ * prefill throughput of the last minutes, also those before it was opened.
  *
  * Who may read what: /health and /metrics need no API key (load balancers and
  * Prometheus scrapers), so /metrics holds numbers only: no path, model name,
@@ -21,8 +24,12 @@
 #include "server_int.h"
 
 #include <stdio.h>
+#include <string.h>
+#include <time.h>
 
-#define MAX_SERIES 128 // distinct (route, status) pairs kept
+#define MAX_SERIES 128    // distinct (route, status) pairs kept
+#define HISTORY_N 120     // throughput samples kept: ten minutes ...
+#define HISTORY_EVERY_S 5 // ... of one every 5 s
 
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double tps_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000};
@@ -41,20 +48,81 @@ typedef struct series {
     uint64_t count;
 } series;
 
+// One reading of the engine's cumulative token counters, for the throughput history.
+typedef struct sample {
+    double t; // rp_time_s()
+    uint64_t generated, prefilled;
+} sample;
+
 struct rp_metrics {
     pthread_mutex_t lock;
     series req[MAX_SERIES];
     int n_req;
     uint64_t prompt_tokens, cached_tokens, completion_tokens, client_gone;
     histogram ttft, tps;
+    // The throughput history (under lock): a ring of HISTORY_N samples, the oldest at
+    // hist_head once full. The sampler thread adds one every HISTORY_EVERY_S until stop.
+    rp_engine *engine;
+    sample hist[HISTORY_N];
+    int hist_n, hist_head;
+    pthread_t sampler;
+    bool sampling, stop;
+    pthread_cond_t wake;
 };
 
-rp_status rp_metrics_create(rp_metrics **out)
+void rp_metrics_sample(rp_metrics *m)
+{
+    rp_engine_stats es;
+    rp_engine_get_stats(m->engine, &es);
+    sample x = {rp_time_s(), es.tokens_generated, es.tokens_prefilled};
+    pthread_mutex_lock(&m->lock);
+    if (m->hist_n < HISTORY_N) {
+        m->hist[m->hist_n++] = x;
+    } else {
+        m->hist[m->hist_head] = x;
+        m->hist_head = (m->hist_head + 1) % HISTORY_N;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+static void *sampler_main(void *arg)
+{
+    rp_metrics *m = arg;
+    pthread_mutex_lock(&m->lock);
+    while (!m->stop) {
+        pthread_mutex_unlock(&m->lock);
+        rp_metrics_sample(m);
+        pthread_mutex_lock(&m->lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += HISTORY_EVERY_S;
+        while (!m->stop && pthread_cond_timedwait(&m->wake, &m->lock, &ts) == 0) {
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return NULL;
+}
+
+rp_status rp_metrics_create(rp_engine *e, rp_metrics **out)
 {
     rp_metrics *m = rp_calloc(1, sizeof(*m));
     if (!m)
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&m->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&m->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    m->engine = e;
+    if (e) {
+        int rc = pthread_create(&m->sampler, NULL, sampler_main, m);
+        if (rc) {
+            rp_metrics_destroy(m);
+            return RP_ERR(RP_ERR_NOMEM, "cannot start the metrics sampler: %s", strerror(rc));
+        }
+        m->sampling = true;
+    }
     *out = m;
     return RP_OK;
 }
@@ -63,8 +131,36 @@ void rp_metrics_destroy(rp_metrics *m)
 {
     if (!m)
         return;
+    if (m->sampling) {
+        pthread_mutex_lock(&m->lock);
+        m->stop = true;
+        pthread_cond_signal(&m->wake);
+        pthread_mutex_unlock(&m->lock);
+        pthread_join(m->sampler, NULL);
+    }
+    pthread_cond_destroy(&m->wake);
     pthread_mutex_destroy(&m->lock);
     rp_free(m);
+}
+
+// The history for /v1/status: {"interval_seconds", "samples": [{"age_seconds", "tokens_generated",
+// "tokens_prefilled"}]}, oldest first; a sample's age is how long before this call it was read.
+static json_t *history_json(rp_metrics *m)
+{
+    json_t *a = json_array();
+    double now = rp_time_s();
+    pthread_mutex_lock(&m->lock);
+    for (int i = 0; a && i < m->hist_n; i++) {
+        const sample *x = &m->hist[(m->hist_head + i) % HISTORY_N];
+        if (json_array_append_new(a,
+                                  json_pack("{s:f, s:I, s:I}", "age_seconds", now - x->t, "tokens_generated",
+                                            (json_int_t)x->generated, "tokens_prefilled", (json_int_t)x->prefilled))) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return json_pack("{s:i, s:o?}", "interval_seconds", HISTORY_EVERY_S, "samples", a);
 }
 
 static void observe(histogram *h, const double *bounds, size_t nb, double v)
@@ -298,9 +394,56 @@ static json_t *forward_buckets_json(const rp_engine_stats *es)
     return a;
 }
 
-// The engine's figures as one JSON object (GET /v1/status).
-static json_t *status_json(rp_engine *e)
+// The served model: {"name", "architecture", "description", "weight_type", "size_bytes",
+// "bytes_per_token", "layers", "context_tokens", "backend", "device", "device_memory_bytes",
+// "device_free_bytes"} (the memory figures 0 on host memory).
+static json_t *model_json(const rp_server *s)
 {
+    rp_backend_info bi;
+    rp_model_backend_info(s->model, &bi);
+    const rp_model_config *c = s->cfg;
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:I, s:i, s:i, s:s, s:s, s:I, s:I}", "name", s->model_name,
+                     "architecture", c->arch_name, "description", rp_model_describe(s->model), "weight_type",
+                     rp_dtype_name(rp_model_weight_type(s->model)), "size_bytes",
+                     (json_int_t)rp_model_size_bytes(s->model), "bytes_per_token",
+                     (json_int_t)rp_model_weight_bytes(s->model), "layers", c->n_layer, "context_tokens", s->n_ctx,
+                     "backend", bi.name ? bi.name : "", "device", bi.device, "device_memory_bytes",
+                     (json_int_t)bi.mem_total, "device_free_bytes", (json_int_t)bi.mem_free);
+}
+
+// Speculative decoding per method: {"steps", "accepted_tokens", "tokens_per_step", "methods": [{"method",
+// "enabled", "steps", "drafted", "accepted", "acceptance", "tokens_per_step"}]}. A method's steps are the
+// request steps that verified its drafts (each has a first draft position: spec_pos_drafted[m][0]);
+// tokens_per_step is what such a step emitted on average (1 + accepted / steps: the verified token plus
+// the accepted drafts), the ceiling of the speedup a step's extra cost eats into; acceptance is accepted /
+// drafted. Both null before a step.
+static json_t *speculation_json(const rp_engine_stats *es)
+{
+    json_t *methods = json_array();
+    uint64_t accepted = 0;
+    for (int m = 0; methods && m < RP_SPEC_N_METHODS; m++) {
+        uint64_t steps = es->spec_pos_drafted[m][0], dr = es->spec_drafted[m], ac = es->spec_accepted[m];
+        accepted += ac;
+        json_t *o =
+            json_pack("{s:s, s:b, s:I, s:I, s:I, s:o, s:o}", "method", rp_spec_method_name((rp_spec_method)m),
+                      "enabled", es->spec_methods[m], "steps", (json_int_t)steps, "drafted", (json_int_t)dr, "accepted",
+                      (json_int_t)ac, "acceptance", dr ? json_real((double)ac / (double)dr) : json_null(),
+                      "tokens_per_step", steps ? json_real(1.0 + (double)ac / (double)steps) : json_null());
+        if (json_array_append_new(methods, o)) {
+            json_decref(methods);
+            return NULL;
+        }
+    }
+    return json_pack("{s:I, s:I, s:o, s:o?}", "steps", (json_int_t)es->spec_steps, "accepted_tokens",
+                     (json_int_t)accepted, "tokens_per_step",
+                     es->spec_steps ? json_real(1.0 + (double)accepted / (double)es->spec_steps) : json_null(),
+                     "methods", methods);
+}
+
+// The server's, the model's and the engine's figures as one JSON object (GET /v1/status).
+static json_t *status_json(const rp_server *s)
+{
+    rp_engine *e = s->engine;
     rp_engine_stats es;
     rp_engine_get_stats(e, &es);
     const rp_cache_stats *c = &es.cache;
@@ -310,8 +453,9 @@ static json_t *status_json(rp_engine *e)
                              (json_int_t)c->disk_budget, "hit_blocks", (json_int_t)c->disk_hit_blocks, "writes",
                              (json_int_t)c->disk_writes, "write_drops", (json_int_t)c->disk_write_drops, "evictions",
                              (json_int_t)c->disk_evictions, "rejects", (json_int_t)c->disk_rejects);
-    json_t *mem = json_pack("{s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
-                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions);
+    json_t *mem = json_pack("{s:I, s:I, s:I, s:I}", "blocks", (json_int_t)c->mem_blocks, "bytes",
+                            (json_int_t)c->mem_bytes, "evictions", (json_int_t)c->mem_evictions, "hit_blocks",
+                            (json_int_t)(c->hit_blocks - c->disk_hit_blocks));
     json_t *states = json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "saves", (json_int_t)c->state_saves,
                                "drops", (json_int_t)c->state_drops, "hits", (json_int_t)c->state_hits, "disk_hits",
                                (json_int_t)c->state_disk_hits, "snapshots", (json_int_t)c->state_snaps, "bytes",
@@ -334,13 +478,17 @@ static json_t *status_json(rp_engine *e)
                             (json_int_t)es.tokens_generated, "prefill_chunk", es.prefill_chunk, "max_batch",
                             es.max_batch, "step_seconds", es.step_s, "step_max_seconds", es.step_max_s,
                             "forward_seconds", es.forward_s, "forward_by_batch", forward_buckets_json(&es));
-    return json_pack("{s:o?, s:o?, s:o?, s:o?}", "requests", req, "kv", kv, "prefix_cache", cache, "engine", eng);
+    json_t *srv = json_pack("{s:s, s:I, s:f}", "version", RP_VERSION, "started", (json_int_t)s->created,
+                            "uptime_seconds", (double)(time(NULL) - s->created));
+    return json_pack("{s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?, s:o?}", "server", srv, "model", model_json(s),
+                     "requests", req, "kv", kv, "prefix_cache", cache, "speculation", speculation_json(&es), "engine",
+                     eng, "history", history_json(s->metrics));
 }
 
 void rp_status_handler(rp_http_req *r, rp_reply *out)
 {
     rp_api_error e;
-    if (!rp_reply_json_new(out, status_json(r->srv->engine), &e))
+    if (!rp_reply_json_new(out, status_json(r->srv), &e))
         rp_reply_error(r, out, &e);
 }
 

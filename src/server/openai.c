@@ -123,6 +123,17 @@ static json_t *usage_json(const rp_req_stats *st)
                      st->n_cached);
 }
 
+// Rapid's own figures of a reply beside the usage (as llama-server's "timings"): time to
+// first token (seconds, null before one), decode speed (tokens/s after the first, null when
+// unknown), draft tokens verified and accepted by speculative decoding.
+static json_t *timings_json(const rp_req_stats *st)
+{
+    return json_pack("{s:o,s:o,s:i,s:i}", "time_to_first_token_s",
+                     st->ttft_s >= 0 ? json_real(st->ttft_s) : json_null(), "decode_tokens_per_second",
+                     st->decode_tps > 0 ? json_real(st->decode_tps) : json_null(), "draft_tokens", st->n_drafted,
+                     "draft_tokens_accepted", st->n_accepted);
+}
+
 static const char *finish_name(const rp_drv_info *info)
 {
     switch (info->finish) {
@@ -521,9 +532,9 @@ static json_t *chat_body(rp_http_req *r, const char *id, const rp_api_req *q, co
     }
     json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason",
                                finish_name(&res->info));
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", id, "object", "chat.completion", "created",
-                     (json_int_t)time(NULL), "model", s->model_name, "choices", choice, "usage",
-                     usage_json(&r->stats), "system_fingerprint", "rapid-" RP_VERSION);
+    return json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s,s:o}", "id", id, "object", "chat.completion", "created",
+                     (json_int_t)time(NULL), "model", s->model_name, "choices", choice, "usage", usage_json(&r->stats),
+                     "system_fingerprint", "rapid-" RP_VERSION, "timings", timings_json(&r->stats));
 }
 
 static json_t *completion_body(rp_http_req *r, const char *id, const rp_api_req *q, bool echo,
@@ -681,10 +692,10 @@ static rp_status oai_pump(void *ctx, rp_http_req *r, rp_buf *out, bool *finished
     }
     rp_sse_json_new(out, NULL, k);
     if (st->include_usage) {
-        k = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", st->id, "object",
+        k = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o,s:o}", "id", st->id, "object",
                       st->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)st->created,
                       "model", r->srv->model_name, "system_fingerprint", "rapid-" RP_VERSION, "choices", "usage",
-                      usage_json(&r->stats));
+                      usage_json(&r->stats), "timings", timings_json(&r->stats));
         rp_sse_json_new(out, NULL, k);
     }
     rp_sse_text(out, "[DONE]");

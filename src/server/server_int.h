@@ -21,6 +21,8 @@
  *   anthropic.c /v1/messages, /v1/messages/count_tokens.
  *   responses.c /v1/responses.
  *   metrics.c   /metrics (Prometheus text), /v1/status (JSON), /health, the counters behind them.
+ *   web.c       the web page: GET / and its files under /ui/, embedded at build time
+ *               (tools/embed_web.cmake turns web/ into the generated web_assets.c).
  *
  * How an API file answers a request (an rp_route_fn):
  *
@@ -311,6 +313,7 @@ struct rp_server {
     char *model_name;        // the served model name
     rp_engine *engine;
     const rp_tokenizer *tok;
+    const rp_model *model; // borrowed: /v1/status describes it
     const rp_model_config *cfg;
     rp_chat_template *tpl;   // the chat template (--chat-template's, else the tokenizer's), NULL if none
     rp_tool_format tool_format;
@@ -342,6 +345,7 @@ typedef struct rp_req_stats {
     int n_prompt, n_cached, n_completion;
     double ttft_s;     // submit to first token, < 0 when none
     double decode_tps; // tokens/s after the first, 0 when unknown
+    int n_drafted, n_accepted; // speculative decoding: draft tokens verified, and accepted (every method)
     bool client_gone;  // the client disconnected before the reply was complete
 } rp_req_stats;
 
@@ -398,6 +402,7 @@ typedef struct rp_reply {
     const char *content_type; // static string
     rp_buf body;              // the whole body (not streaming)
     int retry_after;          // > 0: a Retry-After header
+    const char *const *headers; // NULL, or more headers: name, value, ..., NULL (static strings)
     rp_stream_pump_fn pump;   // streaming when not NULL
     rp_stream_free_fn pump_free;
     void *pump_ctx;
@@ -477,6 +482,20 @@ void rp_responses_create(rp_http_req *r, rp_reply *out);
 void rp_metrics_handler(rp_http_req *r, rp_reply *out);
 void rp_status_handler(rp_http_req *r, rp_reply *out);
 void rp_health_handler(rp_http_req *r, rp_reply *out);
+void rp_web_page(rp_http_req *r, rp_reply *out); // GET / (web.c)
+void rp_web_file(rp_http_req *r, rp_reply *out); // GET /ui/{file}
+
+/* ---- the web page's files (generated from web/ by tools/embed_web.cmake) ------ */
+
+typedef struct rp_web_asset {
+    const char *name;          // the file's name in web/ ("app.js"), served as /ui/NAME
+    const char *content_type;  // by its extension
+    const unsigned char *data; // (len) bytes, NUL-terminated
+    size_t len;
+} rp_web_asset;
+
+extern const rp_web_asset rp_web_assets[];
+extern const size_t rp_web_n_assets;
 
 /* ---- the generation driver (gen.c) ----------------------------------------- */
 
@@ -610,8 +629,13 @@ void rp_stop_flush(rp_stop_matcher *m, const char **out, size_t *out_len);
 
 /* ---- metrics (metrics.c) --------------------------------------------------- */
 
-rp_status rp_metrics_create(rp_metrics **out);
+// Creates the counters and, with an engine (borrowed: it must outlive the metrics), starts the
+// sampler thread of the throughput history (one sample now, then every 5 s). RP_ERR_NOMEM.
+rp_status rp_metrics_create(rp_engine *e, rp_metrics **out);
+// Stops and joins the sampler, frees m. NULL is a no-op.
 void rp_metrics_destroy(rp_metrics *m);
+// Adds one sample of the engine's token counters to the history now (the sampler's step; tests).
+void rp_metrics_sample(rp_metrics *m);
 // Records one finished request (route, status, token counts, timings). Any thread.
 void rp_metrics_record(rp_metrics *m, const rp_http_req *r);
 // Appends the Prometheus text exposition (with the engine's gauges and, when

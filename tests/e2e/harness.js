@@ -421,6 +421,36 @@ export function metricNames(samples) {
     return [...new Set(samples.map((s) => s.name))].join(', ');
 }
 
+// What a cancel changes in /metrics: { cancelled, running, generated } (the engine's own
+// count of generated tokens: a per-request counter of the HTTP layer may be added only when
+// the handler ends, after the engine has let the request go). Fails when one is missing.
+export async function generationCounters(server) {
+    const s = await metrics(server);
+    const c = { cancelled: metricSum(s, /cancel/i), running: metricSum(s, /running/i), generated: metricSum(s, /generated/i) };
+    for (const [k, v] of Object.entries(c)) if (v === null) throw new Error(`/metrics has no ${k} metric (${metricNames(s)})`);
+    return c;
+}
+
+// After a client stopped a generation: waits (generous deadline, nothing timed) until
+// /metrics counts one more cancelled request than `before` (generationCounters) and
+// nothing running, then checks that the generated-token count stands still. Returns
+// the counters; throws with what it saw otherwise.
+export async function waitCancelled(server, before) {
+    const after1 = await waitFor(
+        async () => {
+            const c = await generationCounters(server);
+            return c.cancelled > before.cancelled && c.running === 0 ? c : null;
+        },
+        10_000,
+        'the cancelled count to rise and running to fall to 0 in /metrics',
+    );
+    await new Promise((r) => setTimeout(r, 300));
+    const after2 = await generationCounters(server);
+    if (after2.generated !== after1.generated || after2.running !== 0)
+        throw new Error(`tokens were generated after the cancel: ${JSON.stringify(after1)} then ${JSON.stringify(after2)}`);
+    return after2;
+}
+
 // Polls fn until it returns a truthy value or the deadline (ms, scaled by SLOW) passes.
 export async function waitFor(fn, ms, what) {
     const deadline = Date.now() + ms * SLOW;

@@ -28,4 +28,12 @@ void rp_cuda_matmul_splits(int splits);
 // RP_CUDA_TC_RT). Never changes a result.
 void rp_cuda_tc_rt(int rt);
 
+// Test hook: matmuls recorded from now on with BF16 weights on the tensor cores run on at
+// most `blocks` blocks, each taking item after item (-1, the default: two an SM; 0: a block
+// an item). Never changes a result.
+void rp_cuda_tc_grid(int blocks);
+
+// Test hook: the K-splits of a weight's matmuls (cu_weight.splits).
+int rp_cuda_splits_of(const rp_tensor *t);
+
 #endif

@@ -42,7 +42,9 @@
 #define GRAPH_AFTER 2 // a list is captured the time after it was run eagerly this often (instantiating costs ~ms)
 
 static bool use_graphs = true;
+static int graphs_env = 1; // RP_CUDA_GRAPHS=0: every forward eager (for profilers that time kernels one by one)
 static int forced_splits; // 0: weights split K by their shape (cu_matmul_splits)
+static int group_splits = 1; // RP_CUDA_GROUP=0: grouped weights keep their own splits (for measuring)
 
 void rp_cuda_use_graphs(bool on)
 {
@@ -54,6 +56,7 @@ int cu_prefetch = 0; // measured slower (bench/RESULTS.md, session 14)
 int cu_bf16_mma = 1; // 2% slower at one token than rows, a 16-token span 1.6x a step against 7.8x (session 18)
 int cu_tc_parts = 2;
 int cu_tc_rt = 0;
+int cu_tc_grid = -1; // two blocks an SM streaming item after item: 1.2% a step over a block an item (session 19)
 
 // *v from the environment variable `name` when it is set to one of the allowed values.
 static void env_int(const char *name, int *v, const int *allowed, int n_allowed)
@@ -76,6 +79,12 @@ void rp_cuda_tc_rt(int rt)
 {
     RP_ASSERT(rt == 0 || rt == 1 || rt == 2);
     cu_tc_rt = rt;
+}
+
+void rp_cuda_tc_grid(int blocks)
+{
+    RP_ASSERT(blocks >= -1);
+    cu_tc_grid = blocks;
 }
 
 void rp_cuda_matmul_splits(int splits)
@@ -645,6 +654,23 @@ static const cu_weight *weight_of(const rp_tensor *t)
     return t->priv;
 }
 
+int rp_cuda_splits_of(const rp_tensor *t)
+{
+    return weight_of(t)->splits;
+}
+
+static void cuda_group_weights(rp_backend *be, rp_tensor *const *t, int n)
+{
+    const cu_weight *w[CU_MM_GROUP] = {NULL};
+    if (forced_splits || !group_splits || n > CU_MM_GROUP)
+        return;
+    for (int i = 0; i < n; i++)
+        w[i] = weight_of(t[i]);
+    int s = cu_group_splits(w, n, cuda(be)->prop.multiProcessorCount);
+    for (int i = 0; s && i < n; i++)
+        ((cu_weight *)t[i]->priv)->splits = s;
+}
+
 /* ---- the KV cache: the canonical layout ---- */
 
 static size_t kv_half(const rp_kv_layer *kv)
@@ -896,6 +922,7 @@ static rp_status run_group(cuda_backend *c, const rp_matmul_desc *mm, int count,
     memset(&a, 0, sizeof(a)); // padding hashes alike
     a.count = count, a.glu = glu, a.x = x, a.n = n, a.prefetch = cu_prefetch;
     a.rt = cu_tc_rt;
+    a.grid = cu_tc_grid < 0 ? 2 * c->prop.multiProcessorCount : cu_tc_grid;
     for (int i = 0; i < count; i++) {
         a.w[i] = *weight_of(mm[i].w);
         a.y[i] = mm[i].y;
@@ -1076,8 +1103,14 @@ static const char *cuda_numerics(rp_backend *be, rp_dtype wtype)
     cuda_backend *c = cuda(be);
     // The kernels' version: change it with any change of their arithmetic. The SM count
     // decides the matmuls' K-splits (cu_matmul_splits).
-    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-6 %s f32-act q8-act", c->prop.major,
-             c->prop.minor, c->prop.multiProcessorCount, !cu_bf16_mma ? "bf16-fma" : cu_tc_parts == 3 ? "bf16-mma3" : "bf16-mma2");
+    char split[16] = "";
+    if (forced_splits)
+        snprintf(split, sizeof(split), " splits-%d", forced_splits);
+    else if (!group_splits)
+        snprintf(split, sizeof(split), " ungrouped");
+    snprintf(c->numerics, sizeof(c->numerics), "cuda sm_%d%d %dsm kernels-7 %s f32-act q8-act%s", c->prop.major,
+             c->prop.minor, c->prop.multiProcessorCount,
+             !cu_bf16_mma ? "bf16-fma" : cu_tc_parts == 3 ? "bf16-mma3" : "bf16-mma2", split);
     return c->numerics;
 }
 
@@ -1129,6 +1162,7 @@ static const rp_backend_ops cuda_ops = {
     .tensor_init = cuda_tensor_init,
     .tensor_deinit = cuda_tensor_deinit,
     .supports_type = cuda_supports_type,
+    .group_weights = cuda_group_weights,
     .kv_layer_init = cuda_kv_layer_init,
     .kv_layer_deinit = cuda_kv_layer_deinit,
     .kv_block_export = cuda_kv_block_export,
@@ -1194,6 +1228,14 @@ rp_status rp_backend_cuda_create(int device, const rp_backend_params *p, rp_back
     env_flag("RP_CUDA_PREFETCH", &cu_prefetch);
     env_int("RP_CUDA_TC_PARTS", &cu_tc_parts, (const int[]){2, 3}, 2);
     env_int("RP_CUDA_TC_RT", &cu_tc_rt, (const int[]){0, 1, 2}, 3);
+    env_int("RP_CUDA_SPLITS", &forced_splits, (const int[]){0, 1, 2, 4, 8}, 5); // changes results: named in numerics
+    const char *grid = getenv("RP_CUDA_TC_GRID");
+    if (grid && atoi(grid) >= -1)
+        cu_tc_grid = atoi(grid);
+    env_flag("RP_CUDA_GROUP", &group_splits);
+    env_flag("RP_CUDA_GRAPHS", &graphs_env);
+    if (!graphs_env)
+        use_graphs = false;
     rp_status st;
     cudaError_t e;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaGetDeviceProperties(&c->prop, device)) != cudaSuccess ||

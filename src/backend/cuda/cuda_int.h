@@ -51,6 +51,10 @@ extern int cu_bf16_mma;
 // matmul's arguments, so a graph captured with one is never replayed for another).
 extern int cu_tc_parts;
 extern int cu_tc_rt;
+// ... and the blocks its grid has at most (RP_CUDA_TC_GRID: -1, the default: two an SM,
+// each streaming item after item; 0: one block an item; N: N). Never changes a result;
+// recorded into each matmul's arguments.
+extern int cu_tc_grid;
 
 // dtype values (the rp_dtype / GGML ids the kernels know).
 enum {
@@ -138,6 +142,8 @@ typedef struct cu_matmul_args {
     int n;
     bool prefetch; // bring the first weights into L2 before waiting for the kernel ahead (cu_prefetch)
     int rt;        // row tiles a warp of the tensor-core kernel takes (0: chosen per launch; cu_tc_rt)
+    int grid;      // the tensor-core kernel's blocks at most (0: one per item; cu_tc_grid)
+    int64_t items; // (set by the launcher: the tensor-core kernel's items)
 } cu_matmul_args;
 cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
 
@@ -146,6 +152,9 @@ cudaError_t cu_launch_matmul(const void *args, cudaStream_t s);
 // the shape, the type and the SM count alone, so a row's result never depends on the
 // number of tokens.
 int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm);
+// The K-splits the n weights of a group take together (cuda_matmul.cu), or 0: each keeps
+// its own.
+int cu_group_splits(const cu_weight *const *w, int n, int n_sm);
 
 // Quantizes x (n, cols) into qa: Q8_0 blocks (k_quant false) or Q8_K super-blocks, with
 // the CPU reference's rounding (bit for bit).

@@ -688,6 +688,34 @@ __device__ __forceinline__ void tc_warp(const uint4 *const (&A)[WN][RT], int col
     }
 }
 
+// A block's share of k_matmul_tc's work (an item: block b of the group's union) and this
+// warp's part of it: member i, split s of S, row tiles rb0 .. rb0 + RT - 1, k-tiles
+// [k0, k1), and A[w][r] the lane's 16 bytes of tile 0 of row tile r of weight w (row tiles
+// past the end read the last one; their results are dropped).
+template <int WN, int RT> struct tc_item {
+    int i, s, S, rb0, rows, k0, k1;
+    const uint4 *A[WN][RT];
+};
+
+template <int WN, int RT> __device__ __forceinline__ void tc_item_at(const cu_matmul_args &a, int64_t b, tc_item<WN, RT> &it)
+{
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    it.i = WN == 2 ? 0 : mm_member(a, &b, RT);
+    const cu_weight W = pick(it.i, a.w);
+    it.S = W.splits, it.s = warp % it.S, it.rows = (int)W.rows;
+    it.rb0 = (int)(b * (MM_WARPS / it.S) + warp / it.S) * RT;
+    int RB = (int)((W.rows + 15) / 16), cols = (int)W.cols, chunks = (cols + 255) / 256, KB = (int)cu_tiles_k(cols);
+    int k1 = 16 * ((it.s + 1) * chunks / it.S);
+    it.k0 = 16 * (it.s * chunks / it.S), it.k1 = k1 < KB ? k1 : KB;
+#pragma unroll
+    for (int w = 0; w < WN; w++)
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            int rb = it.rb0 + r < RB ? it.rb0 + r : RB - 1;
+            it.A[w][r] = (const uint4 *)(w == 0 ? W.plane[0] : a.w[1].plane[0]) + (size_t)rb * KB * 32 + lane;
+        }
+}
+
 // As k_matmul, for BF16 weights on the tensor cores: a warp takes RT row tiles (16 RT rows)
 // of one K-split (the splits and their tiles as for the other types: 16 tiles a chunk),
 // tokens 8 NTT a pass, each k-tile's x split into P parts once for all RT row tiles. RT
@@ -695,59 +723,56 @@ __device__ __forceinline__ void tc_warp(const uint4 *const (&A)[WN][RT], int col
 // for speed (cu_matmul_rt). The partials meet in shared memory and are added in split
 // order. A token's arithmetic is the same for any number of tokens and any RT: tiles in
 // order within a split, each tile's parts the last first, then the splits in order.
+// A block takes items blockIdx.x, + gridDim.x, ... (a.items of them): with a grid smaller
+// than the items (a.grid, cu_tc_grid) its warps keep streaming from one item into the next,
+// the next pass's first weights asked for before this pass's partials meet. Which block
+// takes an item never changes a result.
 template <int NTT, int WN, int RT, int P>
 __global__ void __launch_bounds__(MM_WARPS * 32, 2) k_matmul_tc(cu_matmul_args a)
 {
     constexpr int TOK = 8 * NTT, U = tc_unroll(WN, RT, NTT), ROWS = 16 * RT;
     __shared__ float part[WN][MM_WARPS][ROWS * TOK]; // each warp's partials, [row · TOK + token]
-    int64_t b = blockIdx.x;
-    int i = WN == 2 ? 0 : mm_member(a, &b, RT);
-    const cu_weight W = pick(i, a.w);
-    int S = W.splits, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    int s = warp % S;
-    int RB = (int)((W.rows + 15) / 16), rb0 = (int)(b * (MM_WARPS / S) + warp / S) * RT, rows = (int)W.rows;
-    int cols = (int)W.cols, chunks = (cols + 255) / 256, KB = (int)cu_tiles_k(cols);
-    int k0 = 16 * (s * chunks / S), k1 = 16 * ((s + 1) * chunks / S);
-    k1 = k1 < KB ? k1 : KB;
-    const uint4 *A[WN][RT];
-#pragma unroll
-    for (int w = 0; w < WN; w++)
-#pragma unroll
-        for (int r = 0; r < RT; r++) { // row tiles past the end read the last one (their results are dropped)
-            int rb = rb0 + r < RB ? rb0 + r : RB - 1;
-            A[w][r] = (const uint4 *)(w == 0 ? W.plane[0] : a.w[1].plane[0]) + (size_t)rb * KB * 32 + lane;
-        }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4, cols = (int)a.w[0].cols;
+    tc_item<WN, RT> it;
+    tc_item_at(a, blockIdx.x, it);
     tc_stage<WN, RT, NTT, U> st0;
-    tc_load_a(st0, A, k0, k1); // weights only: before the wait
+    tc_load_a(st0, it.A, it.k0, it.k1); // weights only: before the wait
     cu_kernel_start();
-    for (int t0 = 0; t0 < a.n; t0 += TOK) {
-        if (t0 > 0)
-            tc_load_a(st0, A, k0, k1);
-        const float *xr[NTT];
-        tc_rows<NTT>(a.x, cols, t0, a.n, xr);
-        float acc[WN][RT][NTT][4] = {};
-        tc_warp<NTT, WN, RT, P, U>(A, cols, k0, k1, xr, st0, acc);
+    for (int64_t b = blockIdx.x; b < a.items; b += gridDim.x) {
+        for (int t0 = 0; t0 < a.n; t0 += TOK) {
+            const float *xr[NTT];
+            tc_rows<NTT>(a.x, cols, t0, a.n, xr);
+            float acc[WN][RT][NTT][4] = {};
+            tc_warp<NTT, WN, RT, P, U>(it.A, cols, it.k0, it.k1, xr, st0, acc);
+            tc_item<WN, RT> nx = it; // the next pass's: this item's again, or the next item's
+            bool more = t0 + TOK < a.n;
+            if (!more && b + gridDim.x < a.items)
+                tc_item_at(a, b + gridDim.x, nx), more = true;
+            if (more) // st0 is free once tc_warp returns
+                tc_load_a(st0, nx.A, nx.k0, nx.k1);
 #pragma unroll
-        for (int w = 0; w < WN; w++) // lane 4g + q holds rows g, g + 8 and tokens 2q, 2q + 1 of each tile
+            for (int w = 0; w < WN; w++) // lane 4g + q holds rows g, g + 8 and tokens 2q, 2q + 1 of each tile
 #pragma unroll
-            for (int r = 0; r < RT; r++)
+                for (int r = 0; r < RT; r++)
 #pragma unroll
-                for (int tt = 0; tt < NTT; tt++) {
-                    float *p = part[w][warp] + (16 * r + g) * TOK + 8 * tt + 2 * q;
-                    p[0] = acc[w][r][tt][0], p[1] = acc[w][r][tt][1];
-                    p[8 * TOK] = acc[w][r][tt][2], p[8 * TOK + 1] = acc[w][r][tt][3];
+                    for (int tt = 0; tt < NTT; tt++) {
+                        float *p = part[w][warp] + (16 * r + g) * TOK + 8 * tt + 2 * q;
+                        p[0] = acc[w][r][tt][0], p[1] = acc[w][r][tt][1];
+                        p[8 * TOK] = acc[w][r][tt][2], p[8 * TOK + 1] = acc[w][r][tt][3];
+                    }
+            __syncthreads();
+            int r0 = 16 * it.rb0;
+            if (it.s == 0 && r0 < it.rows)
+                for (int k = lane; k < ROWS * TOK; k += 32) {
+                    int r = k / TOK, t = k % TOK;
+                    if (r0 + r >= it.rows || t0 + t >= a.n)
+                        continue;
+                    mm_out(a, it.i, it.rows, r0 + r, t0 + t, split_sum(part[0] + warp, it.S, k),
+                           WN == 2 ? split_sum(part[WN - 1] + warp, it.S, k) : 0.0f);
                 }
-        __syncthreads();
-        int r0 = 16 * rb0;
-        if (s == 0 && r0 < rows)
-            for (int k = lane; k < ROWS * TOK; k += 32) {
-                int r = k / TOK, t = k % TOK;
-                if (r0 + r >= rows || t0 + t >= a.n)
-                    continue;
-                mm_out(a, i, rows, r0 + r, t0 + t, split_sum(part[0] + warp, S, k),
-                       WN == 2 ? split_sum(part[WN - 1] + warp, S, k) : 0.0f);
-            }
-        __syncthreads(); // the partials are read before the next pass writes them
+            __syncthreads(); // the partials are read before the next pass writes them
+            it = nx;
+        }
     }
 }
 // One thread a lane of a tile: its four words, each two elements of a row (zeros past the
@@ -794,6 +819,34 @@ extern "C" int cu_matmul_splits(int type, int64_t rows, int64_t cols, int n_sm)
     return s;
 }
 
+// The K-splits of a group of tiled BF16 weights multiplied together (the members of one
+// matmul_group): when their blocks at their own splits fill the GPU's 2 blocks an SM once
+// and a part of a second time (measured for q/k/v of a 7B: 288 blocks on 264 slots, 20.4
+// us; at 4 splits 144 blocks, 16.0 us), the largest smaller split that fits them in one;
+// otherwise each keeps its own. A function of the shapes and the SM count alone.
+extern "C" int cu_group_splits(const cu_weight *const *w, int n, int n_sm)
+{
+    int own = MM_WARPS;
+    int64_t blocks = 0;
+    for (int i = 0; i < n; i++) {
+        if (w[i]->type != CU_BF16)
+            return 0;
+        own = w[i]->splits < own ? w[i]->splits : own;
+        blocks += mm_blocks(*w[i]);
+    }
+    int64_t slots = 2 * (int64_t)n_sm;
+    if (blocks <= slots || blocks > 2 * slots)
+        return 0;
+    for (int s = own / 2; s >= 1; s /= 2) {
+        int64_t b = 0;
+        for (int i = 0; i < n; i++)
+            b += (w[i]->rows + (MM_WARPS / s) * 16 - 1) / ((MM_WARPS / s) * 16);
+        if (b <= slots)
+            return s;
+    }
+    return 0;
+}
+
 // Row tiles a warp of k_matmul_tc takes: a->rt when set (RP_CUDA_TC_RT, rp_cuda_tc_rt), else
 // one for one token tile and two for two (x's parts, built per tile, then serve both).
 static int tc_rt(const cu_matmul_args *a, int ntt)
@@ -804,13 +857,14 @@ static int tc_rt(const cu_matmul_args *a, int ntt)
 template <int NTT, int WN, int P> static cudaError_t launch_tc(const cu_matmul_args *a, cudaStream_t s)
 {
     int rt = tc_rt(a, NTT);
-    int64_t blocks = 0;
+    cu_matmul_args b = *a;
+    b.items = 0;
     for (int i = 0; i < (a->glu ? 1 : a->count); i++)
-        blocks += mm_blocks(a->w[i], rt);
-    dim3 grid((unsigned)blocks);
+        b.items += mm_blocks(a->w[i], rt);
+    dim3 grid((unsigned)(a->grid > 0 && a->grid < b.items ? a->grid : b.items));
     if (rt == 2)
-        return cu_enqueue(k_matmul_tc<NTT, WN, 2, P>, grid, MM_WARPS * 32, s, *a);
-    return cu_enqueue(k_matmul_tc<NTT, WN, 1, P>, grid, MM_WARPS * 32, s, *a);
+        return cu_enqueue(k_matmul_tc<NTT, WN, 2, P>, grid, MM_WARPS * 32, s, b);
+    return cu_enqueue(k_matmul_tc<NTT, WN, 1, P>, grid, MM_WARPS * 32, s, b);
 }
 
 template <int NTT> static cudaError_t launch_tc_parts(const cu_matmul_args *a, cudaStream_t s)

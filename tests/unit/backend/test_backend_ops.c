@@ -283,8 +283,9 @@ static void test_matmul_split(void **state)
 }
 
 // BF16 weights on CUDA's tensor cores (RP_CUDA_BF16_MMA=1): the row tiles a warp takes (1, 2,
-// or chosen per launch) decide only which rows a warp computes, never a row's bits: a
-// matmul and a glu for 1, 5 and 16 tokens give the same bits with each. Shapes: split
+// or chosen per launch) and the blocks of the grid (one an item, or a few taking item after
+// item) decide only which rows a warp computes, never a row's bits: a matmul and a glu for
+// 1, 5 and 16 tokens give the same bits with each. Shapes: split
 // along K, rows not a multiple of a tile, many rows. Elsewhere nothing to check (a skip
 // says so).
 static void test_matmul_tc_rows(void **state)
@@ -295,7 +296,9 @@ static void test_matmul_tc_rows(void **state)
         return;
     }
     const int64_t shapes[][2] = {{97, 4864}, {33, 768}, {4200, 512}};
-    const int ns[] = {1, 5, 16}, rts[] = {2, 0};
+    // (row tiles a warp, blocks at most): the first is the reference
+    const int ns[] = {1, 5, 16}, var[][2] = {{1, 0}, {2, 0}, {0, 0}, {1, 3}, {2, 5}, {0, -1}};
+    const int nv = (int)(sizeof(var) / sizeof(var[0]));
     for (size_t si = 0; si < 3; si++) {
         int64_t rows = shapes[si][0], cols = shapes[si][1];
         wpair a, b;
@@ -307,22 +310,24 @@ static void test_matmul_tc_rows(void **state)
             size_t ny = (size_t)(n * rows);
             float *x = rand_floats((size_t)(n * cols), 1.0f);
             float *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
-            float *want[2] = {NULL, NULL}; // with one row tile a warp: the matmul, the glu
-            for (int ri = -1; ri < 2; ri++) {
-                rp_cuda_tc_rt(ri < 0 ? 1 : rts[ri]);
+            float *want[2] = {NULL, NULL}; // the matmul, the glu
+            for (int vi = 0; vi < nv; vi++) {
+                rp_cuda_tc_rt(var[vi][0]), rp_cuda_tc_grid(var[vi][1]);
                 float *y = dev_poison(P.be, ny), *g = dev_poison(P.be, ny), *u = dev_poison(P.be, ny);
                 assert_int_equal(rp_backend_matmul(P.be, &a.be, xb, n, y), RP_OK);
                 assert_int_equal(rp_backend_matmul_glu(P.be, &a.be, &b.be, xb, n, u, g), RP_OK);
                 float *got[2] = {host_of(P.be, y, ny), host_of(P.be, g, ny)};
-                rp_cuda_tc_rt(0);
+                rp_cuda_tc_rt(0), rp_cuda_tc_grid(-1); // the defaults
                 for (int k = 0; k < 2; k++) {
-                    if (ri < 0) {
+                    if (vi == 0) {
                         want[k] = got[k];
                         continue;
                     }
                     if (memcmp(got[k], want[k], ny * 4) != 0)
-                        fail_msg("%s bf16 %lldx%lld n=%d: %d row tiles a warp differ from 1 on %s",
-                                 k ? "matmul_glu" : "matmul", (long long)rows, (long long)cols, n, rts[ri], P.name);
+                        fail_msg("%s bf16 %lldx%lld n=%d: %d row tiles a warp on %d blocks differ from 1 row tile, a "
+                                 "block an item, on %s",
+                                 k ? "matmul_glu" : "matmul", (long long)rows, (long long)cols, n, var[vi][0],
+                                 var[vi][1], P.name);
                     free(got[k]);
                 }
                 rp_backend_free(P.be, y), rp_backend_free(P.be, g), rp_backend_free(P.be, u);
@@ -335,6 +340,67 @@ static void test_matmul_tc_rows(void **state)
 #else
     skip();
 #endif
+}
+
+// Weights grouped at load (rp_backend_group_weights: a 7B's q, k and v, BF16, whose blocks
+// would fill the H200 once and a bit) on every backend: the group's results stay those of the
+// reference, and bitwise those of each member's own matmul; on CUDA with the tensor cores
+// the members end with one K-split count, no more than each had alone.
+static void test_group_weights(void **state)
+{
+    const int64_t cols = 3584, rows[3] = {3584, 512, 512};
+    wpair w[3];
+    if (!rp_backend_supports_type(P.be, RP_DTYPE_BF16)) {
+        skip();
+        return;
+    }
+    for (int i = 0; i < 3; i++)
+        wpair_init(&w[i], RP_DTYPE_BF16, rows[i], cols);
+#ifdef RP_HAVE_CUDA
+    int own[3] = {0, 0, 0};
+    bool cuda = strcmp(P.name, "cuda") == 0 && strstr(rp_backend_numerics(P.be, RP_DTYPE_BF16), "bf16-mma");
+    for (int i = 0; cuda && i < 3; i++)
+        own[i] = rp_cuda_splits_of(&w[i].be);
+#endif
+    rp_tensor *group[3] = {&w[0].be, &w[1].be, &w[2].be};
+    rp_backend_group_weights(P.be, group, 3);
+#ifdef RP_HAVE_CUDA
+    for (int i = 0; cuda && i < 3; i++) {
+        int s = rp_cuda_splits_of(&w[i].be);
+        if (s > own[i] || s != rp_cuda_splits_of(&w[0].be))
+            fail_msg("grouped member %d: %d splits (alone %d; member 0 has %d)", i, s, own[i],
+                     rp_cuda_splits_of(&w[0].be));
+    }
+#endif
+    const int n = 3;
+    float *x = rand_floats((size_t)(n * cols), 1.0f);
+    float *xr = dev_copy(P.ref, x, (size_t)(n * cols) * 4), *xb = dev_copy(P.be, x, (size_t)(n * cols) * 4);
+    float *yb[3], *sb[3], *yr[3];
+    rp_matmul_desc mm[3];
+    for (int i = 0; i < 3; i++) {
+        size_t ny = (size_t)(n * rows[i]);
+        yb[i] = dev_poison(P.be, ny), sb[i] = dev_poison(P.be, ny), yr[i] = dev_poison(P.ref, ny);
+        mm[i] = (rp_matmul_desc){&w[i].be, yb[i], NULL, NULL};
+        assert_int_equal(rp_backend_matmul(P.be, &w[i].be, xb, n, sb[i]), RP_OK);
+        rp_cpu_force_scalar(true);
+        assert_int_equal(rp_backend_matmul(P.ref, &w[i].ref, xr, n, yr[i]), RP_OK);
+        rp_cpu_force_scalar(false);
+    }
+    assert_int_equal(rp_backend_matmul_group(P.be, mm, 3, xb, n), RP_OK);
+    for (int i = 0; i < 3; i++) {
+        size_t ny = (size_t)(n * rows[i]);
+        float *g = host_of(P.be, yb[i], ny), *sep = host_of(P.be, sb[i], ny), *ref = host_of(P.ref, yr[i], ny);
+        char what[64];
+        snprintf(what, sizeof(what), "grouped bf16 member %d (%lld rows)", i, (long long)rows[i]);
+        expect_close(what, g, ref, ny, mm_tol(RP_DTYPE_BF16));
+        if (memcmp(g, sep, ny * 4) != 0)
+            fail_msg("%s: the group differs from the member's own matmul on %s", what, P.name);
+        free(g), free(sep), free(ref);
+        rp_backend_free(P.be, yb[i]), rp_backend_free(P.be, sb[i]), rp_backend_free(P.ref, yr[i]);
+        wpair_deinit(&w[i]);
+    }
+    rp_backend_free(P.be, xb), rp_backend_free(P.ref, xr);
+    free(x);
 }
 
 // matmul_group with biases and a residual, and matmul_glu, of (rows, cols) weights a and b
@@ -806,7 +872,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matmul),    cmocka_unit_test(test_matmul_split), cmocka_unit_test(test_fused),
-        cmocka_unit_test(test_matmul_tc_rows),
+        cmocka_unit_test(test_matmul_tc_rows),      cmocka_unit_test(test_group_weights),
         cmocka_unit_test(test_get_rows),  cmocka_unit_test(test_rows),         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_contexts), cmocka_unit_test(test_rmsnorm_widths),
         cmocka_unit_test(test_rows_and_argmax),

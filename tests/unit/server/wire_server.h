@@ -69,6 +69,14 @@ static void wire_server_stop(void)
     rp_model_destroy(wire_model);
 }
 
+// A cmocka group teardown that stops the server (wire_server_stop).
+__attribute__((unused)) static int wire_teardown(void **state)
+{
+    (void)state;
+    wire_server_stop();
+    return 0;
+}
+
 // The response body as JSON (fails the test when it is not).
 static json_t *body_json(const wire_resp *r)
 {
