@@ -185,11 +185,11 @@ typedef struct rx_dfa {
     int n_states;
 } rx_dfa;
 
-// Compiles `pattern` (len bytes, NUL-terminated for messages). Errors:
-// RP_ERR_UNSUPPORTED (a construct outside the subset, or no match writable
-// without escapes), RP_ERR_INVALID (malformed), RP_ERR_LIMIT (over max_states
-// DFA states or the NFA bound), RP_ERR_NOMEM.
-rp_status rx_compile(const char *pattern, size_t len, int max_states, rx_dfa *out);
+// Compiles `pattern` (len bytes, NUL-terminated for messages) within budget_ms
+// of wall time. Errors: RP_ERR_UNSUPPORTED (a construct outside the subset, or
+// no match writable without escapes), RP_ERR_INVALID (malformed), RP_ERR_LIMIT
+// (over max_states DFA states, the NFA bound or the time), RP_ERR_NOMEM.
+rp_status rx_compile(const char *pattern, size_t len, int max_states, double budget_ms, rx_dfa *out);
 void rx_dfa_deinit(rx_dfa *d);
 // Whole-string match of n content bytes (tests).
 bool rx_match(const rx_dfa *d, const uint8_t *p, size_t n);

@@ -21,10 +21,11 @@
  * Pipeline: parse to a small AST, emit a Thompson NFA over bytes (counted
  * repeats emit copies), subset construction over byte classes, then states that
  * cannot reach acceptance are cut (so every live state can still finish).
- * Bounded by RX_MAX_NFA NFA states and the caller's DFA state limit
- * (RP_ERR_LIMIT).
+ * Bounded by RX_MAX_NFA NFA states, the caller's DFA state limit and time
+ * budget (RP_ERR_LIMIT).
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "grammar_int.h"
 
@@ -654,8 +655,16 @@ static uint64_t hash_words(const uint64_t *w, int n)
     return h;
 }
 
-rp_status rx_compile(const char *pattern, size_t len, int max_states, rx_dfa *out)
+static double now_ms(void)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+rp_status rx_compile(const char *pattern, size_t len, int max_states, double budget_ms, rx_dfa *out)
+{
+    double deadline = now_ms() + budget_ms;
     memset(out, 0, sizeof(*out));
     rx_parser ps = {.p = (const uint8_t *)pattern, .end = (const uint8_t *)pattern + len, .what = pattern};
     nfa a = {0};
@@ -751,6 +760,11 @@ rp_status rx_compile(const char *pattern, size_t len, int max_states, rx_dfa *ou
     closure(&a, sets, stack);
     hashes[0] = hash_words(sets, words);
     for (int d = 0; d < n; d++) {
+        if (now_ms() > deadline) {
+            rp_free(tmp);
+            st = RP_ERR(RP_ERR_LIMIT, "pattern \"%s\" took over the compile budget (%.0f ms)", pattern, budget_ms);
+            goto done;
+        }
         const uint64_t *cur = sets + (size_t)d * words;
         acc[d] = (cur[final >> 6] >> (final & 63)) & 1;
         for (int k = 0; k < n_cls; k++) {

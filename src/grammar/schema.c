@@ -122,12 +122,16 @@ static rp_status fail_at(cc *c, const char *keyword, rp_status st)
 
 #define FAIL(c, kw, code, ...) fail_at((c), (kw), RP_ERR((code), __VA_ARGS__))
 
-static rp_status check_time(cc *c)
+static double elapsed_ms(const cc *c)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    double ms = (double)(t.tv_sec - c->t0.tv_sec) * 1e3 + (double)(t.tv_nsec - c->t0.tv_nsec) / 1e6;
-    if (ms > c->lim->budget_ms)
+    return (double)(t.tv_sec - c->t0.tv_sec) * 1e3 + (double)(t.tv_nsec - c->t0.tv_nsec) / 1e6;
+}
+
+static rp_status check_time(cc *c)
+{
+    if (elapsed_ms(c) > c->lim->budget_ms)
         return FAIL(c, NULL, RP_ERR_LIMIT, "the schema took over %.0f ms to compile", c->lim->budget_ms);
     return RP_OK;
 }
@@ -301,7 +305,8 @@ static rp_status add_dfa(cc *c, const char *pattern, const char *keyword, int32_
     if (!grow((void **)&sc->dfas, &cap, (uint32_t)sc->n_dfas + 1, sizeof(rx_dfa)))
         return RP_ERR(RP_ERR_NOMEM, "out of memory compiling a schema");
     sc->cap_dfas = (int)cap;
-    rp_status st = rx_compile(pattern, strlen(pattern), c->lim->max_pattern_states, &sc->dfas[sc->n_dfas]);
+    rp_status st = rx_compile(pattern, strlen(pattern), c->lim->max_pattern_states, c->lim->budget_ms - elapsed_ms(c),
+                              &sc->dfas[sc->n_dfas]);
     if (st)
         return fail_at(c, keyword, st);
     *out = sc->n_dfas++;

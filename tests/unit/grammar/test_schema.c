@@ -322,7 +322,7 @@ static void test_patterns(void **state)
     const char alphabet[] = "abcxyzAZ09-@._ \x7f";
     for (size_t p = 0; p < sizeof(cases) / sizeof(cases[0]); p++) {
         rx_dfa d;
-        if (rx_compile(cases[p].pattern, strlen(cases[p].pattern), 1000, &d) != RP_OK)
+        if (rx_compile(cases[p].pattern, strlen(cases[p].pattern), 1000, 1000, &d) != RP_OK)
             fail_msg("pattern %s: %s", cases[p].pattern, rp_error_message());
         int err;
         PCRE2_SIZE off;
@@ -453,7 +453,10 @@ static void test_errors(void **state)
     rp_json_schema_limits_default(&lim);
     lim.budget_ms = 0;
     assert_int_equal(rp_json_schema_compile(j, &lim, &sc, &err), RP_ERR_LIMIT);
-    lim.budget_ms = 1000;
+    // The pattern compiler has its own deadline (the schema's budget left): one spent already refuses.
+    rx_dfa d;
+    assert_int_equal(rx_compile("^(a|b)*c$", 9, 1000, -1, &d), RP_ERR_LIMIT);
+    rp_json_schema_limits_default(&lim);
     lim.max_bytes = 100;
     assert_int_equal(rp_json_schema_compile(j, &lim, &sc, &err), RP_ERR_LIMIT);
     json_decref(j);
