@@ -137,6 +137,8 @@ static void gen_free(rp_gen *g)
     rp_free(g->toks);
     rp_free(g->step);
     rp_free(g->out);
+    rp_json_schema_unref(g->schema);
+    rp_free(g->json_prefix);
     pthread_cond_destroy(&g->cv);
     rp_free(g);
     engine_unref(e);
@@ -306,7 +308,8 @@ static void admit(rp_engine *e)
             for (int i = 0; i < g->n_prompt; i++)
                 rp_sampler_accept(g->smp, g->toks[i], true);
         if (!st && g->json && !g->jm)
-            st = rp_json_match_create(e->jv, &g->jm);
+            if ((st = rp_json_match_create(e->jv, g->schema, &g->jm)) == RP_OK && g->json_prefix_len)
+                st = rp_json_match_feed(g->jm, g->json_prefix, g->json_prefix_len);
         if (!st)
             st = attach_prefix(e, g, &cm);
         if (!st)
@@ -1050,6 +1053,15 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
         return RP_ERR(RP_ERR_NOMEM, "submit: out of memory for a prompt of %d tokens", p->n_prompt);
     }
     memcpy(g->toks, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+    g->schema = p->json ? rp_json_schema_ref(p->schema) : NULL;
+    if (p->json && p->json_prefix_len) {
+        if (!(g->json_prefix = rp_malloc(p->json_prefix_len))) {
+            st = RP_ERR(RP_ERR_NOMEM, "submit: out of memory");
+            goto refused;
+        }
+        memcpy(g->json_prefix, p->json_prefix, p->json_prefix_len);
+        g->json_prefix_len = p->json_prefix_len;
+    }
 
     pthread_mutex_lock(&e->mu);
     if (e->failed)
@@ -1068,6 +1080,9 @@ rp_status rp_engine_submit(rp_engine *e, const rp_gen_params *p, rp_gen **out)
     }
     pthread_mutex_unlock(&e->mu);
     if (st) {
+    refused:
+        rp_json_schema_unref(g->schema);
+        rp_free(g->json_prefix);
         pthread_cond_destroy(&g->cv);
         rp_free(g->toks);
         rp_free(g->out);

@@ -85,6 +85,7 @@
 #define RP_ENGINE_H
 
 #include "../cache/cache.h"
+#include "../grammar/grammar.h"
 #include "../model/model.h"
 #include "../sample/sample.h"
 #include "../spec/spec.h"
@@ -202,6 +203,10 @@ typedef struct rp_gen_params {
                             // object's end makes end-of-generation the only choice (the
                             // first JSON request builds the grammar's token table: ~50-100 ms
                             // for a 100k vocabulary, once per engine)
+    const rp_json_schema *schema; // with json: the schema the output must match (NULL: any JSON
+                                  // object); the request takes a reference at submit
+    const char *json_prefix;      // with json: text the grammar reads before the first generated token
+    size_t json_prefix_len;       // (the end of the prompt, e.g. a forced tool-call opening); copied
 } rp_gen_params;
 
 // OpenAI sampling defaults (rp_sample_params_default), max_tokens 0, no logprobs, no JSON.

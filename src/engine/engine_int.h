@@ -106,6 +106,9 @@ struct rp_gen {
     // Set at submit, read-only after.
     rp_sample_params sp;
     bool ignore_eos, json;
+    rp_json_schema *schema; // JSON mode's schema (a reference), NULL: any object
+    char *json_prefix;      // JSON mode: read by the grammar at its start (owned), NULL: none
+    size_t json_prefix_len;
     int n_logprobs;
     int n_prompt, max_tokens;
 

@@ -156,7 +156,7 @@ static bool mtp_pays(const spec_engine *se, int n_running)
 
 static bool json_scratch(rp_engine *e)
 {
-    if (!e->spec.jm && (!e->jv || rp_json_match_create(e->jv, &e->spec.jm)))
+    if (!e->spec.jm && (!e->jv || rp_json_match_create(e->jv, NULL, &e->spec.jm)))
         return false;
     return true;
 }

@@ -1,6 +1,11 @@
 /*
- * json_match.c - the byte-level JSON-object recognizer, the per-step token mask
- * and the request's position in the grammar.
+ * json_match.c - the byte-level JSON lexer, the schema matcher on top of it,
+ * the per-step token mask and the request's position in the grammar.
+ *
+ * json_object mode is the schema "any object" (json_schema_any_object): one
+ * matcher serves both. The schema layer (mstep) reads structure itself (keys
+ * in schema order, array counts, literal sets, bounded numbers, pattern DFAs)
+ * and hands strings, numbers and unconstrained values to the lexer below.
  *
  * The recognizer (json_step) is a pushdown automaton for exactly one RFC 8259
  * object: the stack is one bit per open container, so the whole state is a
@@ -14,17 +19,29 @@
  * own: the byte after it (',', ']', '}' or whitespace) ends it and is then
  * read as that byte.
  *
+ * The schema layer never lets the text reach a state with no way to finish:
+ * keys only in the window the schema order leaves (no required one skipped),
+ * '}' and ']' only once required properties / minItems are met, a bounded
+ * number's digit only if some completion stays in bounds, a container only if
+ * the fewest levels its value needs still fit in SC_MAX_DEPTH frames, pattern
+ * DFAs with the states that cannot accept cut off.
+ *
  * The mask walks the vocab's trie (grammar_int.h) from the current state: a
  * byte the state rejects cuts off every token below it, and inside a string,
  * a node whose remaining tokens are all plain text is allowed whole without
- * descending. The walk yields the allowed tokens as runs in trie order; then
+ * descending (inside a pattern's string: all of categories that keep the DFA
+ * state); a plain ASCII byte inside a free string shares its parent's state
+ * instead of copying it. The walk yields the allowed tokens as runs in trie order; then
  * either the few allowed logits are kept aside while the whole row is set to
  * -inf, or, when most are allowed, only the gaps between the runs are. End-
- * of-generation tokens are allowed once the object is complete, or when
+ * of-generation tokens are allowed once the value is complete, or when
  * nothing else could follow (a vocabulary that cannot continue), so a step
  * never has no token left.
  */
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "grammar_int.h"
 
@@ -42,6 +59,15 @@ void json_state_init(json_state *s)
 static inline bool is_ws(uint8_t c)
 {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+// One more whitespace byte in a run (at most JSON_MAX_WS).
+static inline bool ws_step(uint8_t *ws)
+{
+    if (*ws >= JSON_MAX_WS)
+        return false;
+    (*ws)++;
+    return true;
 }
 
 static inline int hex_val(uint8_t c)
@@ -294,12 +320,8 @@ static inline bool step(json_state *s, uint8_t c)
 
 structural:
     // Structural modes, and JM_DONE (trailing whitespace only): whitespace is counted, anything else resets the count.
-    if (is_ws(c)) {
-        if (s->ws >= JSON_MAX_WS)
-            return false;
-        s->ws++;
-        return true;
-    }
+    if (is_ws(c))
+        return ws_step(&s->ws);
     s->ws = 0;
     switch (s->mode) {
     case JM_START:
@@ -365,6 +387,476 @@ bool json_feed(json_state *s, const uint8_t *p, size_t n)
     return true;
 }
 
+/* ---- the schema matcher ------------------------------------------------------------ */
+
+// A complete number that c does not continue ends before c.
+static inline bool num_complete(const json_state *x)
+{
+    return x->mode == JM_NUM_ZERO || x->mode == JM_NUM_INT || x->mode == JM_NUM_FRAC || x->mode == JM_NUM_EXP;
+}
+
+static inline bool num_more(const json_state *x, uint8_t c)
+{
+    bool digit = c >= '0' && c <= '9';
+    switch (x->mode) {
+    case JM_NUM_ZERO: return c == '.' || c == 'e' || c == 'E';
+    case JM_NUM_INT: return digit || c == '.' || c == 'e' || c == 'E';
+    case JM_NUM_FRAC: return digit || c == 'e' || c == 'E';
+    case JM_NUM_EXP: return digit;
+    default: return true; // incomplete: c must continue it
+    }
+}
+
+static inline bool byte_in(const uint64_t *b, uint8_t c)
+{
+    return (b[c >> 6] >> (c & 63)) & 1;
+}
+
+// The leaf of node that a value starting with c takes, or SC_NONE.
+static inline uint16_t resolve(const rp_json_schema *sc, uint16_t node, uint8_t c)
+{
+    for (int hops = 0; hops < 64; hops++) {
+        const sc_node *n = &sc->nodes[node];
+        if (!byte_in(n->first, c))
+            return SC_NONE;
+        if (n->kind != SK_UNION)
+            return node;
+        uint16_t next = SC_NONE;
+        for (uint32_t a = 0; a < n->n && next == SC_NONE; a++)
+            if (byte_in(sc->nodes[sc->alts[n->first_prop + a]].first, c))
+                next = sc->alts[n->first_prop + a];
+        node = next;
+    }
+    return SC_NONE;
+}
+
+// A value of node may start with open containers in use.
+static inline bool fits(const rp_json_schema *sc, const match_state *s, uint16_t node)
+{
+    return s->depth + (unsigned)sc->nodes[node].depth <= SC_MAX_DEPTH;
+}
+
+// Narrows the candidates [lo, hi) of set (sharing their first off bytes) to those whose byte off is c.
+static inline bool narrow(const rp_json_schema *sc, const sc_strs *set, uint16_t *lo, uint16_t *hi, uint16_t off,
+                          uint8_t c)
+{
+    const sc_str *e = sc->strs + set->first;
+    const uint8_t *blob = sc->blob;
+    uint32_t a = *lo, b = *hi;
+    if (a < b && e[a].len == off) // the one that ends here sorts first
+        a++;
+    uint32_t l = a, r = b;
+    while (l < r) {
+        uint32_t m = (l + r) / 2;
+        if (blob[e[m].off + off] < c)
+            l = m + 1;
+        else
+            r = m;
+    }
+    uint32_t start = l;
+    r = b;
+    while (l < r) {
+        uint32_t m = (l + r) / 2;
+        if (blob[e[m].off + off] <= c)
+            l = m + 1;
+        else
+            r = m;
+    }
+    if (start == l)
+        return false;
+    *lo = (uint16_t)start;
+    *hi = (uint16_t)l;
+    return true;
+}
+
+// Property index val may come next in the object on top (keys go in schema order, no required one skipped).
+static inline bool key_ok(const rp_json_schema *sc, const match_state *s, uint16_t val)
+{
+    const sc_frame *f = &s->f[s->depth - 1];
+    const sc_node *o = &sc->nodes[f->node];
+    return val >= f->pos && val <= sc->next_req[o->req + f->pos] && val < o->n &&
+           fits(sc, s, sc->props[o->first_prop + val].node);
+}
+
+static inline bool keys_ok(const rp_json_schema *sc, const match_state *s, uint16_t lo, uint16_t hi)
+{
+    const sc_frame *f = &s->f[s->depth - 1];
+    const sc_str *e = sc->strs + sc->sets[sc->nodes[f->node].set].first;
+    for (uint32_t i = lo; i < hi; i++)
+        if (key_ok(sc, s, e[i].val))
+            return true;
+    return false;
+}
+
+static inline bool any_key(const rp_json_schema *sc, const match_state *s)
+{
+    const sc_node *o = &sc->nodes[s->f[s->depth - 1].node];
+    return keys_ok(sc, s, 0, (uint16_t)sc->sets[o->set].n);
+}
+
+// [a, b] and [c, d] (each end open or closed) meet.
+static inline bool meet(double a, bool ao, double b, bool bo, double c, bool co, double d, bool dop)
+{
+    double l = a > c ? a : c, r = b < d ? b : d;
+    bool lo = a > c ? ao : c > a ? co : (ao || co);
+    bool ro = b < d ? bo : d < b ? dop : (bo || dop);
+    return l < r || (l == r && !lo && !ro);
+}
+
+// Some completion of the number read so far is within the node's bounds.
+static bool num_live(const sc_node *n, const match_state *s)
+{
+    double lo = (n->flags & SF_MIN) ? n->num_min : -INFINITY, hi = (n->flags & SF_MAX) ? n->num_max : INFINITY;
+    bool xlo = n->flags & SF_XMIN, xhi = n->flags & SF_XMAX, integer = n->kind == SK_INT;
+    if (s->lex.mode == JM_NUM_MINUS) // any negative number
+        return meet(-INFINITY, true, integer ? -1 : 0, !integer, lo, xlo, hi, xhi);
+    double v = (double)s->mant;
+    for (int k = 0; k <= 17; k++) {
+        double a, b;
+        bool bopen;
+        if (s->frac >= 0) { // after '.': [m / 10^f, (m + 1) / 10^f)
+            double p = pow(10, s->frac);
+            a = v / p, b = a + 1 / p, bopen = true; // (v + 1 would round to v past 2^53)
+            if (b <= a)
+                b = nextafter(a, INFINITY); // past double precision: some neighbour still reads as a
+        } else if (s->lex.mode == JM_NUM_ZERO) { // a leading zero: 0, or 0.x
+            a = 0, b = integer ? 0 : 1, bopen = !integer;
+        } else { // k more integer digits, then (numbers) a fraction
+            double p = pow(10, k);
+            a = v * p, b = integer ? (v + 1) * p - 1 : (v + 1) * p, bopen = !integer;
+        }
+        bool ok = s->neg ? meet(-b, bopen, -a, false, lo, xlo, hi, xhi) : meet(a, false, b, bopen, lo, xlo, hi, xhi);
+        if (ok)
+            return true;
+        if (s->frac >= 0 || s->lex.mode == JM_NUM_ZERO || s->ndig + k >= 17)
+            return false;
+    }
+    return false;
+}
+
+// The complete number read so far is within the bounds (compared as the double it reads as, like a validator).
+static bool num_in_bounds(const sc_node *n, const match_state *s)
+{
+    char text[48];
+    snprintf(text, sizeof(text), "%s%llde-%d", s->neg ? "-" : "", (long long)s->mant, s->frac > 0 ? s->frac : 0);
+    double x = strtod(text, NULL);
+    if ((n->flags & SF_MIN) && (x < n->num_min || (x == n->num_min && (n->flags & SF_XMIN))))
+        return false;
+    if ((n->flags & SF_MAX) && (x > n->num_max || (x == n->num_max && (n->flags & SF_XMAX))))
+        return false;
+    return true;
+}
+
+static inline void value_done(match_state *s)
+{
+    s->ws = 0;
+    if (s->depth == 0) {
+        s->mode = SM_DONE;
+        s->off = 0; // suffix bytes read
+        return;
+    }
+    s->mode = SM_AFTER;
+}
+
+// A value of node starts with byte c.
+static inline bool start_value(const rp_json_schema *sc, match_state *s, uint16_t node, uint8_t c)
+{
+    node = resolve(sc, node, c);
+    if (node == SC_NONE)
+        return false;
+    const sc_node *n = &sc->nodes[node];
+    s->node = node;
+    switch (n->kind) {
+    case SK_OBJ:
+        if (!fits(sc, s, node))
+            return false;
+        if (n->flags & SF_OBJ_FREE)
+            goto free_value;
+        s->f[s->depth++] = (sc_frame){node, 0};
+        s->mode = SM_OBJ_FIRST;
+        return true;
+    case SK_ARR:
+        if (!fits(sc, s, node))
+            return false;
+        s->f[s->depth++] = (sc_frame){node, 0};
+        s->mode = SM_ARR_FIRST;
+        return true;
+    case SK_STR:
+        s->mode = SM_STR;
+        s->lex.mode = JM_STR;
+        s->lex.flags = 0;
+        s->off = 0;
+        return true;
+    case SK_NUM:
+    case SK_INT:
+        s->mode = SM_NUM;
+        s->lex.mode = JM_VALUE;
+        s->lex.depth = 0;
+        s->mant = 0;
+        s->ndig = 0;
+        s->frac = -1;
+        s->neg = c == '-';
+        if (!value_start(&s->lex, c))
+            return false;
+        if (c >= '0' && c <= '9')
+            s->mant = c - '0', s->ndig = c != '0';
+        return !(n->flags & (SF_MIN | SF_MAX)) || num_live(n, s);
+    case SK_LIT:
+        s->mode = SM_LIT;
+        s->lo = 0;
+        s->hi = (uint16_t)sc->sets[n->set].n;
+        s->off = 0;
+        if (!narrow(sc, &sc->sets[n->set], &s->lo, &s->hi, 0, c))
+            return false;
+        s->off = 1;
+        return true;
+    default: // SK_ANY
+    free_value:
+        s->mode = SM_FREE;
+        memset(&s->lex, 0, sizeof(s->lex));
+        s->lex.mode = JM_VALUE;
+        return value_start(&s->lex, c);
+    }
+}
+
+static inline bool mstep(const rp_json_schema *sc, match_state *s, uint8_t c)
+{
+again:
+    switch (s->mode) {
+    case SM_FREE:
+        if (s->lex.depth == 0 && num_complete(&s->lex) && !num_more(&s->lex, c)) {
+            value_done(s);
+            goto again;
+        }
+        if (!step(&s->lex, c))
+            return false;
+        if (s->lex.depth == 0 && (s->lex.mode == JM_AFTER || s->lex.mode == JM_DONE))
+            value_done(s);
+        return true;
+    case SM_STR: {
+        int32_t dfa = sc->nodes[s->node].dfa;
+        if (s->lex.mode == JM_STR && c == '"') {
+            if (dfa >= 0 && !sc->dfas[dfa].accept[s->off])
+                return false;
+            value_done(s);
+            return true;
+        }
+        if (dfa < 0)
+            return step(&s->lex, c);
+        if (c == '\\' || !step(&s->lex, c))
+            return false;
+        uint16_t nx = sc->dfas[dfa].next[(size_t)s->off * 256 + c];
+        if (nx == RX_DEAD)
+            return false;
+        s->off = nx;
+        return true;
+    }
+    case SM_KEY: {
+        const sc_strs *set = &sc->sets[sc->nodes[s->f[s->depth - 1].node].set];
+        if (s->lex.mode == JM_STR && c == '"') {
+            const sc_str *e = sc->strs + set->first + s->lo;
+            if (s->lo >= s->hi || e->len != s->off || !key_ok(sc, s, e->val))
+                return false;
+            sc_frame *f = &s->f[s->depth - 1];
+            f->pos = (uint16_t)(e->val + 1);
+            s->node = sc->props[sc->nodes[f->node].first_prop + e->val].node;
+            s->mode = SM_COLON;
+            s->ws = 0;
+            return true;
+        }
+        if (!step(&s->lex, c) || !narrow(sc, set, &s->lo, &s->hi, s->off, c))
+            return false;
+        s->off++;
+        return keys_ok(sc, s, s->lo, s->hi);
+    }
+    case SM_LIT: {
+        const sc_strs *set = &sc->sets[sc->nodes[s->node].set];
+        if (narrow(sc, set, &s->lo, &s->hi, s->off, c)) {
+            s->off++;
+            return true;
+        }
+        if (sc->strs[set->first + s->lo].len != s->off)
+            return false;
+        value_done(s);
+        goto again;
+    }
+    case SM_NUM: {
+        const sc_node *n = &sc->nodes[s->node];
+        bool bounded = n->flags & (SF_MIN | SF_MAX);
+        if (num_complete(&s->lex) && !num_more(&s->lex, c)) {
+            if (bounded && !num_in_bounds(n, s))
+                return false;
+            value_done(s);
+            goto again;
+        }
+        bool e = c == 'e' || c == 'E';
+        if ((n->kind == SK_INT && (c == '.' || e)) || (bounded && e))
+            return false;
+        if (!step(&s->lex, c))
+            return false;
+        if (!bounded)
+            return true;
+        if (c == '.') {
+            s->frac = 0;
+        } else if (c >= '0' && c <= '9') {
+            if (s->ndig >= 18 || s->frac >= 18)
+                return false;
+            s->mant = s->mant * 10 + (c - '0');
+            s->ndig += s->mant != 0;
+            if (s->frac >= 0)
+                s->frac++;
+        }
+        return num_live(n, s);
+    }
+    case SM_DONE:
+        if (!sc->suffix_len)
+            break; // whitespace only
+        if (s->off < sc->suffix_len && c == (uint8_t)sc->suffix[s->off]) {
+            s->off++;
+            return true;
+        }
+        return s->off == 0 && is_ws(c) && ws_step(&s->ws); // whitespace before the suffix
+    default:
+        break;
+    }
+    // Structural modes: bounded whitespace, then the byte.
+    if (is_ws(c))
+        return ws_step(&s->ws);
+    s->ws = 0;
+    switch (s->mode) {
+    case SM_VALUE:
+        return start_value(sc, s, s->node, c);
+    case SM_OBJ_FIRST:
+    case SM_OBJ_KEY: {
+        const sc_node *o = &sc->nodes[s->f[s->depth - 1].node];
+        if (c == '}' && s->mode == SM_OBJ_FIRST) {
+            if (sc->next_req[o->req] != o->n)
+                return false;
+            s->depth--;
+            value_done(s);
+            return true;
+        }
+        if (c != '"' || !any_key(sc, s))
+            return false;
+        s->mode = SM_KEY;
+        s->lo = 0;
+        s->hi = (uint16_t)sc->sets[o->set].n;
+        s->off = 0;
+        s->lex.mode = JM_STR;
+        s->lex.flags = JF_KEY;
+        return true;
+    }
+    case SM_COLON:
+        if (c != ':')
+            return false;
+        s->mode = SM_VALUE;
+        return true;
+    case SM_ARR_FIRST: {
+        const sc_node *a = &sc->nodes[s->f[s->depth - 1].node];
+        if (c == ']') {
+            if (a->min_items > 0)
+                return false;
+            s->depth--;
+            value_done(s);
+            return true;
+        }
+        if (a->max_items == 0 || !fits(sc, s, a->items))
+            return false;
+        s->f[s->depth - 1].pos = 1;
+        return start_value(sc, s, a->items, c);
+    }
+    case SM_AFTER: {
+        sc_frame *f = &s->f[s->depth - 1];
+        const sc_node *x = &sc->nodes[f->node];
+        if (x->kind == SK_OBJ) {
+            if (c == ',') {
+                if (!any_key(sc, s))
+                    return false;
+                s->mode = SM_OBJ_KEY;
+                return true;
+            }
+            if (c != '}' || sc->next_req[x->req + f->pos] != x->n)
+                return false;
+        } else {
+            if (c == ',') {
+                if (f->pos >= x->max_items || f->pos == SC_NONE || !fits(sc, s, x->items))
+                    return false;
+                f->pos++;
+                s->mode = SM_VALUE;
+                s->node = x->items;
+                return true;
+            }
+            if (c != ']' || f->pos < x->min_items)
+                return false;
+        }
+        s->depth--;
+        value_done(s);
+        return true;
+    }
+    default: // SM_DONE: trailing whitespace only
+        return false;
+    }
+}
+
+void match_state_init(match_state *s, const rp_json_schema *sc)
+{
+    memset(s, 0, sizeof(*s));
+    json_state_init(&s->lex);
+    s->mode = SM_VALUE;
+    s->node = sc->root;
+}
+
+bool match_step(const rp_json_schema *sc, match_state *s, uint8_t c)
+{
+    return mstep(sc, s, c);
+}
+
+bool match_feed(const rp_json_schema *sc, match_state *s, const uint8_t *p, size_t n)
+{
+    match_state t = *s;
+    for (size_t i = 0; i < n; i++)
+        if (!mstep(sc, &t, p[i]))
+            return false;
+    *s = t;
+    return true;
+}
+
+bool match_complete(const rp_json_schema *sc, const match_state *s)
+{
+    if (sc->suffix_len)
+        return s->mode == SM_DONE && s->off == sc->suffix_len;
+    if (s->mode == SM_DONE)
+        return true;
+    if (s->depth != 0)
+        return false;
+    switch (s->mode) {
+    case SM_FREE: return s->lex.depth == 0 && num_complete(&s->lex);
+    case SM_NUM: {
+        const sc_node *n = &sc->nodes[s->node];
+        return num_complete(&s->lex) && (!(n->flags & (SF_MIN | SF_MAX)) || num_in_bounds(n, s));
+    }
+    case SM_LIT: return sc->strs[sc->sets[sc->nodes[s->node].set].first + s->lo].len == s->off;
+    default: return false;
+    }
+}
+
+// Inside a string any plain text may continue (a free string: no pattern).
+static inline bool in_plain_string(const rp_json_schema *sc, const match_state *s)
+{
+    if (s->lex.mode != JM_STR)
+        return false;
+    return s->mode == SM_FREE || (s->mode == SM_STR && sc->nodes[s->node].dfa < 0);
+}
+
+// Inside a pattern's string at a state that stays itself on every byte category in cats.
+static inline bool in_loop_string(const rp_json_schema *sc, const match_state *s, uint8_t cats)
+{
+    if (s->mode != SM_STR || s->lex.mode != JM_STR)
+        return false;
+    int32_t dfa = sc->nodes[s->node].dfa;
+    return dfa >= 0 && (cats & ~sc->dfas[dfa].loop[s->off]) == 0;
+}
+
 /* ---- matching ------------------------------------------------------------- */
 
 // A run [a, b) of candidates in trie order.
@@ -375,28 +867,36 @@ typedef struct cand_range {
 // Threads: one at a time (the mask writes the scratch arrays).
 struct rp_json_match {
     const rp_json_vocab *v;
-    json_state state;
+    const rp_json_schema *sc; // the grammar now (after a copy: src's, borrowed)
+    rp_json_schema *own;      // the reference taken at create
+    match_state state;
     // scratch of the mask
-    json_state *states; // (v->max_len + 1) the walk's state per depth
-    cand_range *ranges; // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
-    float *saved;       // (v->n_cand / 2 + 1) allowed logits while the row is cleared
-    float *eog_logit;   // (v->n_eog + 1) end-of-generation logits while masking
+    match_state *states; // (v->max_len + 1) the walk's state per depth
+    const match_state **at; // (v->max_len + 1) the state in force per depth (states[d] or an ancestor's)
+    json_state *lex_states; // (v->max_len + 1) walk_free's state per depth
+    cand_range *ranges;  // (v->n_cand / 2 + 1) allowed candidates, disjoint and not touching
+    float *saved;        // (v->n_cand / 2 + 1) allowed logits while the row is cleared
+    float *eog_logit;    // (v->n_eog + 1) end-of-generation logits while masking
 };
 
-rp_status rp_json_match_create(const rp_json_vocab *v, rp_json_match **out)
+rp_status rp_json_match_create(const rp_json_vocab *v, const rp_json_schema *schema, rp_json_match **out)
 {
     *out = NULL;
     rp_json_match *m = rp_calloc(1, sizeof(*m));
     if (!m)
         return RP_ERR(RP_ERR_NOMEM, "out of memory for a JSON matcher");
     m->v = v;
-    json_state_init(&m->state);
+    m->own = rp_json_schema_ref(schema ? schema : json_schema_any_object());
+    m->sc = m->own;
+    match_state_init(&m->state, m->sc);
     size_t half = (size_t)v->n_cand / 2 + 1;
     m->states = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->states));
+    m->at = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->at));
+    m->lex_states = rp_malloc(((size_t)v->max_len + 1) * sizeof(*m->lex_states));
     m->ranges = rp_malloc(half * sizeof(*m->ranges));
     m->saved = rp_malloc(half * sizeof(*m->saved));
     m->eog_logit = rp_malloc(((size_t)v->n_eog + 1) * sizeof(*m->eog_logit));
-    if (!m->states || !m->ranges || !m->saved || !m->eog_logit) {
+    if (!m->states || !m->at || !m->lex_states || !m->ranges || !m->saved || !m->eog_logit) {
         rp_json_match_destroy(m);
         return RP_ERR(RP_ERR_NOMEM, "out of memory for a JSON matcher (%d tokens)", (int)v->n_cand);
     }
@@ -408,27 +908,45 @@ void rp_json_match_destroy(rp_json_match *m)
 {
     if (!m)
         return;
+    rp_json_schema_unref(m->own);
     rp_free(m->states);
+    rp_free(m->at);
+    rp_free(m->lex_states);
     rp_free(m->ranges);
     rp_free(m->saved);
     rp_free(m->eog_logit);
     rp_free(m);
 }
 
-const json_state *json_match_state(const rp_json_match *m)
+const match_state *json_match_state(const rp_json_match *m)
 {
     return &m->state;
+}
+
+const rp_json_schema *json_match_schema(const rp_json_match *m)
+{
+    return m->sc;
 }
 
 void rp_json_match_copy(rp_json_match *dst, const rp_json_match *src)
 {
     RP_ASSERT(dst->v == src->v);
+    dst->sc = src->sc;
     dst->state = src->state;
 }
 
 bool rp_json_match_done(const rp_json_match *m)
 {
-    return json_done(&m->state);
+    return match_complete(m->sc, &m->state);
+}
+
+// dst = src, copying only the frames in use (those above are never read before a push
+// writes them), four at a time: the walk's copy per trie node stays small.
+static inline void state_copy(match_state *dst, const match_state *src)
+{
+    memcpy(dst, src, offsetof(match_state, f));
+    for (unsigned i = 0; i < src->depth; i += 4)
+        memcpy(&dst->f[i], &src->f[i], 4 * sizeof(sc_frame));
 }
 
 static inline void add_range(cand_range *r, size_t *n, uint32_t a, uint32_t b)
@@ -442,12 +960,48 @@ static inline void add_range(cand_range *r, size_t *n, uint32_t a, uint32_t b)
 // Lists in m->ranges the candidates whose bytes continue the grammar from the
 // current state; returns how many there are. (The ranges are scratch: the
 // pointer is const, the memory is the match's own.)
-static size_t walk(const rp_json_match *m, size_t *n_ranges)
+// walk() for a free container at the top (json_object mode, a schema such as {"type": "object"})
+// before it closes: the lexer alone decides, on 16-byte states, and its JM_DONE reads what
+// SM_DONE would after the close (bounded whitespace; no suffix).
+static size_t walk_free(const rp_json_match *m, size_t *n_ranges)
 {
     const rp_json_vocab *v = m->v;
     cand_range *ranges = m->ranges;
-    json_state *states = m->states;
+    json_state *states = m->lex_states;
     const uint8_t *byte = v->byte, *plain = v->plain;
+    const uint16_t *depth = v->depth;
+    const uint32_t *end = v->end, *first = v->first;
+    size_t n_allowed = 0, nr = 0;
+    states[0] = m->state.lex;
+    for (uint32_t k = 1; k < (uint32_t)v->n_node;) {
+        json_state s = states[depth[k] - 1];
+        if (!step(&s, byte[k])) {
+            k = end[k];
+            continue;
+        }
+        uint32_t a = first[k], b = s.mode == JM_STR && plain[k] ? first[end[k]] : first[k + 1];
+        if (b > a) {
+            add_range(ranges, &nr, a, b);
+            n_allowed += b - a;
+        }
+        if (s.mode == JM_STR && plain[k]) { // the whole subtree stays inside the string
+            k = end[k];
+            continue;
+        }
+        states[depth[k]] = s;
+        k++;
+    }
+    *n_ranges = nr;
+    return n_allowed;
+}
+
+static size_t walk(const rp_json_match *m, size_t *n_ranges)
+{
+    const rp_json_vocab *v = m->v;
+    const rp_json_schema *sc = m->sc;
+    cand_range *ranges = m->ranges;
+    match_state *states = m->states;
+    const uint8_t *byte = v->byte, *plain = v->plain, *cats = v->cats;
     const uint16_t *depth = v->depth;
     const uint32_t *end = v->end, *first = v->first;
     size_t n_allowed = 0, nr = 0;
@@ -455,26 +1009,43 @@ static size_t walk(const rp_json_match *m, size_t *n_ranges)
     *n_ranges = 0;
     if (v->n_cand == 0)
         return 0;
-    if (m->state.mode == JM_STR && plain[0]) { // every token is plain text
+    if (plain[0] && in_plain_string(sc, &m->state)) { // every token is plain text
         ranges[0] = (cand_range){0, (uint32_t)v->n_cand};
         *n_ranges = 1;
         return (size_t)v->n_cand;
     }
+    if (m->state.mode == SM_FREE && m->state.depth == 0 && m->state.lex.depth > 0 && !sc->suffix_len)
+        return walk_free(m, n_ranges);
+    // at[d]: the state after the first d bytes of the current path; a byte that leaves the
+    // state as it was (plain text inside a free string) shares its parent's instead of a copy.
+    const match_state **at = m->at;
     states[0] = m->state;
+    at[0] = &states[0];
     for (uint32_t k = 1; k < (uint32_t)v->n_node;) {
-        json_state s = states[depth[k] - 1];
-        if (!step(&s, byte[k])) {
-            k = end[k];
-            continue;
+        unsigned d = depth[k];
+        const match_state *parent = at[d - 1];
+        uint8_t c = byte[k];
+        const match_state *now;
+        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\' && in_plain_string(sc, parent)) { // stays in the string
+            now = parent;
+        } else {
+            match_state *s = &states[d];
+            state_copy(s, parent);
+            if (!mstep(sc, s, c)) {
+                k = end[k];
+                continue;
+            }
+            now = s;
         }
-        if (s.mode == JM_STR && plain[k]) { // the whole subtree stays inside the string
+        at[d] = now;
+        if ((plain[k] && in_plain_string(sc, now)) || in_loop_string(sc, now, cats[k])) {
+            // the whole subtree stays inside the string (and at the pattern's state)
             uint32_t a = first[k], b = first[end[k]];
             add_range(ranges, &nr, a, b);
             n_allowed += b - a;
             k = end[k];
             continue;
         }
-        states[depth[k]] = s;
         uint32_t a = first[k], b = first[k + 1];
         if (b > a) {
             add_range(ranges, &nr, a, b);
@@ -542,11 +1113,18 @@ void rp_json_match_mask(const rp_json_match *m, float *logits, int32_t n_vocab)
         for (int32_t id = v->n_tok; id < n_vocab; id++)
             logits[id] = -INFINITY;
     }
-    // End-of-generation tokens: open once the object is complete or when nothing else can come.
-    bool open = json_done(&m->state) || n_allowed == 0;
+    // End-of-generation tokens: open once the value is complete or when nothing else can come.
+    bool open = rp_json_match_done(m) || n_allowed == 0;
     for (int32_t i = 0; i < v->n_eog; i++)
         if (v->eog[i] < n_vocab)
             logits[v->eog[i]] = open ? eog_logit[i] : -INFINITY;
+}
+
+rp_status rp_json_match_feed(rp_json_match *m, const char *text, size_t n)
+{
+    if (match_feed(m->sc, &m->state, (const uint8_t *)text, n))
+        return RP_OK;
+    return RP_ERR(RP_ERR_INVALID, "the grammar refuses the forced text \"%.*s\"", (int)(n < 80 ? n : 80), text);
 }
 
 rp_status rp_json_match_accept(rp_json_match *m, int32_t id)
@@ -556,16 +1134,16 @@ rp_status rp_json_match_accept(rp_json_match *m, int32_t id)
         return RP_ERR(RP_ERR_INVALID, "token %d is outside the vocabulary (%d tokens)", (int)id, (int)v->n_tok);
     switch (v->kind[id]) {
     case JT_EOG: {
-        // Allowed once the object is complete, or when the mask had to leave it as the only way on.
+        // Allowed once the value is complete, or when the mask had to leave it as the only way on.
         size_t nr;
-        if (json_done(&m->state) || walk(m, &nr) == 0)
+        if (rp_json_match_done(m) || walk(m, &nr) == 0)
             return RP_OK;
-        return RP_ERR(RP_ERR_INVALID, "end-of-generation token %d before the JSON object is complete", (int)id);
+        return RP_ERR(RP_ERR_INVALID, "end-of-generation token %d before the JSON value is complete", (int)id);
     }
     case JT_CAND:
-        if (json_feed(&m->state, v->blob + v->off[id], v->off[id + 1] - v->off[id]))
+        if (match_feed(m->sc, &m->state, v->blob + v->off[id], v->off[id + 1] - v->off[id]))
             return RP_OK;
-        return RP_ERR(RP_ERR_INVALID, "token %d does not continue the JSON object", (int)id);
+        return RP_ERR(RP_ERR_INVALID, "token %d does not continue the JSON value the grammar allows", (int)id);
     default:
         return RP_ERR(RP_ERR_INVALID, "token %d (special, unused or empty) cannot appear in JSON output", (int)id);
     }

@@ -87,6 +87,7 @@ void rp_json_vocab_destroy(rp_json_vocab *v)
     rp_free(v->other);
     rp_free(v->byte);
     rp_free(v->plain);
+    rp_free(v->cats);
     rp_free(v->depth);
     rp_free(v->end);
     rp_free(v->first);
@@ -172,16 +173,21 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
     size_t cap = total + 1;
     v->byte = rp_malloc(cap);
     v->plain = rp_malloc(cap);
+    v->cats = rp_malloc(cap);
     v->depth = rp_malloc(cap * sizeof(*v->depth));
     v->end = rp_malloc(cap * sizeof(*v->end));
     v->first = rp_malloc((cap + 1) * sizeof(*v->first));
     stack = rp_malloc(((size_t)v->max_len + 1) * sizeof(*stack));
     ok = rp_malloc((size_t)v->max_len + 1);
-    if (!v->byte || !v->plain || !v->depth || !v->end || !v->first || !stack || !ok)
+    uint8_t *sfx = rp_malloc((size_t)v->max_len + 1); // categories of the current token's suffixes
+    if (!v->byte || !v->plain || !v->cats || !v->depth || !v->end || !v->first || !stack || !ok || !sfx) {
+        rp_free(sfx);
         goto nomem;
+    }
     uint32_t n_node = 1;
     v->byte[0] = 0;
     v->plain[0] = 1;
+    v->cats[0] = 0;
     v->depth[0] = 0;
     v->first[0] = 0;
     stack[0] = 0;
@@ -200,14 +206,20 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
             uint32_t node = n_node++;
             v->byte[node] = p[d - 1];
             v->plain[node] = 1;
+            v->cats[node] = 0;
             v->depth[node] = (uint16_t)d;
             v->first[node] = (uint32_t)k;
             stack[d] = node;
         }
         // The nodes on this token's path stay plain only if its remainder past them is.
         plain_suffixes(p, len, ok);
-        for (size_t d = 0; d <= len; d++)
+        sfx[len] = 0;
+        for (size_t d = len; d-- > 0;)
+            sfx[d] = (uint8_t)(sfx[d + 1] | byte_cat(p[d]));
+        for (size_t d = 0; d <= len; d++) {
             v->plain[stack[d]] &= ok[d];
+            v->cats[stack[d]] |= sfx[d];
+        }
         prev = p;
         prev_len = len;
     }
@@ -223,6 +235,8 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
         v->byte = p;
     if ((p = rp_realloc(v->plain, n_node)))
         v->plain = p;
+    if ((p = rp_realloc(v->cats, n_node)))
+        v->cats = p;
     if ((p = rp_realloc(v->depth, n_node * sizeof(*v->depth))))
         v->depth = p;
     if ((p = rp_realloc(v->end, n_node * sizeof(*v->end))))
@@ -231,6 +245,7 @@ rp_status json_vocab_build(const json_tok *toks, int32_t n, rp_json_vocab **out)
         v->first = p;
     rp_free(stack);
     rp_free(ok);
+    rp_free(sfx);
     *out = v;
     return RP_OK;
 nomem:

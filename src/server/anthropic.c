@@ -47,8 +47,8 @@
  *   - tool_choice `none` renders without tools; `any` and `tool` force the
  *     reply to start with a call where the tool format allows it (gen.c);
  *     disable_parallel_tool_use keeps the first call only.
- *   - output_config.format {type: json_schema} constrains the reply to one
- *     JSON object (the schema itself is not enforced); the rest of
+ *   - output_config.format {type: json_schema, schema} constrains the reply
+ *     to the schema (enforced by the grammar, or a 400); the rest of
  *     output_config, metadata, cache_control, service_tier, container,
  *     context_management, mcp_servers ... are accepted and ignored.
  *   - `model` is optional; the reply names the served model.
@@ -514,7 +514,7 @@ static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)
     return true;
 }
 
-// output_config.format {type: json_schema} -> JSON mode; everything else in it is ignored.
+// output_config.format {type: json_schema, schema} -> JSON mode with that schema; the rest of output_config is ignored.
 static bool read_output_config(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
     const json_t *oc = json_object_get(b, "output_config");
@@ -532,8 +532,7 @@ static bool read_output_config(const json_t *b, rp_api_req *q, rp_api_error *e)
     if (strcmp(type, "json_schema") != 0)
         return rp_api_fail(e, 400, "output_config.format.type", NULL,
                            "output_config.format.type: '%s' is not 'json_schema'", type);
-    q->json_mode = true;
-    return true;
+    return rp_field_json_schema(json_object_get(f, "schema"), "output_config.format.schema", q, e);
 }
 
 static bool read_sampling(const json_t *b, rp_api_req *q, rp_api_error *e)

@@ -649,15 +649,45 @@ bool rp_field_tool_mode(const char *mode, rp_api_req *q, rp_api_error *e)
     return true;
 }
 
-bool rp_field_json_format(const json_t *f, const char *path, rp_api_req *q, rp_api_error *e)
+bool rp_field_json_schema(const json_t *schema, const char *param, rp_api_req *q, rp_api_error *e)
+{
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return rp_api_fail(e, 400, param, schema ? "invalid_type" : "missing_required_parameter",
+                           "'%s' must be a JSON Schema (an object)", param);
+    json_decref(q->schema);
+    if (!(q->schema = json_deep_copy(schema)))
+        return rp_api_oom(e);
+    snprintf(q->schema_param, sizeof(q->schema_param), "%s", param);
+    q->json_mode = true;
+    return true;
+}
+
+bool rp_field_json_format(const json_t *f, const char *path, bool nested, rp_api_req *q, rp_api_error *e)
 {
     if (!f || json_is_null(f))
         return true;
     const char *type = json_string_value(json_object_get(f, "type"));
     if (!json_is_object(f) || !type)
         return rp_api_fail(e, 400, path, "invalid_type", "'%s' must be an object with a 'type'", path);
-    if (strcmp(type, "json_object") == 0 || strcmp(type, "json_schema") == 0) {
+    if (strcmp(type, "json_object") == 0) {
         q->json_mode = true;
+    } else if (strcmp(type, "json_schema") == 0) {
+        char p[64];
+        const json_t *js = f;
+        if (nested) {
+            snprintf(p, sizeof(p), "%s.json_schema", path);
+            js = json_object_get(f, "json_schema");
+            if (!json_is_object(js))
+                return rp_api_fail(e, 400, p, js ? "invalid_type" : "missing_required_parameter",
+                                   "'%s' must be an object with 'name' and 'schema'", p);
+        }
+        const json_t *strict = json_object_get(js, "strict");
+        snprintf(p, sizeof(p), "%s%s.strict", path, nested ? ".json_schema" : "");
+        if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+            return rp_api_fail(e, 400, p, "invalid_type", "'%s' must be a boolean", p);
+        snprintf(p, sizeof(p), "%s%s.schema", path, nested ? ".json_schema" : "");
+        // Enforced whether strict or not: what the grammar cannot enforce is refused either way.
+        return rp_field_json_schema(json_object_get(js, "schema"), p, q, e);
     } else if (strcmp(type, "text") != 0) {
         char p[64];
         snprintf(p, sizeof(p), "%s.type", path);
@@ -739,6 +769,7 @@ void rp_api_req_deinit(rp_api_req *q)
     json_decref(q->messages);
     json_decref(q->tools);
     json_decref(q->template_kwargs);
+    json_decref(q->schema);
     rp_free(q->prompt);
     rp_free(q->prompt_ids);
     for (int i = 0; i < q->n_stop; i++)

@@ -479,16 +479,100 @@ bool rp_drv_admitted(rp_drv *d)
     return d->gen_done || rp_gen_read(d->gen, 0, NULL, 0, &n) != RP_GEN_RUNNING;
 }
 
+// A forced tool call (tool_choice required or named, Hermes format: the prompt ends
+// with the call's opening up to its name) is held by the grammar to
+// {"name": one of the tools, "arguments": ...}: with one candidate tool its
+// parameters' schema, else (or when that schema is outside what the grammar
+// enforces) any object; then "\n</tool_call>", which the output parser needs
+// to take the call. The grammar reads the forced text from its '{' on.
+static bool tool_call_grammar(const rp_api_req *q, const rp_prompt *pr, rp_json_schema **out, size_t *prefix_at,
+                              rp_api_error *e)
+{
+    *out = NULL;
+    const char *brace = memchr(pr->forced, '{', pr->forced_len);
+    if (!brace)
+        return true;
+    json_t *names = json_array();
+    const json_t *params = NULL;
+    size_t n = 0, i;
+    const json_t *t;
+    json_array_foreach(q->tools, i, t) {
+        const json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (!name || (q->tool_choice == RP_TOOL_CHOICE_NAMED && strcmp(name, q->tool_name) != 0))
+            continue;
+        json_array_append_new(names, json_string(name));
+        params = json_object_get(fn, "parameters");
+        n++;
+    }
+    rp_status st = RP_ERR_UNSUPPORTED;
+    for (int pass = n == 1 && json_is_object(params) ? 0 : 1; pass < 2 && st; pass++) {
+        json_t *args = pass == 0 ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+        json_t *schema = json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "enum",
+                                   names, "arguments", args, "required", "name", "arguments",
+                                   "additionalProperties", 0);
+        // Compiled for this request (not cached: the suffix makes it the call's own).
+        rp_json_schema_error err;
+        st = schema ? rp_json_schema_compile(schema, NULL, out, &err) : RP_ERR_NOMEM;
+        json_decref(schema);
+        if (!st && (st = rp_json_schema_set_suffix(*out, "\n</tool_call>", 13))) {
+            rp_json_schema_unref(*out);
+            *out = NULL;
+        }
+        if (st == RP_ERR_NOMEM)
+            break;
+    }
+    json_decref(names);
+    if (st) {
+        rp_error_clear();
+        return st == RP_ERR_NOMEM ? rp_api_oom(e) : true; // (any object cannot fail otherwise)
+    }
+    *prefix_at = (size_t)(brace - pr->forced);
+    return true;
+}
+
+// Compiles (or finds in the cache) the request's schema, in the request's thread so
+// the engine thread never waits on a schema; what the grammar cannot enforce is a 400
+// naming the keyword and where it is.
+static bool compile_schema(rp_server *s, const rp_api_req *q, rp_json_schema **out, rp_api_error *e)
+{
+    rp_json_schema_error err;
+    rp_status st = rp_json_schema_cache_get(s->schemas, q->schema, out, &err);
+    if (!st)
+        return true;
+    if (st == RP_ERR_NOMEM)
+        return rp_api_oom(e);
+    char param[sizeof(q->schema_param) + sizeof(err.path) + 16];
+    snprintf(param, sizeof(param), "%.47s%.200s", q->schema_param, err.path + 1); // "#/a/b" -> param + "/a/b"
+    const char *code = st == RP_ERR_UNSUPPORTED ? "unsupported_schema" : st == RP_ERR_LIMIT ? "schema_too_complex"
+                                                                                          : "invalid_schema";
+    if (err.keyword[0])
+        return rp_api_fail(e, 400, param, code, "%s: '%s' at %s: %s", q->schema_param, err.keyword, err.path,
+                           rp_error_message());
+    return rp_api_fail(e, 400, param, code, "%s at %s: %s", q->schema_param, err.path, rp_error_message());
+}
+
 bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_error *e)
 {
     *out = NULL;
     rp_server *s = r->srv;
-    rp_prompt pr;
-    if (!rp_prompt_build(s, q, &pr, e))
+    rp_json_schema *schema = NULL;
+    if (q->json_mode && q->schema && !compile_schema(s, q, &schema, e))
         return false;
+    rp_prompt pr;
+    if (!rp_prompt_build(s, q, &pr, e)) {
+        rp_json_schema_unref(schema);
+        return false;
+    }
+    size_t prefix_at = 0;
+    if (!q->json_mode && pr.forced_len && !tool_call_grammar(q, &pr, &schema, &prefix_at, e)) {
+        rp_prompt_deinit(&pr);
+        return false;
+    }
     if (pr.n >= s->n_ctx) {
         r->stats.n_prompt = pr.n;
         rp_prompt_deinit(&pr);
+        rp_json_schema_unref(schema);
         return rp_api_fail(e, 400, q->messages ? "messages" : "prompt", "context_length_exceeded",
                            "This model's maximum context length is %d tokens. However, your %s resulted in %d "
                            "tokens. Please reduce the length of the %s.",
@@ -498,6 +582,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     rp_drv *d = rp_calloc(1, sizeof(*d));
     if (!d) {
         rp_prompt_deinit(&pr);
+        rp_json_schema_unref(schema);
         return rp_api_oom(e);
     }
     d->r = r;
@@ -549,8 +634,15 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     gp.sample = q->sample;
     gp.ignore_eos = q->ignore_eos;
     gp.n_logprobs = q->logprobs;
-    gp.json = q->json_mode;
+    gp.json = q->json_mode || schema;
+    gp.schema = schema;
+    if (!q->json_mode && schema) { // a forced tool call: the grammar reads the forced opening first
+        gp.json_prefix = pr.forced + prefix_at;
+        gp.json_prefix_len = pr.forced_len - prefix_at;
+    }
     rp_status st = rp_engine_submit(s->engine, &gp, &d->gen);
+    rp_json_schema_unref(schema); // the request holds its own reference
+    schema = NULL;
     if (st == RP_ERR_LIMIT) {
         rp_api_fail(e, 503, NULL, "server_busy", "the server is busy (the request queue is full); retry shortly");
         e->retry_after = 1;
@@ -579,6 +671,7 @@ bool rp_drv_start(rp_http_req *r, const rp_api_req *q, rp_drv **out, rp_api_erro
     *out = d;
     return true;
 fail:
+    rp_json_schema_unref(schema);
     rp_prompt_deinit(&pr);
     rp_drv_destroy(d);
     return false;

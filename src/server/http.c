@@ -1080,6 +1080,8 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
     s->allowed_origins = p->allowed_origins && *p->allowed_origins ? rp_strdup(p->allowed_origins) : NULL;
     s->model_name = p->served_model_name && *p->served_model_name ? rp_strdup(p->served_model_name)
                                                                   : default_model_name(rp_model_path(m));
+    if ((st = rp_json_schema_cache_create(RP_SCHEMA_CACHE_SIZE, NULL, &s->schemas)))
+        goto fail;
     if (!s->host || (p->api_key && *p->api_key && !s->api_key) || !s->model_name ||
         (p->allowed_origins && *p->allowed_origins && !s->allowed_origins)) {
         st = RP_ERR(RP_ERR_NOMEM, "out of memory");
@@ -1201,6 +1203,7 @@ void rp_server_destroy(rp_server *s)
             close(s->wake_pipe[i]);
     rp_metrics_destroy(s->metrics);
     rp_chat_template_destroy(s->tpl);
+    rp_json_schema_cache_destroy(s->schemas);
     rp_free(s->host);
     rp_free(s->api_key);
     rp_free(s->allowed_origins);

@@ -18,8 +18,8 @@
  *     chunk has "choices": [] and the usage; then `data: [DONE]`.
  *
  * Decisions: `n` (and `best_of`) must be 1; `response_format` json_schema is
- * served as json_object (the output is one valid JSON object, the schema is
- * not enforced); `reasoning_effort: none` turns the template's thinking off;
+ * enforced by the grammar (grammar/schema.c; a schema outside its subset is a
+ * 400 naming the keyword and its path); `reasoning_effort: none` turns the template's thinking off;
  * `logit_bias` and `suffix` are rejected rather than silently ignored (they
  * would change the output); `top_p: 0` means greedy; `top_k: -1` means off.
  * The reply's `model` is always the served name.
@@ -376,7 +376,7 @@ static bool read_tools(const json_t *b, rp_api_req *q, rp_api_error *e)
 
 static bool read_response_format(const json_t *b, rp_api_req *q, rp_api_error *e)
 {
-    return rp_field_json_format(json_object_get(b, "response_format"), "response_format", q, e);
+    return rp_field_json_format(json_object_get(b, "response_format"), "response_format", true, q, e);
 }
 
 static bool read_thinking(const json_t *b, rp_api_req *q, rp_api_error *e)

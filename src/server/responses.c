@@ -37,9 +37,9 @@
  *     them (naming one in tool_choice is a 400); allowed_tools tool_choice
  *     uses its mode (auto/required) without narrowing the list;
  *   - reasoning.effort "none" turns the template's thinking off; other
- *     efforts leave the template's default; text.format json_object and
- *     json_schema constrain the reply to one JSON object (the schema is not
- *     enforced);
+ *     efforts leave the template's default; text.format json_object
+ *     constrains the reply to one JSON object, json_schema to its schema
+ *     (enforced by the grammar, or a 400);
  *   - image, file and audio content is a 400 (the models are text-only);
  *   - parallel_tool_calls false keeps the first call only;
  *   - usage.output_tokens_details.reasoning_tokens counts the reasoning text
@@ -423,7 +423,7 @@ static bool read_text(const json_t *b, rp_api_req *q, rp_api_error *e)
         return true;
     if (!json_is_object(t))
         return rp_api_fail(e, 400, "text", "invalid_type", "invalid type for 'text': expected an object");
-    return rp_field_json_format(json_object_get(t, "format"), "text.format", q, e);
+    return rp_field_json_format(json_object_get(t, "format"), "text.format", false, q, e);
 }
 
 // Fields this server cannot honour because it keeps no state.

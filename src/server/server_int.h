@@ -149,7 +149,9 @@ typedef struct rp_api_req {
     char *stop[RP_MAX_STOP]; // stop strings (owned), each non-empty
     int n_stop;
     int logprobs;            // -1: none; 0: the chosen token's; 1..20: plus that many alternatives
-    bool json_mode;          // constrain the reply to one JSON object
+    bool json_mode;          // constrain the reply to one JSON value: any object, or `schema`'s
+    json_t *schema;          // json_schema: the schema (owned), compiled by rp_drv_start; NULL: any object
+    char schema_param[48];   // where the schema was ("response_format.json_schema.schema", ...), for errors
     rp_tool_choice tool_choice;
     char *tool_name;         // RP_TOOL_CHOICE_NAMED: the tool (owned)
     bool parallel_tool_calls; // informational: the parsers return every call the model makes
@@ -202,9 +204,14 @@ bool rp_field_parts_text(const json_t *c, const char *where, const rp_text_part 
 bool rp_field_tool_mode(const char *mode, rp_api_req *q, rp_api_error *e);
 // A {"type": "text" | "json_object" | "json_schema"} format object found at
 // `path` (response_format, text.format; f may be NULL or null: nothing to do);
-// the JSON types set q->json_mode (the schema is not enforced). Errors name
-// path or path.type.
-bool rp_field_json_format(const json_t *f, const char *path, rp_api_req *q, rp_api_error *e);
+// the JSON types set q->json_mode, json_schema also q->schema: OpenAI chat
+// nests it ({"json_schema": {"name", "schema", "strict"}}), Responses has
+// {"name", "schema", "strict"} beside "type" (nested = false). Errors name
+// path or the member at fault.
+bool rp_field_json_format(const json_t *f, const char *path, bool nested, rp_api_req *q, rp_api_error *e);
+// Sets q->json_mode and q->schema from a schema object found at `param`
+// (copied); a schema that is not an object or a boolean is a 400 naming param.
+bool rp_field_json_schema(const json_t *schema, const char *param, rp_api_req *q, rp_api_error *e);
 // Appends {"type": "function", "function": {name, description, parameters}} to
 // q->tools (created on first use). The caller has checked the values: name a
 // non-empty string; desc and params are copied only when a string and an
@@ -298,6 +305,8 @@ typedef struct rp_metrics rp_metrics; // metrics.c
 typedef struct rp_gate rp_gate;       // gate.c
 struct MHD_Daemon;
 
+#define RP_SCHEMA_CACHE_SIZE 64 // compiled response schemas kept
+
 struct rp_server {
     rp_server_params params; // copied; strings below owned
     char *host, *api_key, *allowed_origins;
@@ -317,6 +326,7 @@ struct rp_server {
     rp_gate *gate; // accepts, checks first request lines, hands sockets to the daemon
     rp_metrics *metrics;
     rp_conn_table *conns;
+    rp_json_schema_cache *schemas; // compiled response schemas by text (request threads compile)
     atomic_ullong next_id;   // request ids
     atomic_bool stopping;    // destroy has begun: streams end, generations are cancelled
     int wake_pipe[2];        // rp_server_stop writes, rp_server_wait reads

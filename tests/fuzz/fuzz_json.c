@@ -102,17 +102,18 @@ static void check_mask(const uint8_t *p, size_t n, uint8_t seed)
     rp_json_vocab *v = NULL;
     rp_json_match *m = NULL;
     check(json_vocab_build(toks, nt, &v) == RP_OK, "vocab build");
-    check(rp_json_match_create(v, &m) == RP_OK, "match create");
+    check(rp_json_match_create(v, NULL, &m) == RP_OK, "match create");
     int32_t n_vocab = nt + 3; // a row padded past the vocabulary
     for (int32_t piece = 0; piece <= n_piece; piece++) {
         for (int32_t i = 0; i < n_vocab; i++)
             logits[i] = (float)(i % 7);
         rp_json_match_mask(m, logits, n_vocab);
-        const json_state *s = json_match_state(m);
+        const match_state *s = json_match_state(m);
+        const rp_json_schema *sc = json_match_schema(m);
         bool any_cand = false, any = false, untouched = true;
         for (int32_t i = 0; i < nt; i++) {
-            json_state t = *s;
-            bool ok = v->kind[i] == JT_CAND && json_feed(&t, v->blob + v->off[i], v->off[i + 1] - v->off[i]);
+            match_state t = *s;
+            bool ok = v->kind[i] == JT_CAND && match_feed(sc, &t, v->blob + v->off[i], v->off[i + 1] - v->off[i]);
             any_cand |= ok;
         }
         for (int32_t i = 0; i < n_vocab; i++) {
@@ -127,10 +128,10 @@ static void check_mask(const uint8_t *p, size_t n, uint8_t seed)
         for (int32_t i = 0; i < n_vocab; i++) {
             bool want = false;
             if (i < nt && v->kind[i] == JT_CAND) {
-                json_state t = *s;
-                want = json_feed(&t, v->blob + v->off[i], v->off[i + 1] - v->off[i]);
+                match_state t = *s;
+                want = match_feed(sc, &t, v->blob + v->off[i], v->off[i + 1] - v->off[i]);
             } else if (i < nt && v->kind[i] == JT_EOG) {
-                want = json_done(s) || !any_cand;
+                want = match_complete(sc, s) || !any_cand;
             }
             check(want == !isinf(logits[i]), "mask equals brute force");
             if (want)
@@ -138,7 +139,7 @@ static void check_mask(const uint8_t *p, size_t n, uint8_t seed)
         }
         if (piece == n_piece)
             break;
-        json_state before = *s;
+        match_state before = *s;
         bool allowed = !isinf(logits[piece]);
         rp_status st = rp_json_match_accept(m, piece);
         check((st == RP_OK) == allowed, "accept agrees with the mask");

@@ -23,6 +23,16 @@
 
 // The device the model-level tests run on: $RP_TEST_DEVICE ("cuda" on the GPU machine,
 // tests/gpu/run.sh), else "cpu".
+// xorshift64: the tests' reproducible random numbers (*state non-zero).
+static inline uint64_t rp_test_xorshift(uint64_t *state)
+{
+    uint64_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *state = x;
+}
+
 static inline const char *rp_test_device(void)
 {
     const char *d = getenv("RP_TEST_DEVICE");

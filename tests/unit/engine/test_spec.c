@@ -18,6 +18,8 @@
  */
 #include "spec_harness.h"
 
+#include <jansson.h>
+
 enum { N_P = 6, GEN = 32 };
 
 // Drafts per step: prompt lookup and the adaptive engine at the default cap, the pinned
@@ -205,6 +207,37 @@ static void test_json_mode(void **state)
     reference(GEN, json_mode);
     for (int c = SH_NGRAM; c <= SH_DRAFT; c++)
         compare(&SH_CONFIGS[c], cap(c), false);
+}
+
+// A JSON Schema (the grammar with keys in order, bounded integers, a union at the root):
+// drafts run through the same matcher, so the text must not change either.
+static rp_json_schema *SCHEMA;
+
+static void schema_mode(rp_gen_params *gp, int i)
+{
+    json_mode(gp, i);
+    if (!SCHEMA) {
+        json_t *j = json_loads("{\"anyOf\":[{\"type\":\"array\",\"items\":{\"type\":\"object\",\"properties\":"
+                               "{\"id\":{\"type\":\"integer\",\"minimum\":0},\"title\":{\"type\":\"string\"}},"
+                               "\"required\":[\"id\",\"title\"],\"additionalProperties\":false}},"
+                               "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"pattern\":"
+                               "\"^[A-Z][a-z]+( [A-Z][a-z]+)*$\"},\"age\":{\"type\":\"integer\",\"minimum\":0,"
+                               "\"maximum\":150}},\"required\":[\"name\",\"age\"]}]}",
+                               0, NULL);
+        assert_non_null(j);
+        assert_int_equal(rp_json_schema_compile(j, NULL, &SCHEMA, NULL), RP_OK);
+        json_decref(j);
+    }
+    gp->schema = SCHEMA;
+}
+
+static void test_schema_mode(void **state)
+{
+    reference(GEN, schema_mode);
+    for (int c = SH_NGRAM; c <= SH_DRAFT; c++)
+        compare(&SH_CONFIGS[c], cap(c), false);
+    rp_json_schema_unref(SCHEMA);
+    SCHEMA = NULL;
 }
 
 /* ---- limits ----------------------------------------------------------------------- */
@@ -485,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_logprobs_and_rollback),
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_json_mode),
+        cmocka_unit_test(test_schema_mode),
         cmocka_unit_test(test_max_tokens),
         cmocka_unit_test(test_context_limit),
         cmocka_unit_test(test_preemption),

@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "grammar/grammar_int.h"
+#include "grammar/brute.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -21,10 +22,7 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return rp_test_xorshift(&rng_state);
 }
 
 static uint32_t rng_below(uint32_t n)
@@ -491,22 +489,6 @@ static void test_generated_documents(void **state)
 
 /* ---- the mask on real tokenizers ------------------------------------------- */
 
-// What the mask must say for token id from state s (brute force over its bytes).
-static bool brute_allowed(const rp_json_vocab *v, const json_state *s, int32_t id, bool any_cand)
-{
-    if (id >= v->n_tok)
-        return false;
-    switch (v->kind[id]) {
-    case JT_CAND: {
-        json_state t = *s;
-        return json_feed(&t, v->blob + v->off[id], v->off[id + 1] - v->off[id]);
-    }
-    case JT_EOG:
-        return json_done(s) || !any_cand;
-    default:
-        return false;
-    }
-}
 
 // Masks a random row and checks it against brute force (every id when full,
 // else a sample); returns how many ids stayed allowed, or -1 when the row was
@@ -517,7 +499,8 @@ static int32_t mask_and_check(const rp_json_match *m, const rp_json_vocab *v, co
     for (int32_t i = 0; i < n_vocab; i++)
         logits[i] = rng_float(-4.0f, 4.0f);
     rp_json_match_mask(m, logits, n_vocab);
-    const json_state *s = json_match_state(m);
+    const match_state *s = json_match_state(m);
+    const rp_json_schema *sc = json_match_schema(m);
     int32_t n_allowed = 0;
     bool any_cand = false;
     for (int32_t i = 0; i < n_vocab; i++) {
@@ -531,7 +514,7 @@ static int32_t mask_and_check(const rp_json_match *m, const rp_json_vocab *v, co
         for (int32_t i = 0; i < n_vocab && i < v->n_tok; i++) {
             if (v->kind[i] == JT_EOG)
                 fail_msg("row left unmasked though token %d ends", (int)i);
-            if (brute_allowed(v, s, i, false))
+            if (brute_allowed(v, sc, s, i, false))
                 fail_msg("row left unmasked though token %d continues", (int)i);
         }
         return -1;
@@ -546,7 +529,7 @@ static int32_t mask_and_check(const rp_json_match *m, const rp_json_vocab *v, co
         }
         if (!full && rng_below(16) != 0)
             continue;
-        bool want = brute_allowed(v, s, i, any_cand);
+        bool want = brute_allowed(v, sc, s, i, any_cand);
         if (want != ok)
             fail_msg("token %d: mask says %s, brute force says %s (mode %d)", (int)i, ok ? "yes" : "no",
                      want ? "yes" : "no", s->mode);
@@ -555,7 +538,7 @@ static int32_t mask_and_check(const rp_json_match *m, const rp_json_vocab *v, co
 }
 
 // Bytes still needed at the least to close the object from s (a guide for finishing walks).
-static int distance(const json_state *s)
+static int lex_distance(const json_state *s)
 {
     int key = (s->flags & JF_KEY) ? 2 : 0; // ':' and a value after a key
     int extra;
@@ -605,6 +588,16 @@ static int distance(const json_state *s)
     return extra + s->depth;
 }
 
+// The same for the matcher of json_object mode (the schema "any object").
+static int distance(const match_state *s)
+{
+    if (s->mode == SM_DONE)
+        return 0;
+    if (s->mode == SM_VALUE)
+        return 2;
+    return lex_distance(&s->lex);
+}
+
 typedef struct walk_result {
     int steps;
     char *text; // the pieces' bytes
@@ -623,7 +616,7 @@ static void walk(const rp_tokenizer *t, const rp_json_vocab *v, int32_t n_vocab,
                  walk_result *r)
 {
     rp_json_match *m = NULL;
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
     float *logits = malloc((size_t)n_vocab * sizeof(float));
     size_t cap = 1 << 16;
     r->text = malloc(cap);
@@ -665,8 +658,8 @@ static void walk(const rp_tokenizer *t, const rp_json_vocab *v, int32_t n_vocab,
                     continue;
                 int d = 0;
                 if (v->kind[i] == JT_CAND) {
-                    json_state s = *json_match_state(m);
-                    assert_true(json_feed(&s, v->blob + v->off[i], v->off[i + 1] - v->off[i]));
+                    match_state s = *json_match_state(m);
+                    assert_true(match_feed(json_match_schema(m), &s, v->blob + v->off[i], v->off[i + 1] - v->off[i]));
                     d = distance(&s);
                 }
                 if (d < best || (d == best && logits[i] > logits[pick])) {
@@ -768,7 +761,7 @@ static void test_small_vocab(void **state)
     rp_json_vocab *v = build(p, k, 10);
     assert_int_equal(v->kind[5], JT_NEVER); // empty
     rp_json_match *m = NULL;
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
     float l[12];
     int32_t n = mask_and_check(m, v, NULL, l, 12, true);
     assert_int_equal(n, 2); // "{" and " "
@@ -795,7 +788,7 @@ static void test_small_vocab(void **state)
     assert_int_equal(rp_json_match_accept(m, 4), RP_OK);
     // A shorter row than the vocabulary: ids past it are not touched.
     rp_json_match_destroy(m);
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
     for (int i = 0; i < 10; i++)
         l[i] = 1.0f;
     rp_json_match_mask(m, l, 3);
@@ -820,7 +813,7 @@ static void test_small_vocab(void **state)
     const char *p2[] = {"{", "a"};
     const uint8_t k2[] = {JT_CAND, JT_CAND};
     v = build(p2, k2, 2);
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
     assert_int_equal(rp_json_match_accept(m, 0), RP_OK);
     l[0] = 0.5f;
     l[1] = 0.25f;
@@ -831,7 +824,7 @@ static void test_small_vocab(void **state)
 
     // An empty vocabulary.
     v = build(NULL, NULL, 0);
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
     l[0] = 1.0f;
     rp_json_match_mask(m, l, 1);
     assert_true(l[0] == 1.0f);
@@ -847,9 +840,9 @@ static void test_copy(void **state)
     const uint8_t k[] = {JT_CAND, JT_CAND, JT_CAND, JT_CAND, JT_EOG, JT_CAND, JT_CAND, JT_CAND};
     rp_json_vocab *v = build(p, k, 8);
     rp_json_match *m = NULL, *ahead = NULL, *ref = NULL;
-    assert_int_equal(rp_json_match_create(v, &m), RP_OK);
-    assert_int_equal(rp_json_match_create(v, &ahead), RP_OK);
-    assert_int_equal(rp_json_match_create(v, &ref), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &ahead), RP_OK);
+    assert_int_equal(rp_json_match_create(v, NULL, &ref), RP_OK);
     const int32_t seq[] = {0, 5, 7, 3, 4};
     for (int at = 0; at < 5; at++) {
         // ahead: m's state, then the tokens from `at` on, each row masked as ref's after the same tokens.
@@ -910,7 +903,7 @@ static void test_trie_random(void **state)
         }
         rp_json_vocab *v = build(p, k, n);
         rp_json_match *m = NULL;
-        assert_int_equal(rp_json_match_create(v, &m), RP_OK);
+        assert_int_equal(rp_json_match_create(v, NULL, &m), RP_OK);
         float l[56];
         for (int step = 0; step < 40; step++) {
             if (mask_and_check(m, v, NULL, l, n + 2, true) < 0)
@@ -939,7 +932,7 @@ static void test_out_of_memory(void **state)
         rp_alloc_fail_after(n, false);
         rp_status st = rp_json_vocab_create(t, &v);
         if (st == RP_OK)
-            st = rp_json_match_create(v, &m);
+            st = rp_json_match_create(v, NULL, &m);
         rp_alloc_fail_after(-1, false);
         rp_json_match_destroy(m);
         rp_json_vocab_destroy(v);

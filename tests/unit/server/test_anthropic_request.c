@@ -119,6 +119,7 @@ static const fcase field_cases[] = {
     {"\"output_config\":{\"format\":{\"type\":\"xml\"}}", false, "output_config.format.type"},
     {"\"output_config\":{\"format\":\"json\"}", false, "output_config.format"},
     {"\"output_config\":7", false, "output_config"},
+    {"\"output_config\":{\"format\":{\"type\":\"json_schema\"}}", false, "output_config.format.schema"},
     {"\"cache_control\":{\"type\":\"ephemeral\"},\"service_tier\":\"auto\",\"context_management\":{\"edits\":[]},"
      "\"container\":null,\"mcp_servers\":[],\"some_future_field\":[1,{\"x\":2}],\"anthropic_version\":\"2023-06-01\"",
      true, ""},

@@ -86,6 +86,13 @@ static const fcase field_cases[] = {
     {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}", true, ""},
     {"\"response_format\":{\"type\":\"text\"}", true, ""},
     {"\"response_format\":{\"type\":\"yaml\"}", false, "response_format.type"},
+    {"\"response_format\":{\"type\":\"json_schema\"}", false, "response_format.json_schema"},
+    {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\"}}", false,
+     "response_format.json_schema.schema"},
+    {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":3}}", false,
+     "response_format.json_schema.schema"},
+    {"\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{},\"strict\":\"yes\"}}", false,
+     "response_format.json_schema.strict"},
     {"\"response_format\":\"json\"", false, "response_format"},
     {"\"reasoning_effort\":\"none\"", true, ""},
     {"\"reasoning_effort\":\"high\"", true, ""},
@@ -165,6 +172,16 @@ static void test_values(void **state)
     assert_int_equal(q.logprobs, 3);
     assert_true(q.stream && q.include_usage && q.json_mode);
     assert_true(json_is_false(json_object_get(q.template_kwargs, "enable_thinking")));
+    assert_null(q.schema); // json_object: any object
+    rp_api_req_deinit(&q);
+
+    // json_schema: the schema is kept (a copy) with where it came from, for the compile's errors.
+    assert_true(chat("{" MSG ",\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"p\","
+                     "\"strict\":true,\"schema\":{\"type\":\"object\",\"properties\":{\"a\":{}}}}}}",
+                     &q, &e));
+    assert_true(q.json_mode);
+    assert_non_null(json_object_get(json_object_get(q.schema, "properties"), "a"));
+    assert_string_equal(q.schema_param, "response_format.json_schema.schema");
     rp_api_req_deinit(&q);
 
     // Defaults.

@@ -104,6 +104,8 @@ static const fcase field_cases[] = {
      true, ""},
     {"\"text\":{\"format\":{\"type\":\"text\"}}", true, ""},
     {"\"text\":{\"format\":{\"type\":\"yaml\"}}", false, "text.format.type"},
+    {"\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\",\"schema\":{\"type\":\"object\"}}}", true, ""},
+    {"\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\"}}", false, "text.format.schema"},
     {"\"text\":{\"format\":\"json\"}", false, "text.format"},
     {"\"text\":\"json\"", false, "text"},
     {"\"tools\":[" FN "]", true, ""},
