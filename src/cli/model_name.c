@@ -1,0 +1,79 @@
+/*
+ * model_name.c - MODEL on the command line, by name: every command that takes a MODEL
+ * (run, serve, tokenize, template, pull, rm) goes through here, so a path, a repo id
+ * (org/name[@rev][:QUANT]) and an alias mean the same everywhere (src/hub/hub.h has the
+ * rules). A miss prints what was tried and the next step; run and serve download a
+ * missing model unless --no-download or HF_HUB_OFFLINE=1.
+ */
+#include "cli.h"
+
+#include "../base/base.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+rp_hub_catalog *rp_cli_catalog(const char *cmd)
+{
+    char user[RP_HUB_PATH_MAX];
+    rp_hub_catalog *c = NULL;
+    if (rp_hub_catalog_load(rp_cli_catalog_path(), rp_hub_user_catalog_path(user, sizeof(user)) ? user : NULL, &c)) {
+        fprintf(stderr, "rapid %s: %s\n", cmd, rp_error_message());
+        return NULL;
+    }
+    return c;
+}
+
+bool rp_cli_cache_dir(const char *cmd, char *buf, size_t cap)
+{
+    if (rp_hub_cache_dir(buf, cap))
+        return true;
+    fprintf(stderr, "rapid %s: no hub cache folder: set HF_HUB_CACHE, HF_HOME or HOME\n", cmd);
+    return false;
+}
+
+void rp_cli_pull_params(const char *cache, const char *token, rp_hub_pull_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->cache = cache;
+    p->token = token;
+    p->log = stderr;
+    p->progress_bar = isatty(STDERR_FILENO);
+}
+
+int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out)
+{
+    rp_hub_catalog *cat = rp_cli_catalog(cmd);
+    if (!cat)
+        return 1;
+    rp_hub_name n;
+    char cache[RP_HUB_PATH_MAX];
+    int rc = 1;
+    if (rp_hub_name_parse(model, cat, &n)) {
+        fprintf(stderr, "rapid %s: %s\n", cmd, rp_error_message());
+        goto done;
+    }
+    bool have_cache = n.kind == RP_HUB_NAME_PATH || rp_cli_cache_dir(cmd, cache, sizeof(cache));
+    if (!have_cache)
+        goto done;
+    if (!rp_hub_resolve(&n, n.kind == RP_HUB_NAME_PATH ? NULL : cache, out)) {
+        rc = 0;
+        goto done;
+    }
+    if (n.kind == RP_HUB_NAME_PATH || !download || rp_hub_offline()) {
+        bool flag = !strcmp(cmd, "run") || !strcmp(cmd, "serve"); // the commands with --no-download
+        fprintf(stderr, "rapid %s: %s%s\n", cmd, rp_error_message(),
+                n.kind != RP_HUB_NAME_PATH && !download && flag ? " (or drop --no-download)" : "");
+        goto done;
+    }
+    fprintf(stderr, "rapid %s: %s is not in the hub cache (%s): downloading it\n", cmd, model, cache);
+    rp_hub_pull_params pp;
+    rp_cli_pull_params(cache, token, &pp);
+    if (rp_hub_pull(&n, &pp, out)) {
+        fprintf(stderr, "rapid %s: %s\n", cmd, rp_error_message());
+        goto done;
+    }
+    rc = 0;
+done:
+    rp_hub_catalog_destroy(cat);
+    return rc;
+}

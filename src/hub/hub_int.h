@@ -1,0 +1,33 @@
+/*
+ * hub_int.h - what the hub module's files share and nothing else includes: the
+ * checks on names' characters, bounded path formatting, and the folder walk.
+ */
+#ifndef RP_HUB_INT_H
+#define RP_HUB_INT_H
+
+#include "hub.h"
+
+// ASCII lower case.
+static inline char rp_hub_lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+// A repo id "org/name": two non-empty parts of [A-Za-z0-9._-], neither starting with
+// '.' or '-' nor holding "..", at most 96 characters each (the hub's limits).
+bool rp_hub_repo_valid(const char *s, size_t n);
+// An alias: 1-64 characters of [A-Za-z0-9._-], not starting with '.' or '-'.
+bool rp_hub_alias_valid(const char *s);
+// snprintf into buf that reports whether it fitted.
+bool rp_hub_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// mkdir -p; RP_ERR_IO naming the folder.
+rp_status rp_hub_mkdirs(const char *path);
+
+// The files under dir (regular files and symlinks to them), relative to dir, sorted;
+// subfolders are walked to a depth of 4. *out: free each and the array with rp_free.
+rp_status rp_hub_walk(const char *dir, char ***out, size_t *n);
+void rp_hub_free_list(char **list, size_t n);
+
+// Shard of a GGUF file name: "x-00002-of-00003.gguf" -> index 2, count 3; false otherwise.
+bool rp_hub_gguf_shard(const char *name, int *index, int *count);
+
+#endif
