@@ -176,29 +176,30 @@ bool rp_hub_catalog_find(const rp_hub_catalog *c, const char *alias, rp_hub_entr
     return false;
 }
 
-// Levenshtein distance, case ignored, both strings cut at 63 characters.
+// Edit distance with transpositions (optimal string alignment), case ignored, both
+// strings cut at 63 characters.
 static int distance(const char *a, const char *b)
 {
     int la = (int)strnlen(a, 63), lb = (int)strnlen(b, 63);
-    int row[64];
+    int d[64][64];
+    for (int i = 0; i <= la; i++)
+        d[i][0] = i;
     for (int j = 0; j <= lb; j++)
-        row[j] = j;
-    for (int i = 1; i <= la; i++) {
-        int diag = row[0];
-        row[0] = i;
+        d[0][j] = j;
+    for (int i = 1; i <= la; i++)
         for (int j = 1; j <= lb; j++) {
-            int up = row[j];
-            int cost = rp_hub_lower(a[i - 1]) != rp_hub_lower(b[j - 1]);
-            int best = diag + cost;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            if (up + 1 < best)
-                best = up + 1;
-            row[j] = best;
-            diag = up;
+            char x = rp_hub_lower(a[i - 1]), y = rp_hub_lower(b[j - 1]);
+            int best = d[i - 1][j - 1] + (x != y);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && x == rp_hub_lower(b[j - 2]) && rp_hub_lower(a[i - 2]) == y &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
         }
-    }
-    return row[lb];
+    return d[la][lb];
 }
 
 size_t rp_hub_catalog_closest(const rp_hub_catalog *c, const char *text, const char **out, size_t cap)

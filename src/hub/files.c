@@ -10,7 +10,7 @@
  *
  * A GGUF model (as llama-server's -hf and Ollama's hf.co/ pick): the .gguf files that
  * are not mmproj (the vision projector); with a quant, those whose name holds it as a
- * word, case ignored; the default quant Q4_K_M, then Q4_0, Q8_0, then the first file.
+ * word (Q4_K does not match Q4_K_M), case ignored; the default quant Q4_K_M, then Q4_0, Q8_0, then the first file.
  * Shards of one file are one candidate, complete only when every index is listed.
  * Among candidates, top-level files come before ones in subfolders, then by name.
  */
@@ -58,7 +58,8 @@ bool rp_hub_gguf_shard(const char *name, int *index, int *count)
     return true;
 }
 
-// True when the file's name holds quant as a word: bounded by start/end or one of "-_./".
+// True when the file's name holds quant as a word: after the start or one of "-_.", before the
+// end or one of "-." ('_' is inside quant names: Q4_K is not Q4_K_M).
 static bool has_quant(const char *path, const char *quant)
 {
     const char *name = base_name(path);
@@ -67,7 +68,7 @@ static bool has_quant(const char *path, const char *quant)
         if (strncasecmp(name + i, quant, q))
             continue;
         bool left = i == 0 || strchr("-_.", name[i - 1]);
-        bool right = i + q == n || strchr("-_.", name[i + q]);
+        bool right = i + q == n || strchr("-.", name[i + q]);
         if (left && right)
             return true;
     }
