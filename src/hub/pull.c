@@ -348,7 +348,7 @@ static rp_status link_file(pull *pl, const char *file, const char *etag)
     for (const char *s = file; (s = strchr(s, '/')); s++)
         used += (size_t)snprintf(target + used, sizeof(target) - used, "../");
     if (!rp_hub_fmt(target + used, sizeof(target) - used, "blobs/%s", etag) ||
-        !rp_hub_fmt(tmp, sizeof(tmp), "%s.tmp.%d", link, (int)getpid()))
+        !rp_hub_fmt(tmp, sizeof(tmp), "%s.tmp.%d.%d", link, (int)getpid(), (int)gettid()))
         return RP_ERR(RP_ERR_INVALID, "path too long: %s", file);
     unlink(tmp);
     if (symlink(target, tmp) || rename(tmp, link)) {
@@ -569,11 +569,21 @@ static rp_status write_ref(pull *pl)
     rp_status st = rp_hub_mkdirs(dir);
     if (st)
         return st;
-    rp_file_writer w;
-    if ((st = rp_file_writer_open(&w, ref)))
-        return st;
-    rp_file_writer_write(&w, pl->commit, strlen(pl->commit));
-    return rp_file_writer_commit(&w);
+    // written beside and renamed over (a pull in another thread or process may write it too)
+    char tmp[RP_HUB_PATH_MAX];
+    if (!rp_hub_fmt(tmp, sizeof(tmp), "%s.tmp.%d.%d", ref, (int)getpid(), (int)gettid()))
+        return RP_ERR(RP_ERR_INVALID, "path too long: %s", ref);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return RP_ERR(RP_ERR_IO, "%s: %s", tmp, strerror(errno));
+    size_t len = strlen(pl->commit);
+    bool ok = write(fd, pl->commit, len) == (ssize_t)len && !fsync(fd);
+    ok = !close(fd) && ok && !rename(tmp, ref);
+    if (!ok) {
+        st = RP_ERR(RP_ERR_IO, "%s: %s", ref, strerror(errno));
+        unlink(tmp);
+    }
+    return st;
 }
 
 rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_resolved *out)
