@@ -19,6 +19,7 @@
 typedef struct fx_file {
     const char *name;
     const char *data;
+    size_t len; // 0: strlen(data)
 } fx_file;
 
 static inline void fx_mkdirs(const char *path)
@@ -60,7 +61,7 @@ static inline void fx_snapshot(const char *cache, const char *repo, const char *
     fx_mkdirs(p);
     for (size_t i = 0; i < n; i++) {
         char sha[65];
-        size_t len = strlen(files[i].data);
+        size_t len = files[i].len ? files[i].len : strlen(files[i].data);
         fx_sha(files[i].data, len, sha);
         snprintf(p, sizeof(p), "%s/blobs/%s", dir, sha);
         rp_test_write_file(p, files[i].data, len);
