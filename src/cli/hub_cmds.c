@@ -22,15 +22,6 @@ static bool help_flag(int argc, char **argv)
     return false;
 }
 
-static void human(double b, char *out, size_t cap)
-{
-    const char *u[] = {"B", "K", "M", "G", "T"};
-    int i = 0;
-    while (b >= 1024 && i < 4)
-        b /= 1024, i++;
-    snprintf(out, cap, i ? "%.1f%s" : "%.0f%s", b, u[i]);
-}
-
 int rp_cli_pull(int argc, char **argv)
 {
     if (help_flag(argc, argv)) {
@@ -145,7 +136,7 @@ int rp_cli_models(int argc, char **argv)
     printf("%-44s %-12s %8s %-20s %s\n", "NAME", "FORMAT", "SIZE", "REVISION", "PATH");
     for (size_t i = 0; i < n; i++) {
         char size[32], rev[RP_HUB_REV_MAX + 16];
-        human((double)l[i].bytes, size, sizeof(size));
+        rp_hub_format_bytes((double)l[i].bytes, size, sizeof(size));
         snprintf(rev, sizeof(rev), "%s%s%.12s", l[i].refs, l[i].refs[0] ? " " : "", l[i].commit);
         printf("%-44s %-12s %8s %-20s %s\n", l[i].repo, l[i].format, size, rev, l[i].path);
     }
@@ -178,7 +169,7 @@ int rp_cli_rm(int argc, char **argv)
             fprintf(stderr, "rapid rm: %s\n", rp_error_message());
     } else {
         char size[32];
-        human((double)freed, size, sizeof(size));
+        rp_hub_format_bytes((double)freed, size, sizeof(size));
         printf("removed %s (%s freed)\n", argv[1], size);
         rc = 0;
     }

@@ -56,17 +56,7 @@ static bool read_ref(const char *repo_dir, const char *rev, char *commit, size_t
     char p[RP_HUB_PATH_MAX];
     if (!rp_hub_fmt(p, sizeof(p), "%s/refs/%s", repo_dir, rev))
         return false;
-    char *text;
-    size_t len;
-    if (rp_file_read(p, &text, &len)) {
-        rp_error_clear();
-        return false;
-    }
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        text[--len] = 0;
-    bool ok = rp_hub_is_commit(text) && rp_hub_fmt(commit, cap, "%s", text);
-    rp_free(text);
-    return ok;
+    return rp_hub_read_line(p, commit, cap) && rp_hub_is_commit(commit);
 }
 
 // Every shard a model.safetensors.index.json names is present in snap; else the first missing one's name.
@@ -320,33 +310,8 @@ static rp_status rm_tree(const char *p)
     return RP_OK;
 }
 
-typedef struct names {
-    char **v;
-    size_t n, cap;
-} names;
-
-static bool names_add(names *s, const char *x)
-{
-    if (s->n == s->cap) {
-        size_t c = s->cap ? 2 * s->cap : 32;
-        char **v = rp_realloc(s->v, c * sizeof(*v));
-        if (!v)
-            return false;
-        s->v = v, s->cap = c;
-    }
-    return (s->v[s->n] = rp_strdup(x)) && ++s->n;
-}
-
-static bool names_has(const names *s, const char *x)
-{
-    for (size_t i = 0; i < s->n; i++)
-        if (!strcmp(s->v[i], x))
-            return true;
-    return false;
-}
-
 // The blob names every remaining snapshot links to, into used.
-static rp_status blobs_in_use(const char *repo_dir, names *used)
+static rp_status blobs_in_use(const char *repo_dir, rp_hub_strv *used)
 {
     char snaps[RP_HUB_PATH_MAX];
     if (!rp_hub_fmt(snaps, sizeof(snaps), "%s/snapshots", repo_dir))
@@ -374,8 +339,7 @@ static rp_status blobs_in_use(const char *repo_dir, names *used)
                 continue;
             target[l] = 0;
             const char *b = strrchr(target, '/');
-            if (!names_add(used, b ? b + 1 : target))
-                st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+            st = rp_hub_strv_add(used, b ? b + 1 : target);
         }
         rp_hub_free_list(files, nf);
     }
@@ -387,7 +351,7 @@ static rp_status blobs_in_use(const char *repo_dir, names *used)
 // refs naming a snapshot that is gone, then the repo folder when no snapshot is left.
 static rp_status collect(const char *repo_dir, uint64_t *freed)
 {
-    names used = {0};
+    rp_hub_strv used = {0};
     rp_status st = blobs_in_use(repo_dir, &used);
     char p[RP_HUB_PATH_MAX];
     DIR *d;
@@ -397,7 +361,7 @@ static rp_status collect(const char *repo_dir, uint64_t *freed)
             char b[RP_HUB_PATH_MAX];
             struct stat sb;
             size_t l = strlen(e->d_name);
-            if (e->d_name[0] == '.' || names_has(&used, e->d_name) ||
+            if (e->d_name[0] == '.' || rp_hub_strv_has(&used, e->d_name) ||
                 (l > 11 && !strcmp(e->d_name + l - 11, ".incomplete")) ||
                 !rp_hub_fmt(b, sizeof(b), "%s/%s", p, e->d_name) || lstat(b, &sb))
                 continue;
@@ -406,9 +370,7 @@ static rp_status collect(const char *repo_dir, uint64_t *freed)
         }
         closedir(d);
     }
-    for (size_t i = 0; i < used.n; i++)
-        rp_free(used.v[i]);
-    rp_free(used.v);
+    rp_hub_strv_free(&used);
     if (st)
         return st;
     // refs whose snapshot is gone

@@ -215,27 +215,60 @@ rp_status rp_hub_select_files(const char *const *files, size_t n, bool gguf, con
 
 /* ---- walking a folder ------------------------------------------------------ */
 
-typedef struct walk {
-    char **list;
-    size_t n, cap;
-} walk;
-
-static rp_status add(walk *w, const char *rel)
+rp_status rp_hub_strv_add(rp_hub_strv *l, const char *str)
 {
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 16;
-        char **l = rp_realloc(w->list, cap * sizeof(*l));
-        if (!l)
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        char **v = rp_realloc(l->v, cap * sizeof(*v));
+        if (!v)
             return RP_ERR(RP_ERR_NOMEM, "out of memory");
-        w->list = l, w->cap = cap;
+        l->v = v, l->cap = cap;
     }
-    if (!(w->list[w->n] = rp_strdup(rel)))
+    if (!(l->v[l->n] = rp_strdup(str)))
         return RP_ERR(RP_ERR_NOMEM, "out of memory");
-    w->n++;
+    l->n++;
     return RP_OK;
 }
 
-static rp_status walk_dir(walk *w, const char *root, const char *rel, int depth)
+bool rp_hub_strv_has(const rp_hub_strv *l, const char *str)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (!strcmp(l->v[i], str))
+            return true;
+    return false;
+}
+
+void rp_hub_strv_free(rp_hub_strv *l)
+{
+    rp_hub_free_list(l->v, l->n);
+    memset(l, 0, sizeof(*l));
+}
+
+bool rp_hub_read_line(const char *path, char *buf, size_t cap)
+{
+    char *text;
+    size_t len;
+    if (rp_file_read(path, &text, &len)) {
+        rp_error_clear();
+        return false;
+    }
+    while (len && strchr(" \t\r\n", text[len - 1]))
+        text[--len] = 0;
+    bool ok = len && rp_hub_fmt(buf, cap, "%s", text);
+    rp_free(text);
+    return ok;
+}
+
+void rp_hub_format_bytes(double b, char *out, size_t cap)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4)
+        b /= 1024, i++;
+    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", b, unit[i]);
+}
+
+static rp_status walk_dir(rp_hub_strv *w, const char *root, const char *rel, int depth)
 {
     char dir[RP_HUB_PATH_MAX];
     if (!rp_hub_fmt(dir, sizeof(dir), "%s%s%s", root, *rel ? "/" : "", rel))
@@ -259,7 +292,7 @@ static rp_status walk_dir(walk *w, const char *root, const char *rel, int depth)
             if (depth < 4)
                 st = walk_dir(w, root, sub, depth + 1);
         } else if (S_ISREG(sb.st_mode)) {
-            st = add(w, sub);
+            st = rp_hub_strv_add(w, sub);
         }
     }
     closedir(d);
@@ -273,15 +306,15 @@ static int cmp_str(const void *a, const void *b)
 
 rp_status rp_hub_walk(const char *dir, char ***out, size_t *n)
 {
-    walk w = {0};
+    rp_hub_strv w = {0};
     rp_status st = walk_dir(&w, dir, "", 0);
     if (st) {
-        rp_hub_free_list(w.list, w.n);
+        rp_hub_strv_free(&w);
         return st;
     }
     if (w.n)
-        qsort(w.list, w.n, sizeof(*w.list), cmp_str);
-    *out = w.list;
+        qsort(w.v, w.n, sizeof(*w.v), cmp_str);
+    *out = w.v;
     *n = w.n;
     return RP_OK;
 }

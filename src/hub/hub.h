@@ -149,6 +149,9 @@ rp_status rp_hub_list(const char *cache, rp_hub_local **out, size_t *n);
 // when nothing is left. *freed: bytes of blobs deleted. RP_ERR_IO when it is not there.
 rp_status rp_hub_remove(const rp_hub_name *n, const char *cache, uint64_t *freed);
 
+// A byte count for people: "512 B", "1.5 KiB", "16.4 GiB".
+void rp_hub_format_bytes(double bytes, char *out, size_t cap);
+
 /* ---- files of a repo -------------------------------------------------------- */
 
 // Which of a repo's files (paths relative to its root) a model needs: for a GGUF pick

@@ -22,6 +22,18 @@ bool rp_hub_fmt(char *buf, size_t cap, const char *fmt, ...) __attribute__((form
 // mkdir -p; RP_ERR_IO naming the folder.
 rp_status rp_hub_mkdirs(const char *path);
 
+// A growable list of heap strings (zero-initialized is empty).
+typedef struct rp_hub_strv {
+    char **v;
+    size_t n, cap;
+} rp_hub_strv;
+rp_status rp_hub_strv_add(rp_hub_strv *l, const char *s); // RP_ERR_NOMEM
+bool rp_hub_strv_has(const rp_hub_strv *l, const char *s);
+void rp_hub_strv_free(rp_hub_strv *l);
+// A small file's text without trailing whitespace (a ref, a token) into buf; false when it
+// cannot be read, is empty or does not fit.
+bool rp_hub_read_line(const char *path, char *buf, size_t cap);
+
 // The files under dir (regular files and symlinks to them), relative to dir, sorted;
 // subfolders are walked to a depth of 4. *out: free each and the array with rp_free.
 rp_status rp_hub_walk(const char *dir, char ***out, size_t *n);

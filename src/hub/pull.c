@@ -149,15 +149,6 @@ static size_t on_body(char *data, size_t size, size_t count, void *ud)
     return n;
 }
 
-static void human(double b, char *out, size_t cap)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4)
-        b /= 1024, i++;
-    snprintf(out, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 static void draw(xfer *x, bool final)
 {
     double now = rp_time_s();
@@ -168,9 +159,9 @@ static void draw(xfer *x, bool final)
     double dt = now - x->t0 > 1e-3 ? now - x->t0 : 1e-3;
     double rate = (double)x->written / dt;
     char h[32], t[32], r[32], eta[32] = "";
-    human((double)have, h, sizeof(h));
-    human((double)x->total, t, sizeof(t));
-    human(rate, r, sizeof(r));
+    rp_hub_format_bytes((double)have, h, sizeof(h));
+    rp_hub_format_bytes((double)x->total, t, sizeof(t));
+    rp_hub_format_bytes(rate, r, sizeof(r));
     if (x->total > have && rate > 0) {
         long s = (long)((double)(x->total - have) / rate);
         snprintf(eta, sizeof(eta), " ETA %ld:%02ld", s / 60, s % 60);
@@ -195,10 +186,10 @@ static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
 
 static CURL *easy(pull *pl, const char *url, xfer *x, struct curl_slist **hdrs, const char *range)
 {
+    *hdrs = NULL;
     CURL *c = curl_easy_init();
     if (!c)
         return NULL;
-    *hdrs = NULL;
     if (pl->auth[0])
         *hdrs = curl_slist_append(*hdrs, pl->auth);
     if (range)
@@ -224,6 +215,22 @@ static CURL *easy(pull *pl, const char *url, xfer *x, struct curl_slist **hdrs, 
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, x);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     return c;
+}
+
+// One transfer of url into x (a Range header when range is set); CURLE_FAILED_INIT when curl
+// could not start one.
+static CURLcode perform(pull *pl, const char *url, xfer *x, const char *range)
+{
+    struct curl_slist *h;
+    CURL *c = easy(pl, url, x, &h, range);
+    if (!c) {
+        curl_slist_free_all(h);
+        return CURLE_FAILED_INIT;
+    }
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_cleanup(c);
+    curl_slist_free_all(h);
+    return rc;
 }
 
 // The message for an answer that is not a success, naming what was asked.
@@ -294,16 +301,8 @@ static rp_status fetch_info(pull *pl, json_t **out)
         return RP_ERR(RP_ERR_INVALID, "%s: the URL is too long", pl->name->repo);
     rp_status st = RP_OK;
     for (int attempt = 0;; attempt++) {
-        struct curl_slist *h;
         x.len = 0, x.n_answers = 0, x.code = 0, x.first_code = 0;
-        CURL *c = easy(pl, url, &x, &h, NULL);
-        if (!c) {
-            st = RP_ERR(RP_ERR_NOMEM, "curl_easy_init failed");
-            break;
-        }
-        CURLcode rc = curl_easy_perform(c);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(h);
+        CURLcode rc = perform(pl, url, &x, NULL);
         bool retry = attempt < pl->retries && (rc != CURLE_OK || x.code >= 500);
         if (retry)
             continue;
@@ -406,15 +405,7 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
         x.etag[0] = x.commit[0] = 0;
         char range[64];
         snprintf(range, sizeof(range), "Range: bytes=%llu-", (unsigned long long)x.offset);
-        struct curl_slist *h;
-        CURL *c = easy(pl, url, &x, &h, x.offset ? range : NULL);
-        if (!c) {
-            st = RP_ERR(RP_ERR_NOMEM, "curl_easy_init failed");
-            break;
-        }
-        CURLcode rc = curl_easy_perform(c);
-        curl_easy_cleanup(c);
-        curl_slist_free_all(h);
+        CURLcode rc = perform(pl, url, &x, x.offset ? range : NULL);
         if (x.failed_write) {
             st = RP_ERR(RP_ERR_IO, "%s: writing failed: %s", part, strerror(errno));
             break;
@@ -490,8 +481,8 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
     if (!pl->p->progress_bar) {
         char h[32], r[32];
         double dt = rp_time_s() - x.t0;
-        human((double)size, h, sizeof(h));
-        human(dt > 0 ? (double)(x.offset + x.written - resumed_from) / dt : 0, r, sizeof(r));
+        rp_hub_format_bytes((double)size, h, sizeof(h));
+        rp_hub_format_bytes(dt > 0 ? (double)(x.offset + x.written - resumed_from) / dt : 0, r, sizeof(r));
         fprintf(pl->log, "%s: %s in %.1f s (%s/s)%s\n", file, h, dt, r, resumed_from ? ", resumed" : "");
     }
     return RP_OK;
@@ -532,6 +523,7 @@ static rp_status fetch_file(pull *pl, const char *file, const char *etag, const 
     return link_file(pl, file, etag);
 }
 
+// The token huggingface_hub's login stores: $HF_TOKEN_PATH, else $HF_HOME/token, else ~/.cache/huggingface/token.
 static const char *token_from_file(char *buf, size_t cap)
 {
     char p[RP_HUB_PATH_MAX];
@@ -544,17 +536,7 @@ static const char *token_from_file(char *buf, size_t cap)
         snprintf(p, sizeof(p), "%s/.cache/huggingface/token", v);
     else
         return NULL;
-    char *text;
-    size_t len;
-    if (rp_file_read(p, &text, &len)) {
-        rp_error_clear();
-        return NULL;
-    }
-    while (len && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
-        text[--len] = 0;
-    bool ok = len && rp_hub_fmt(buf, cap, "%s", text);
-    rp_free(text);
-    return ok ? buf : NULL;
+    return rp_hub_read_line(p, buf, cap) ? buf : NULL;
 }
 
 static rp_status write_ref(pull *pl)

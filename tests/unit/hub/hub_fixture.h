@@ -108,4 +108,23 @@ static inline void fx_check_file(const char *cache, const char *repo, const char
     rp_free(text);
 }
 
+#ifdef MHD_VERSION
+// The loopback hub's answer: body (copied), and when etag_header is set that header with
+// "etag" quoted and X-Repo-Commit: commit.
+static inline enum MHD_Result fx_reply(struct MHD_Connection *c, int status, const void *body, size_t len,
+                                       const char *etag_header, const char *etag, const char *commit)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (etag_header) {
+        char e[160];
+        snprintf(e, sizeof(e), "\"%s\"", etag);
+        MHD_add_response_header(r, etag_header, e);
+        MHD_add_response_header(r, "X-Repo-Commit", commit);
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+#endif
+
 #endif

@@ -267,12 +267,12 @@ static const char *cache(void)
 }
 
 static const fx_file folder_files[] = {
-    {"config.json", "{\"model_type\":\"llama\"}"},
-    {"tokenizer.json", "{}"},
+    {"config.json", "{\"model_type\":\"llama\"}", 0},
+    {"tokenizer.json", "{}", 0},
     {"model.safetensors.index.json", "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
-                                     "\"b\":\"model-00002-of-00002.safetensors\"}}"},
-    {"model-00001-of-00002.safetensors", "shard one"},
-    {"model-00002-of-00002.safetensors", "shard two"},
+                                     "\"b\":\"model-00002-of-00002.safetensors\"}}", 0},
+    {"model-00001-of-00002.safetensors", "shard one", 0},
+    {"model-00002-of-00002.safetensors", "shard two", 0},
 };
 
 static void test_resolve(void **state)
@@ -322,9 +322,9 @@ static void test_resolve(void **state)
     assert_int_equal(rp_hub_resolve(&n, cache(), &r), RP_ERR_IO);
 
     // a GGUF repo: the file for the quant, the default, every shard
-    const fx_file g[] = {{"tiny-Q8_0.gguf", "q8"}, {"tiny-Q4_K_M.gguf", "q4"},
-                         {"big-Q6_K-00001-of-00002.gguf", "s1"}, {"big-Q6_K-00002-of-00002.gguf", "s2"},
-                         {"half-F16-00001-of-00002.gguf", "h1"}};
+    const fx_file g[] = {{"tiny-Q8_0.gguf", "q8", 0}, {"tiny-Q4_K_M.gguf", "q4", 0},
+                         {"big-Q6_K-00001-of-00002.gguf", "s1", 0}, {"big-Q6_K-00002-of-00002.gguf", "s2", 0},
+                         {"half-F16-00001-of-00002.gguf", "h1", 0}};
     fx_snapshot(cache(), "acme/tiny-GGUF", C2, "main", g, 5);
     assert_int_equal(rp_hub_name_parse("acme/tiny-GGUF", NULL, &n), RP_OK);
     assert_int_equal(rp_hub_resolve(&n, cache(), &r), RP_OK);
@@ -383,10 +383,10 @@ static void test_list_remove(void **state)
     const char *c = rp_test_tmp_path("hub2");
     // two snapshots of one repo sharing config.json's blob; a GGUF repo with two quants
     fx_snapshot(c, "acme/tiny", C1, "main", folder_files, 5);
-    const fx_file newer[] = {{"config.json", "{\"model_type\":\"llama\"}"}, {"tokenizer.json", "{}"},
-                             {"model.safetensors", "new weights"}};
+    const fx_file newer[] = {{"config.json", "{\"model_type\":\"llama\"}", 0}, {"tokenizer.json", "{}", 0},
+                             {"model.safetensors", "new weights", 0}};
     fx_snapshot(c, "acme/tiny", C2, "v2", newer, 3);
-    const fx_file g[] = {{"t-Q8_0.gguf", "q8 bytes"}, {"t-Q4_K_M.gguf", "q4 bytes"}};
+    const fx_file g[] = {{"t-Q8_0.gguf", "q8 bytes", 0}, {"t-Q4_K_M.gguf", "q4 bytes", 0}};
     fx_snapshot(c, "acme/t-GGUF", C1, "main", g, 2);
     rp_hub_local *l;
     size_t n;

@@ -6,11 +6,12 @@
  * and refusing to with --no-download; `rapid ps` against a running `rapid serve`.
  */
 #define RP_TEST_TMP_PREFIX "rp-hub-cli"
+#include <microhttpd.h>
+
 #include "hub_fixture.h"
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <microhttpd.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -30,16 +31,7 @@ static char out[65536], err[65536];
 
 static enum MHD_Result answer(struct MHD_Connection *c, int status, const void *body, size_t len, const char *etag)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (etag) {
-        char e[96];
-        snprintf(e, sizeof(e), "\"%s\"", etag);
-        MHD_add_response_header(r, "X-Linked-Etag", e);
-        MHD_add_response_header(r, "X-Repo-Commit", COMMIT);
-    }
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return fx_reply(c, status, body, len, etag ? "X-Linked-Etag" : NULL, etag, COMMIT);
 }
 
 // The hub for one repo, acme/served: the bundled model's files, every one as an LFS file.
@@ -120,24 +112,13 @@ static int teardown(void **state)
 // Runs `rapid ARGS` with the test's cache, config and hub; its exit status.
 static int rapid(const char *args)
 {
-    char errfile[600], cmd[8192];
-    snprintf(errfile, sizeof(errfile), "%s", rp_test_tmp_path("stderr"));
+    char cmd[8192];
     snprintf(cmd, sizeof(cmd),
              "HF_HUB_CACHE='%s' XDG_CONFIG_HOME='%s' HF_ENDPOINT='%s' HF_HOME=/nonexistent-rapid-test "
-             "RAPID_CATALOG='%s' RAPID_DEVICE=cpu '%s' %s 2>'%s'",
+             "RAPID_CATALOG='%s' RAPID_DEVICE=cpu '%s' %s",
              rp_test_tmp_path("hub"), rp_test_tmp_path("config"), endpoint, rp_test_source("models/catalog.json"),
-             getenv("RP_BINARY"), args, errfile);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, sizeof(out) - 1, p);
-    out[n] = 0;
-    int status = pclose(p);
-    FILE *e = fopen(errfile, "r");
-    n = e ? fread(err, 1, sizeof(err) - 1, e) : 0;
-    err[n] = 0;
-    if (e)
-        fclose(e);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+             getenv("RP_BINARY"), args);
+    return rp_test_run_shell(cmd, rp_test_tmp_path("stderr"), out, sizeof(out), err, sizeof(err));
 }
 
 static void test_by_name(void **state)

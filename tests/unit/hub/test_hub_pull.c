@@ -9,12 +9,13 @@
  * model fetch each blob once.
  */
 #define RP_TEST_TMP_PREFIX "rp-hub-pull"
+#include <microhttpd.h>
+
 #include "hub_fixture.h"
 
 #include "hub/hub.h"
 
 #include <curl/curl.h>
-#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -80,16 +81,7 @@ static ssize_t read_blob(void *cls, uint64_t pos, char *buf, size_t max)
 
 static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *body, const char *etag)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (etag) {
-        char e[128];
-        snprintf(e, sizeof(e), "\"%s\"", etag);
-        MHD_add_response_header(r, "ETag", e);
-        MHD_add_response_header(r, "X-Repo-Commit", COMMIT);
-    }
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return fx_reply(c, status, body, strlen(body), etag ? "ETag" : NULL, etag, COMMIT);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
