@@ -164,7 +164,7 @@ static rp_status select_gguf(const char *const *files, size_t n, const char *qua
             int idx, count;
             if (!is_gguf(files[i]) || (rp_hub_gguf_shard(files[i], &idx, &count) && idx != 1))
                 continue;
-            char q[128];
+            char q[256];
             quant_label(files[i], q, sizeof(q));
             used += (size_t)snprintf(list + used, sizeof(list) - used, "%s%s", used ? ", " : "", q);
         }

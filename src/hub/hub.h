@@ -188,6 +188,7 @@ typedef struct rp_hub_pull_params {
     const char *cache;    // the hub cache folder (rp_hub_cache_dir)
     int stall_s;          // seconds without a byte before giving up; 0: $HF_HUB_DOWNLOAD_TIMEOUT, else 10
     int retries;          // attempts per file after a cut connection (resumed with Range); 0: 5
+    int parallel;         // files downloading at once; 0: 4
     FILE *log;            // where progress goes (NULL: stderr)
     bool progress_bar;    // a bar redrawn in place; false: one line per file
 } rp_hub_pull_params;
@@ -198,7 +199,7 @@ typedef struct rp_hub_pull_params {
 // (with their LFS sha256), GET {endpoint}/REPO/resolve/COMMIT/FILE following redirects
 // (X-Repo-Commit, X-Linked-Etag / ETag read), into blobs/ETAG.incomplete, resumed with
 // Range after a cut, the LFS sha256 checked, renamed to blobs/ETAG, linked from the
-// snapshot, refs/REV written. A lock per blob (.locks/models--ORG--NAME/ETAG.lock, flock)
+// snapshot, refs/REV written; up to `parallel` files at once. A lock per blob (.locks/models--ORG--NAME/ETAG.lock, flock)
 // makes two pulls of one file download it once. Errors name the repo and the file:
 // 401/403 (the token), 404 (repo, revision or file), other statuses, timeouts, a
 // sha256 mismatch (the partial file deleted, nothing placed). HF_HUB_OFFLINE=1 refuses.

@@ -16,16 +16,22 @@
  * X-Linked-Etag, ETag) are checked against the file list's.
  *
  * The only file of Rapid that uses libcurl: it is built as its own library (rapid_pull)
- * so that programs that never download do not link it. Files go one after another.
- * Ctrl-C leaves the .incomplete file, which the next pull resumes.
+ * so that programs that never download do not link it. Up to four files download at once
+ * (one thread each, taking the next file when done); on a terminal one line shows the
+ * total (bar, bytes, speed, ETA) and a line is printed per finished file; otherwise one
+ * line per file. The first error stops the others from starting a new file.
+ * Ctrl-C leaves the .incomplete files, which the next pull resumes.
  */
 #include "hub.h"
 #include "hub_int.h"
 
 #include <curl/curl.h>
+#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -41,6 +47,14 @@ typedef struct pull {
     char commit[RP_HUB_REV_MAX];
     int stall_s, retries;
     FILE *log;
+    // shared by the download threads
+    pthread_mutex_t mu;     // the log, the progress line and the first error
+    uint64_t done;           // under mu: bytes of the files finished (received or already there)
+    uint64_t got;            // under mu: bytes the finished files received in this pull
+    uint64_t total;          // bytes of the model's files
+    double t0, last_draw;    // under mu
+    int files_left;          // under mu
+    struct xfer *active[16]; // under mu: the downloads running, for the total line
 } pull;
 
 // What one transfer saw: the status and headers of its first answer, and the body (API
@@ -58,10 +72,10 @@ typedef struct xfer {
     uint64_t written;
     bool restart;        // an answer of 200 to a Range request: start the file again
     bool failed_write;
-    // progress
     const char *file;
-    uint64_t total;
-    double t0, last_draw;
+    double t0;
+    atomic_uint_least64_t live; // bytes of the file on disk now (read by the thread drawing the total)
+    atomic_uint_least64_t got;  // bytes received by this pull, every attempt (for the speed)
     pull *pl;
 } xfer;
 
@@ -134,6 +148,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *ud)
         }
         x->restart = true;
         x->offset = 0;
+        atomic_store(&x->live, 0);
     }
     for (size_t done = 0; done < n;) {
         ssize_t w = write(x->fd, data + done, n - done);
@@ -146,41 +161,95 @@ static size_t on_body(char *data, size_t size, size_t count, void *ud)
         done += (size_t)w;
     }
     x->written += n;
+    atomic_fetch_add(&x->live, n);
+    atomic_fetch_add(&x->got, n);
     return n;
 }
 
-static void draw(xfer *x, bool final)
+// The total line on a terminal (under pl->mu), at most five times a second unless forced.
+static void draw_total(pull *pl, bool force)
 {
     double now = rp_time_s();
-    if (!final && now - x->last_draw < 0.2)
+    if (!force && now - pl->last_draw < 0.2)
         return;
-    x->last_draw = now;
-    uint64_t have = x->offset + x->written;
-    double dt = now - x->t0 > 1e-3 ? now - x->t0 : 1e-3;
-    double rate = (double)x->written / dt;
+    pl->last_draw = now;
+    uint64_t have = pl->done, got = pl->got;
+    for (int i = 0; i < 16; i++)
+        if (pl->active[i]) {
+            have += atomic_load(&pl->active[i]->live);
+            got += atomic_load(&pl->active[i]->got);
+        }
+    if (have > pl->total)
+        have = pl->total;
+    double dt = now - pl->t0 > 1e-3 ? now - pl->t0 : 1e-3;
+    double rate = (double)got / dt;
     char h[32], t[32], r[32], eta[32] = "";
     rp_hub_format_bytes((double)have, h, sizeof(h));
-    rp_hub_format_bytes((double)x->total, t, sizeof(t));
+    rp_hub_format_bytes((double)pl->total, t, sizeof(t));
     rp_hub_format_bytes(rate, r, sizeof(r));
-    if (x->total > have && rate > 0) {
-        long s = (long)((double)(x->total - have) / rate);
-        snprintf(eta, sizeof(eta), " ETA %ld:%02ld", s / 60, s % 60);
+    if (pl->total > have && rate > 0) {
+        long sec = (long)((double)(pl->total - have) / rate);
+        snprintf(eta, sizeof(eta), " ETA %ld:%02ld", sec / 60, sec % 60);
     }
-    int pct = x->total ? (int)(100.0 * (double)have / (double)x->total) : 0;
+    int pct = pl->total ? (int)(100.0 * (double)have / (double)pl->total) : 100;
     char bar[21];
     for (int i = 0; i < 20; i++)
         bar[i] = i < pct / 5 ? '#' : '.';
     bar[20] = 0;
-    fprintf(x->pl->log, "\r  %-40.40s [%s] %3d%% %s / %s %s/s%s\033[K%s", x->file, bar, pct, h, t, r, eta,
-            final ? "\n" : "");
-    fflush(x->pl->log);
+    fprintf(pl->log, "\r  [%s] %3d%% %s / %s  %s/s%s  %d file%s left\033[K", bar, pct, h, t, r, eta, pl->files_left,
+            pl->files_left == 1 ? "" : "s");
+    fflush(pl->log);
+}
+
+// Adds or removes a running download from the total line.
+static void track(pull *pl, xfer *x, bool add)
+{
+    pthread_mutex_lock(&pl->mu);
+    for (int i = 0; i < 16; i++)
+        if (add ? !pl->active[i] : pl->active[i] == x) {
+            pl->active[i] = add ? x : NULL;
+            break;
+        }
+    pthread_mutex_unlock(&pl->mu);
+}
+
+// A file finished (x: a download, untracked now; NULL: already there): its bytes join the done ones.
+static void file_done(pull *pl, xfer *x, int64_t size)
+{
+    if (x)
+        track(pl, x, false);
+    pthread_mutex_lock(&pl->mu);
+    pl->done += size > 0 ? (uint64_t)size : 0;
+    pl->files_left--;
+    if (x)
+        pl->got += atomic_load(&x->got);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+// A line about one file: above the total line on a terminal, else plain.
+static void file_line(pull *pl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void file_line(pull *pl, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&pl->mu);
+    if (pl->p->progress_bar)
+        fprintf(pl->log, "\r\033[K");
+    vfprintf(pl->log, fmt, ap);
+    if (pl->p->progress_bar)
+        draw_total(pl, true);
+    fflush(pl->log);
+    pthread_mutex_unlock(&pl->mu);
+    va_end(ap);
 }
 
 static int on_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ult, curl_off_t uln)
 {
     xfer *x = ud;
-    if (x->fd >= 0 && x->pl->p->progress_bar)
-        draw(x, false);
+    if (x->fd >= 0 && x->pl->p->progress_bar && !pthread_mutex_trylock(&x->pl->mu)) {
+        draw_total(x->pl, false);
+        pthread_mutex_unlock(&x->pl->mu);
+    }
     return 0;
 }
 
@@ -380,8 +449,9 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
     if (fd < 0)
         return RP_ERR(RP_ERR_IO, "%s: %s", part, strerror(errno));
     rp_status st = RP_OK;
-    xfer x = {.fd = fd, .file = file, .total = size > 0 ? (uint64_t)size : 0, .pl = pl};
+    xfer x = {.fd = fd, .file = file, .pl = pl};
     x.t0 = rp_time_s();
+    track(pl, &x, true);
     uint64_t resumed_from = 0;
     for (int attempt = 0;; attempt++) {
         struct stat sb;
@@ -399,6 +469,7 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
             sb.st_size = 0;
         }
         x.offset = (uint64_t)sb.st_size;
+        atomic_store(&x.live, x.offset);
         if (attempt == 0)
             resumed_from = x.offset;
         x.written = 0, x.n_answers = 0, x.code = 0, x.first_code = 0, x.restart = false, x.failed_write = false;
@@ -452,13 +523,9 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
     if (!st && fsync(fd))
         st = RP_ERR(RP_ERR_IO, "%s: %s", part, strerror(errno));
     close(fd);
-    if (st) {
-        if (pl->p->progress_bar)
-            fprintf(pl->log, "\n");
+    file_done(pl, &x, st ? 0 : size); // (the file's bytes count once it is checked and placed; close enough)
+    if (st)
         return st; // the partial file stays for a resume (a bad sha256 below removes it)
-    }
-    if (pl->p->progress_bar)
-        draw(&x, true);
     if (sha256) {
         char got[65];
         if ((st = rp_hub_sha256_file(part, got)))
@@ -478,13 +545,11 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
     }
     if (rename(part, blob))
         return RP_ERR(RP_ERR_IO, "%s: %s", blob, strerror(errno));
-    if (!pl->p->progress_bar) {
-        char h[32], r[32];
-        double dt = rp_time_s() - x.t0;
-        rp_hub_format_bytes((double)size, h, sizeof(h));
-        rp_hub_format_bytes(dt > 0 ? (double)(x.offset + x.written - resumed_from) / dt : 0, r, sizeof(r));
-        fprintf(pl->log, "%s: %s in %.1f s (%s/s)%s\n", file, h, dt, r, resumed_from ? ", resumed" : "");
-    }
+    char h[32], r[32];
+    double dt = rp_time_s() - x.t0;
+    rp_hub_format_bytes((double)size, h, sizeof(h));
+    rp_hub_format_bytes(dt > 0 ? (double)(x.offset + x.written - resumed_from) / dt : 0, r, sizeof(r));
+    file_line(pl, "%s: %s in %.1f s (%s/s)%s\n", file, h, dt, r, resumed_from ? ", resumed" : "");
     return RP_OK;
 }
 
@@ -497,7 +562,7 @@ static rp_status fetch_file(pull *pl, const char *file, const char *etag, const 
         !rp_hub_fmt(locks, sizeof(locks), "%s/.locks/%s", pl->p->cache, leaf ? leaf + 1 : pl->repo_dir) ||
         !rp_hub_fmt(lock, sizeof(lock), "%s/%s.lock", locks, etag))
         return RP_ERR(RP_ERR_INVALID, "path too long in %s", pl->repo_dir);
-    rp_status st;
+    rp_status st = RP_OK;
     if (!size_is(blob, size)) {
         char blobs[RP_HUB_PATH_MAX];
         if (!rp_hub_fmt(blobs, sizeof(blobs), "%s/blobs", pl->repo_dir))
@@ -508,17 +573,21 @@ static rp_status fetch_file(pull *pl, const char *file, const char *etag, const 
         if (lf < 0)
             return RP_ERR(RP_ERR_IO, "%s: %s", lock, strerror(errno));
         if (flock(lf, LOCK_EX | LOCK_NB)) {
-            fprintf(pl->log, "%s: another pull is downloading it; waiting\n", file);
+            file_line(pl, "%s: another pull is downloading it; waiting\n", file);
             while (flock(lf, LOCK_EX) && errno == EINTR) {
             }
         }
-        st = size_is(blob, size) ? RP_OK : download(pl, file, etag, sha256, size, blob);
+        if (size_is(blob, size)) // the other pull placed it
+            file_done(pl, NULL, size);
+        else
+            st = download(pl, file, etag, sha256, size, blob);
         flock(lf, LOCK_UN);
         close(lf);
         if (st)
             return st;
-    } else if (!pl->p->progress_bar) {
-        fprintf(pl->log, "%s: already there\n", file);
+    } else {
+        file_done(pl, NULL, size);
+        file_line(pl, "%s: already there\n", file);
     }
     return link_file(pl, file, etag);
 }
@@ -568,6 +637,69 @@ static rp_status write_ref(pull *pl)
     return st;
 }
 
+// One file to fetch (pointers into the file list).
+typedef struct job {
+    const char *file, *etag, *sha256; // sha256 NULL: not an LFS file
+    int64_t size;                     // -1: not given
+} job;
+
+typedef struct workers {
+    pull *pl;
+    job *jobs;
+    size_t n, next; // under pl->mu
+    rp_status st;   // the first error (under pl->mu), its message in msg
+    char msg[2048];
+} workers;
+
+static void *worker(void *arg)
+{
+    workers *w = arg;
+    for (;;) {
+        pthread_mutex_lock(&w->pl->mu);
+        size_t i = w->st ? w->n : w->next++;
+        pthread_mutex_unlock(&w->pl->mu);
+        if (i >= w->n)
+            return NULL;
+        job *j = &w->jobs[i];
+        rp_status st = fetch_file(w->pl, j->file, j->etag, j->sha256, j->size);
+        pthread_mutex_lock(&w->pl->mu);
+        if (st && !w->st) {
+            w->st = st;
+            snprintf(w->msg, sizeof(w->msg), "%s", rp_error_message());
+        }
+        pthread_mutex_unlock(&w->pl->mu);
+    }
+}
+
+// Fetches the jobs on up to p->parallel threads (0: 4); the first error, re-raised here.
+static rp_status run_jobs(pull *pl, job *jobs, size_t n)
+{
+    workers w = {.pl = pl, .jobs = jobs, .n = n};
+    pl->files_left = (int)n;
+    pl->t0 = rp_time_s();
+    size_t nt = pl->p->parallel > 0 ? (size_t)pl->p->parallel : 4;
+    if (nt > n)
+        nt = n;
+    pthread_t tid[16];
+    if (nt > 16)
+        nt = 16;
+    size_t started = 0;
+    for (; started < nt; started++)
+        if (pthread_create(&tid[started], NULL, worker, &w))
+            break;
+    if (!started && n)
+        worker(&w); // no thread could start: this one does the work
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    if (pl->p->progress_bar) {
+        pthread_mutex_lock(&pl->mu);
+        draw_total(pl, true);
+        fprintf(pl->log, "\n");
+        pthread_mutex_unlock(&pl->mu);
+    }
+    return w.st ? RP_ERR(w.st, "%s", w.msg) : RP_OK;
+}
+
 rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_resolved *out)
 {
     memset(out, 0, sizeof(*out));
@@ -599,10 +731,12 @@ rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_
         return RP_ERR(RP_ERR_INVALID, "no hub cache folder (set HF_HUB_CACHE or HF_HOME)");
     if (curl_global_init(CURL_GLOBAL_DEFAULT))
         return RP_ERR(RP_ERR_IO, "libcurl failed to start");
+    pthread_mutex_init(&pl.mu, NULL);
 
     json_t *info = NULL;
     char **files = NULL;
     bool *keep = NULL;
+    job *jobs = NULL;
     size_t nf = 0;
     rp_status st = fetch_info(&pl, &info);
     if (st)
@@ -630,6 +764,12 @@ rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_
         goto done;
     }
     fprintf(pl.log, "pulling %s (revision %s, commit %.12s) from %s\n", n->repo, n->rev, pl.commit, pl.endpoint);
+    jobs = rp_calloc(nf ? nf : 1, sizeof(*jobs));
+    if (!jobs) {
+        st = RP_ERR(RP_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    size_t n_jobs = 0;
     for (size_t i = 0; i < nf && !st; i++) {
         if (!keep[i])
             continue;
@@ -647,8 +787,12 @@ rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_
                         files[i]);
             break;
         }
-        st = fetch_file(&pl, files[i], etag, sha, json_is_integer(sz) ? (int64_t)json_integer_value(sz) : -1);
+        int64_t size = json_is_integer(sz) && json_integer_value(sz) >= 0 ? (int64_t)json_integer_value(sz) : -1;
+        jobs[n_jobs++] = (job){files[i], etag, sha, size};
+        pl.total += size > 0 ? (uint64_t)size : 0;
     }
+    if (!st)
+        st = run_jobs(&pl, jobs, n_jobs);
     if (!st)
         st = write_ref(&pl);
     if (!st) {
@@ -656,8 +800,10 @@ rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_
         st = rp_hub_resolve(&at, p->cache, out);
     }
 done:
+    rp_free(jobs);
     rp_free(files);
     rp_free(keep);
+    pthread_mutex_destroy(&pl.mu);
     json_decref(info);
     curl_global_cleanup();
     return st;

@@ -242,8 +242,19 @@ static void test_pull_layout(void **state)
     assert_int_equal(srv.bin_gets, 0);
     snprintf(p, sizeof(p), "%s/snapshots/%s", dir, COMMIT);
     assert_string_equal(r.path, p);
-    // a second pull downloads nothing; resolving offline finds it
-    assert_int_equal(pull_into(cache, NULL, 5, 2, &r), RP_OK);
+    // a second pull downloads nothing (one line per file says so); resolving offline finds it
+    FILE *log = tmpfile();
+    rp_hub_name tn;
+    assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &tn), RP_OK);
+    rp_hub_pull_params lp = {.endpoint = endpoint, .cache = cache, .stall_s = 5, .retries = 2, .log = log};
+    assert_int_equal(rp_hub_pull(&tn, &lp, &r), RP_OK);
+    rewind(log);
+    char text[4096];
+    text[fread(text, 1, sizeof(text) - 1, log)] = 0;
+    fclose(log);
+    assert_non_null(strstr(text, "model.safetensors: already there\n"));
+    assert_non_null(strstr(text, "config.json: already there\n"));
+    assert_null(strstr(text, "\r"));
     assert_int_equal(srv.blob_gets, 1);
     setenv("HF_HUB_OFFLINE", "1", 1);
     rp_hub_name nm;
@@ -252,6 +263,26 @@ static void test_pull_layout(void **state)
     assert_int_equal(pull_into(rp_test_tmp_path("c1-offline"), NULL, 5, 2, &r), RP_ERR_IO);
     assert_non_null(strstr(rp_error_message(), "HF_HUB_OFFLINE"));
     unsetenv("HF_HUB_OFFLINE");
+}
+
+// On a terminal: one total line redrawn in place, a line per finished file above it, 100% at the end.
+static void test_pull_progress(void **state)
+{
+    reset();
+    FILE *log = tmpfile();
+    rp_hub_name n;
+    assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &n), RP_OK);
+    rp_hub_pull_params p = {.endpoint = endpoint, .cache = rp_test_tmp_path("c-bar"), .stall_s = 5, .retries = 2,
+                            .log = log, .progress_bar = true, .parallel = 2};
+    rp_hub_resolved r;
+    assert_int_equal(rp_hub_pull(&n, &p, &r), RP_OK);
+    rewind(log);
+    char text[16384];
+    text[fread(text, 1, sizeof(text) - 1, log)] = 0;
+    fclose(log);
+    assert_non_null(strstr(text, "\r\033[Kmodel.safetensors: 293.0 KiB in "));
+    assert_non_null(strstr(text, "[####################] 100% 293.0 KiB / 293.0 KiB"));
+    assert_non_null(strstr(text, "0 files left\033[K\n"));
 }
 
 static void test_pull_resume(void **state)
@@ -401,7 +432,7 @@ static void test_pull_concurrent(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pull_layout),    cmocka_unit_test(test_pull_resume),
+        cmocka_unit_test(test_pull_layout),    cmocka_unit_test(test_pull_progress), cmocka_unit_test(test_pull_resume),
         cmocka_unit_test(test_pull_wrong_sha), cmocka_unit_test(test_pull_errors),
         cmocka_unit_test(test_pull_stall),     cmocka_unit_test(test_pull_concurrent),
     };
