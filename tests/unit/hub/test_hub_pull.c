@@ -35,6 +35,8 @@ static struct {
     bool wrong_sha;       // the file list publishes another sha256
     bool stall;           // blob transfers send nothing for 3 s
     const char *need_token; // Authorization must be "Bearer <this>" (401 without, 403 with another)
+    const char *api_body;   // the revision API's body instead of the file list
+    bool short_body;        // the blob is served 10 bytes short, and complete
     atomic_int blob_gets, blob_full_gets, range_gets, bin_gets;
 } srv;
 
@@ -100,6 +102,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strcmp(url, "/api/models/acme/tiny/revision/main")) {
         if (srv.api_status != 200)
             return send_text(c, srv.api_status, "{\"error\":\"no\"}", NULL);
+        if (srv.api_body)
+            return send_text(c, 200, srv.api_body, NULL);
         return send_text(c, 200, file_list(), NULL);
     }
     snprintf(path, sizeof(path), "/acme/tiny/resolve/%s/", COMMIT);
@@ -136,6 +140,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         blob_reader *br = calloc(1, sizeof(*br));
         br->start = start;
         br->stop_at = WEIGHTS_LEN;
+        size_t served_len = srv.short_body ? WEIGHTS_LEN - 10 : WEIGHTS_LEN;
         br->stall = srv.stall;
         if (srv.cuts > 0) {
             srv.cuts--;
@@ -143,7 +148,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         }
         if (!start)
             atomic_fetch_add(&srv.blob_full_gets, 1);
-        struct MHD_Response *r = MHD_create_response_from_callback(WEIGHTS_LEN - start, 16384, read_blob, br, free);
+        struct MHD_Response *r = MHD_create_response_from_callback(served_len - start, 16384, read_blob, br, free);
         MHD_add_response_header(r, "ETag", "\"cdn-etag-not-the-blob\"");
         MHD_add_response_header(r, "Accept-Ranges", "bytes");
         int status = 200;
@@ -194,6 +199,8 @@ static void reset(void)
     srv.cuts = 0;
     srv.wrong_sha = srv.stall = false;
     srv.need_token = NULL;
+    srv.api_body = NULL;
+    srv.short_body = false;
     srv.blob_gets = srv.blob_full_gets = srv.range_gets = srv.bin_gets = 0;
 }
 
@@ -382,6 +389,46 @@ static void test_pull_errors(void **state)
     assert_int_equal(rp_hub_pull(&n, &p, &r), RP_ERR_INVALID);
 }
 
+// What the hub sends is checked before anything is written from it.
+static void test_pull_malformed(void **state)
+{
+    static const char *const bodies[] = {
+        "not json",
+        "[]",
+        "{\"siblings\":[]}",
+        "{\"sha\":\"short\",\"siblings\":[]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\"}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":\"../../escape\"}]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":\"/abs\"}]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":3}]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":\"config.json\"},"
+        "{\"rfilename\":\"model.safetensors\",\"blobId\":\"x/../../y\"}]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":\"config.json\","
+        "\"blobId\":\"aa\"},{\"rfilename\":\"model.safetensors\",\"lfs\":{\"sha256\":\"abc\"}}]}",
+        "{\"sha\":\"abcdefabcdefabcdefabcdefabcdefabcdef0123\",\"siblings\":[{\"rfilename\":\"pytorch_model.bin\","
+        "\"blobId\":\"aa\"}]}",
+    };
+    rp_hub_resolved r;
+    const char *cache = rp_test_tmp_path("c-bad");
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        reset();
+        srv.api_body = bodies[i];
+        assert_int_not_equal(pull_into(cache, NULL, 5, 1, &r), RP_OK);
+        assert_non_null(strstr(rp_error_message(), "acme/tiny"));
+        assert_false(exists(rp_test_tmp_path("escape")));
+        char p[4096];
+        snprintf(p, sizeof(p), "%s/snapshots", fx_repo_dir(cache, "acme/tiny"));
+        assert_false(exists(p));
+    }
+    // a body shorter than the file list's size: the size check fails, nothing placed
+    reset();
+    srv.short_body = true;
+    assert_int_equal(pull_into(cache, NULL, 5, 1, &r), RP_ERR_IO);
+    char p[4096];
+    snprintf(p, sizeof(p), "%s/blobs/%s", fx_repo_dir(cache, "acme/tiny"), weights_sha);
+    assert_false(exists(p));
+}
+
 static void test_pull_stall(void **state)
 {
     reset();
@@ -434,7 +481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pull_layout),    cmocka_unit_test(test_pull_progress), cmocka_unit_test(test_pull_resume),
         cmocka_unit_test(test_pull_wrong_sha), cmocka_unit_test(test_pull_errors),
-        cmocka_unit_test(test_pull_stall),     cmocka_unit_test(test_pull_concurrent),
+        cmocka_unit_test(test_pull_malformed), cmocka_unit_test(test_pull_stall),     cmocka_unit_test(test_pull_concurrent),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
