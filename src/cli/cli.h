@@ -43,11 +43,18 @@ const char *rp_cli_catalog_path(void);
 rp_hub_catalog *rp_cli_catalog(const char *cmd);
 // The hub cache folder into buf; false after a message on stderr.
 bool rp_cli_cache_dir(const char *cmd, char *buf, size_t cap);
+// What an alias's catalog entry sets for run and serve when their flags do not ("": nothing).
+typedef struct rp_cli_model_defaults {
+    char tool_parser[32];
+    char reasoning_parser[32];
+} rp_cli_model_defaults;
 // Resolves MODEL for `rapid CMD` into *out (out->path: what the loaders take): a path as
 // given, else a repo id or alias from the hub cache; missing there and download set (and
-// HF_HUB_OFFLINE unset), pulled with token (NULL: $HF_TOKEN). 0, or 1 after printing
-// what was tried and the next step on stderr.
-int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out);
+// HF_HUB_OFFLINE unset), pulled with token (NULL: $HF_TOKEN). def (may be NULL) gets the
+// alias' parsers (names the chat module knows; others are left out with a warning).
+// 0, or 1 after printing what was tried and the next step on stderr.
+int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out,
+                         rp_cli_model_defaults *def);
 // rp_hub_pull's parameters for the CLI: the cache, token, a progress bar when stderr is a terminal.
 void rp_cli_pull_params(const char *cache, const char *token, rp_hub_pull_params *p);
 

@@ -40,7 +40,29 @@ void rp_cli_pull_params(const char *cache, const char *token, rp_hub_pull_params
     p->progress_bar = isatty(STDERR_FILENO);
 }
 
-int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out)
+// The alias' parsers into def, each only when the chat module knows the name.
+static void alias_defaults(const char *cmd, const rp_hub_catalog *cat, const rp_hub_name *n, rp_cli_model_defaults *def)
+{
+    memset(def, 0, sizeof(*def));
+    rp_hub_entry e;
+    if (n->kind != RP_HUB_NAME_ALIAS || !rp_hub_catalog_find(cat, n->alias, &e))
+        return;
+    rp_tool_format tf;
+    rp_reasoning_format rf;
+    if (e.tool_parser && rp_tool_format_from_name(e.tool_parser, &tf) == RP_OK)
+        snprintf(def->tool_parser, sizeof(def->tool_parser), "%s", e.tool_parser);
+    else if (e.tool_parser)
+        fprintf(stderr, "rapid %s: warning: the catalog's tool_parser '%s' for %s is unknown; left out\n", cmd,
+                e.tool_parser, e.alias);
+    if (e.reasoning_parser && rp_reasoning_format_from_name(e.reasoning_parser, &rf) == RP_OK)
+        snprintf(def->reasoning_parser, sizeof(def->reasoning_parser), "%s", e.reasoning_parser);
+    else if (e.reasoning_parser)
+        fprintf(stderr, "rapid %s: warning: the catalog's reasoning_parser '%s' for %s is unknown; left out\n", cmd,
+                e.reasoning_parser, e.alias);
+}
+
+int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out,
+                         rp_cli_model_defaults *def)
 {
     rp_hub_catalog *cat = rp_cli_catalog(cmd);
     if (!cat)
@@ -52,6 +74,8 @@ int rp_cli_resolve_model(const char *cmd, const char *model, bool download, cons
         fprintf(stderr, "rapid %s: %s\n", cmd, rp_error_message());
         goto done;
     }
+    if (def)
+        alias_defaults(cmd, cat, &n, def);
     bool have_cache = n.kind == RP_HUB_NAME_PATH || rp_cli_cache_dir(cmd, cache, sizeof(cache));
     if (!have_cache)
         goto done;

@@ -97,6 +97,7 @@ typedef struct run_opts {
     bool no_download;
     const char *hf_token;
     rp_hub_resolved where; // MODEL on disk (model points at where.path)
+    rp_cli_model_defaults def; // an alias' parsers, for the flags not given
 } run_opts;
 
 // Returns 0 when parsed, 2 on bad usage, -1 when help was printed.
@@ -271,9 +272,13 @@ static int parse_args(int argc, char **argv, run_opts *o)
         return 1;
     }
     if (optind < argc) {
-        if (rp_cli_resolve_model("run", o->model, !o->no_download, o->hf_token, &o->where))
+        if (rp_cli_resolve_model("run", o->model, !o->no_download, o->hf_token, &o->where, &o->def))
             return 1;
         o->model = o->where.path;
+        if (!o->tool_parser && o->def.tool_parser[0])
+            o->tool_parser = o->def.tool_parser;
+        if (!o->reasoning_parser && o->def.reasoning_parser[0])
+            o->reasoning_parser = o->def.reasoning_parser;
     }
     return 0;
 }

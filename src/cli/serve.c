@@ -123,6 +123,7 @@ typedef struct serve_opts {
     bool no_download, model_named;
     const char *hf_token;
     rp_hub_resolved where; // MODEL on disk (model points at where.path once resolved)
+    rp_cli_model_defaults def; // an alias' parsers, for the flags not given
 } serve_opts;
 
 static void serve_opts_free(serve_opts *o)
@@ -482,7 +483,7 @@ int rp_cli_serve(int argc, char **argv)
     o.sp.has_listen_fd = true; // the server's once rp_server_run has it
     // MODEL by name: from the hub cache, or downloaded (after the port is ours, before the load).
     if (o.model_named) {
-        if (rp_cli_resolve_model("serve", o.model, !o.no_download, o.hf_token, &o.where)) {
+        if (rp_cli_resolve_model("serve", o.model, !o.no_download, o.hf_token, &o.where, &o.def)) {
             close(o.sp.listen_fd);
             serve_opts_free(&o);
             return 1;
@@ -491,6 +492,10 @@ int rp_cli_serve(int argc, char **argv)
         if (o.where.name.kind != RP_HUB_NAME_PATH && !o.sp.served_model_name)
             o.sp.served_model_name = o.where.name.text;
         o.model = o.where.path;
+        if (!o.sp.tool_parser && o.def.tool_parser[0])
+            o.sp.tool_parser = o.def.tool_parser;
+        if (!o.sp.reasoning_parser && o.def.reasoning_parser[0])
+            o.sp.reasoning_parser = o.def.reasoning_parser;
     }
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;

@@ -128,7 +128,7 @@ int rp_cli_template(int argc, char **argv)
         }
     }
     rp_hub_resolved where;
-    if (model && rp_cli_resolve_model("template", model, false, NULL, &where))
+    if (model && rp_cli_resolve_model("template", model, false, NULL, &where, NULL))
         goto done;
     if (model && rp_tok_load_file(where.path, &tok)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());

@@ -64,7 +64,7 @@ int rp_cli_tokenize(int argc, char **argv)
         len = strlen(text);
     }
     rp_hub_resolved where;
-    if (rp_cli_resolve_model("tokenize", model, false, NULL, &where)) {
+    if (rp_cli_resolve_model("tokenize", model, false, NULL, &where, NULL)) {
         rp_free(buf);
         return 1;
     }

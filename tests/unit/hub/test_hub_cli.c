@@ -95,7 +95,9 @@ static int setup(void **state)
     char p[1024];
     snprintf(p, sizeof(p), "%s/rapid", rp_test_tmp_path("config"));
     fx_mkdirs(p);
-    const char *user = "{\"models\":{\"mytiny\":{\"repo\":\"acme/tiny\",\"description\":\"the bundled model\"}}}";
+    const char *user = "{\"models\":{\"mytiny\":{\"repo\":\"acme/tiny\",\"description\":\"the bundled model\","
+                       "\"tool_parser\":\"mistral\",\"reasoning_parser\":\"none\"},"
+                       "\"oddtiny\":{\"repo\":\"acme/tiny\",\"tool_parser\":\"nosuch\"}}}";
     snprintf(p, sizeof(p), "%s/rapid/models.json", rp_test_tmp_path("config"));
     rp_test_write_file(p, user, strlen(user));
     return 0;
@@ -195,7 +197,8 @@ static void test_run_downloads(void **state)
     assert_non_null(strstr(err, "404"));
 }
 
-// `rapid ps` against a running server on the bundled model.
+// `rapid ps` against a running `rapid serve mytiny`: served under the alias, with the
+// alias' parsers (the server's log line says which).
 static void test_ps(void **state)
 {
     char cmd[4096], log[600];
@@ -205,9 +208,11 @@ static void test_ps(void **state)
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fd, 2);
-        setenv("RAPID_MODELS", rp_test_source("models"), 1);
-        execl(getenv("RP_BINARY"), "rapid", "serve", "--port", "0", "--no-disk-cache", "--device", "cpu",
-              (char *)NULL);
+        setenv("HF_HUB_CACHE", rp_test_tmp_path("hub"), 1);
+        setenv("XDG_CONFIG_HOME", rp_test_tmp_path("config"), 1);
+        setenv("RAPID_CATALOG", rp_test_source("models/catalog.json"), 1);
+        execl(getenv("RP_BINARY"), "rapid", "serve", "mytiny", "--no-download", "--port", "0", "--no-disk-cache",
+              "--device", "cpu", (char *)NULL);
         _exit(127);
     }
     int port = 0;
@@ -228,12 +233,20 @@ static void test_ps(void **state)
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "model    rapid-tiny"));
+    assert_non_null(strstr(out, "model    mytiny"));
     assert_non_null(strstr(out, "requests 0 running, 0 queued"));
     assert_non_null(strstr(out, "blocks used"));
+    char *text;
+    size_t n;
+    assert_int_equal(rp_file_read(log, &text, &n), RP_OK);
+    assert_non_null(strstr(text, "tool calls: mistral, reasoning: none"));
+    rp_free(text);
     snprintf(cmd, sizeof(cmd), "ps --port %d", port); // gone now
     assert_int_equal(rapid(cmd), 1);
     assert_non_null(strstr(err, "no server at"));
+    // a catalog naming a parser the chat module does not know: a warning, the template's choice
+    assert_int_equal(rapid("run oddtiny -p hi -n 2 --no-download"), 0);
+    assert_non_null(strstr(err, "tool_parser 'nosuch' for oddtiny is unknown"));
 }
 
 int main(void)
