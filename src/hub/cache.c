@@ -50,13 +50,15 @@ bool rp_hub_offline(void)
     return v && (!strcmp(v, "1") || !strcasecmp(v, "true") || !strcasecmp(v, "yes") || !strcasecmp(v, "on"));
 }
 
-// Reads refs/REV into commit; false when the ref is not there or not a commit.
-static bool read_ref(const char *repo_dir, const char *rev, char *commit, size_t cap)
+// Reads refs/REV into commit: RP_OK; RP_ERR_IO (no message) when the ref is not there or
+// not a commit; RP_ERR_NOMEM.
+static rp_status read_ref(const char *repo_dir, const char *rev, char *commit, size_t cap)
 {
     char p[RP_HUB_PATH_MAX];
     if (!rp_hub_fmt(p, sizeof(p), "%s/refs/%s", repo_dir, rev))
-        return false;
-    return rp_hub_read_line(p, commit, cap) && rp_hub_is_commit(commit);
+        return RP_ERR_IO;
+    rp_status st = rp_hub_read_line(p, commit, cap);
+    return st ? st : rp_hub_is_commit(commit) ? RP_OK : RP_ERR_IO;
 }
 
 // Every shard a model.safetensors.index.json names is present in snap; else the first missing one's name.
@@ -143,6 +145,7 @@ rp_status rp_hub_resolve(const rp_hub_name *n, const char *cache, rp_hub_resolve
     display_name(n, name, sizeof(name));
     if (n->kind == RP_HUB_NAME_ALIAS)
         snprintf(via, sizeof(via), "  the catalog: %s is %s\n", n->alias, name);
+    rp_status st;
     char repo_dir[RP_HUB_PATH_MAX], why[RP_HUB_PATH_MAX + 600], commit[RP_HUB_REV_MAX] = "";
     if (!cache || !rp_hub_repo_dir(cache, n->repo, repo_dir, sizeof(repo_dir))) {
         snprintf(why, sizeof(why), "no hub cache folder (set HF_HUB_CACHE or HF_HOME)");
@@ -154,7 +157,9 @@ rp_status rp_hub_resolve(const rp_hub_name *n, const char *cache, rp_hub_resolve
     }
     if (rp_hub_is_commit(n->rev)) {
         snprintf(commit, sizeof(commit), "%s", n->rev);
-    } else if (!read_ref(repo_dir, n->rev, commit, sizeof(commit))) {
+    } else if ((st = read_ref(repo_dir, n->rev, commit, sizeof(commit)))) {
+        if (st == RP_ERR_NOMEM)
+            return RP_ERR(st, "out of memory");
         snprintf(why, sizeof(why), "%s/refs/%s: not there (revision %s never fetched)", repo_dir, n->rev, n->rev);
         goto miss;
     }
@@ -163,7 +168,9 @@ rp_status rp_hub_resolve(const rp_hub_name *n, const char *cache, rp_hub_resolve
         snprintf(why, sizeof(why), "%s/snapshots/%s: not there", repo_dir, commit);
         goto miss;
     }
-    if (snapshot_model(snap, n, out->path, sizeof(out->path))) {
+    if ((st = snapshot_model(snap, n, out->path, sizeof(out->path)))) {
+        if (st == RP_ERR_NOMEM)
+            return st;
         snprintf(why, sizeof(why), "%s: %s", snap, rp_error_message());
         goto miss;
     }
@@ -202,7 +209,7 @@ static void refs_naming(const char *repo_dir, const char *commit, char *out, siz
     size_t used = 0;
     while ((e = readdir(d))) {
         char c[RP_HUB_REV_MAX];
-        if (e->d_name[0] == '.' || !read_ref(repo_dir, e->d_name, c, sizeof(c)) || strcmp(c, commit))
+        if (e->d_name[0] == '.' || read_ref(repo_dir, e->d_name, c, sizeof(c)) || strcmp(c, commit))
             continue;
         int w = snprintf(out + used, cap - used, "%s%s", used ? "," : "", e->d_name);
         if (w < 0 || (size_t)w >= cap - used)
@@ -300,6 +307,7 @@ rp_status rp_hub_list(const char *cache, rp_hub_local **out, size_t *n)
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
+    (void)sb, (void)flag, (void)ftw;
     return remove(p);
 }
 
@@ -378,7 +386,7 @@ static rp_status collect(const char *repo_dir, uint64_t *freed)
         struct dirent *e;
         while ((e = readdir(d))) {
             char c[RP_HUB_REV_MAX], s[RP_HUB_PATH_MAX], r[RP_HUB_PATH_MAX];
-            if (e->d_name[0] == '.' || !read_ref(repo_dir, e->d_name, c, sizeof(c)))
+            if (e->d_name[0] == '.' || read_ref(repo_dir, e->d_name, c, sizeof(c)))
                 continue;
             if (rp_hub_fmt(s, sizeof(s), "%s/snapshots/%s", repo_dir, c) && !rp_dir_exists(s) &&
                 rp_hub_fmt(r, sizeof(r), "%s/%s", p, e->d_name))
@@ -410,7 +418,7 @@ rp_status rp_hub_remove(const rp_hub_name *n, const char *cache, uint64_t *freed
         char commit[RP_HUB_REV_MAX], snap[RP_HUB_PATH_MAX];
         if (rp_hub_is_commit(n->rev))
             snprintf(commit, sizeof(commit), "%s", n->rev);
-        else if (!read_ref(repo_dir, n->rev, commit, sizeof(commit)))
+        else if (read_ref(repo_dir, n->rev, commit, sizeof(commit)))
             return RP_ERR(RP_ERR_IO, "%s: no revision %s in the hub cache", n->repo, n->rev);
         if (!rp_hub_fmt(snap, sizeof(snap), "%s/snapshots/%s", repo_dir, commit) || !rp_dir_exists(snap))
             return RP_ERR(RP_ERR_IO, "%s: the snapshot %s is not there", n->repo, commit);

@@ -244,19 +244,22 @@ void rp_hub_strv_free(rp_hub_strv *l)
     memset(l, 0, sizeof(*l));
 }
 
-bool rp_hub_read_line(const char *path, char *buf, size_t cap)
+rp_status rp_hub_read_line(const char *path, char *buf, size_t cap)
 {
     char *text;
     size_t len;
-    if (rp_file_read(path, &text, &len)) {
+    rp_status st = rp_file_read(path, &text, &len);
+    if (st == RP_ERR_NOMEM)
+        return st;
+    if (st) {
         rp_error_clear();
-        return false;
+        return RP_ERR_IO;
     }
     while (len && strchr(" \t\r\n", text[len - 1]))
         text[--len] = 0;
     bool ok = len && rp_hub_fmt(buf, cap, "%s", text);
     rp_free(text);
-    return ok;
+    return ok ? RP_OK : RP_ERR_IO;
 }
 
 void rp_hub_format_bytes(double b, char *out, size_t cap)

@@ -30,9 +30,9 @@ typedef struct rp_hub_strv {
 rp_status rp_hub_strv_add(rp_hub_strv *l, const char *s); // RP_ERR_NOMEM
 bool rp_hub_strv_has(const rp_hub_strv *l, const char *s);
 void rp_hub_strv_free(rp_hub_strv *l);
-// A small file's text without trailing whitespace (a ref, a token) into buf; false when it
-// cannot be read, is empty or does not fit.
-bool rp_hub_read_line(const char *path, char *buf, size_t cap);
+// A small file's text without trailing whitespace (a ref, a token) into buf: RP_OK;
+// RP_ERR_IO (no message) when it cannot be read, is empty or does not fit; RP_ERR_NOMEM.
+rp_status rp_hub_read_line(const char *path, char *buf, size_t cap);
 
 // The files under dir (regular files and symlinks to them), relative to dir, sorted;
 // subfolders are walked to a depth of 4. *out: free each and the array with rp_free.

@@ -605,7 +605,7 @@ static const char *token_from_file(char *buf, size_t cap)
         snprintf(p, sizeof(p), "%s/.cache/huggingface/token", v);
     else
         return NULL;
-    return rp_hub_read_line(p, buf, cap) ? buf : NULL;
+    return rp_hub_read_line(p, buf, cap) == RP_OK ? buf : NULL;
 }
 
 static rp_status write_ref(pull *pl)

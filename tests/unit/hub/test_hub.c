@@ -448,12 +448,54 @@ static void test_list_remove(void **state)
     rp_free(l);
 }
 
+// Each of the module's own allocations fails in turn (jansson's are its own): a clean error
+// (RP_ERR_NOMEM, nothing half-made) every time, then success.
+static void test_out_of_memory(void **state)
+{
+    const char *c = rp_test_tmp_path("hub-oom");
+    fx_snapshot(c, "acme/tiny", C1, "main", folder_files, 5);
+    const fx_file g[] = {{"t-Q8_0.gguf", "q8", 0}, {"t-Q4_K_M.gguf", "q4", 0}};
+    fx_snapshot(c, "acme/t-GGUF", C2, "main", g, 2);
+    bool done = false;
+    for (long n = 0; !done; n++) {
+        assert_true(n < 10000);
+        rp_hub_catalog *cat = NULL;
+        rp_hub_name nm;
+        rp_hub_resolved r;
+        rp_hub_local *l = NULL;
+        size_t nl = 0;
+        char sha[65];
+        rp_alloc_fail_after(n, false);
+        rp_status st = rp_hub_catalog_load(rp_test_source("models/catalog.json"), NULL, &cat);
+        if (!st)
+            st = rp_hub_name_parse("qwen3-8b:Q8_0", cat, &nm);
+        if (!st && !(st = rp_hub_name_parse("acme/tiny", cat, &nm)))
+            st = rp_hub_resolve(&nm, c, &r);
+        if (!st && !(st = rp_hub_name_parse("acme/t-GGUF:Q8_0", cat, &nm)))
+            st = rp_hub_resolve(&nm, c, &r);
+        if (!st)
+            st = rp_hub_list(c, &l, &nl);
+        if (!st)
+            st = rp_hub_sha256_file(rp_test_source("models/catalog.json"), sha);
+        rp_alloc_fail_after(-1, false);
+        assert_true(st == RP_OK || st == RP_ERR_NOMEM);
+        if (st)
+            assert_null(l);
+        done = st == RP_OK;
+        if (done)
+            assert_int_equal(nl, 2);
+        rp_free(l);
+        rp_hub_catalog_destroy(cat);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sha256_vectors), cmocka_unit_test(test_names),   cmocka_unit_test(test_catalog),
         cmocka_unit_test(test_closest),        cmocka_unit_test(test_select),  cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_cache_dir),      cmocka_unit_test(test_list_remove),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }
