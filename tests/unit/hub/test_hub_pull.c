@@ -4,7 +4,8 @@
  * list and LFS sha256, resolve/COMMIT/FILE answering a regular file itself (ETag,
  * X-Repo-Commit) and an LFS file with a 302 to a blob URL (X-Linked-Etag), the blob URL
  * honouring Range. It can cut a transfer mid-file (resume), publish a wrong sha256
- * (error, nothing placed), answer 401/403/404/500, or stall (timeout). The cache written
+ * (error, nothing placed), answer 401/403/404/500, stall (timeout), or hold a transfer while
+ * `rapid pull` is interrupted (a resumable partial file). The cache written
  * is checked against the documented layout (hub_fixture.h); concurrent pulls of one
  * model fetch each blob once.
  */
@@ -17,7 +18,9 @@
 
 #include <curl/curl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 
 static const char COMMIT[] = "abcdefabcdefabcdefabcdefabcdefabcdef0123";
 static const char CONFIG[] = "{\"model_type\":\"llama\",\"hidden_size\":8}";
@@ -37,6 +40,7 @@ static struct {
     const char *need_token; // Authorization must be "Bearer <this>" (401 without, 403 with another)
     const char *api_body;   // the revision API's body instead of the file list
     bool short_body;        // the blob is served 10 bytes short, and complete
+    atomic_bool hold;       // blob transfers wait at half-way while this is set
     atomic_int blob_gets, blob_full_gets, range_gets, bin_gets;
 } srv;
 
@@ -72,6 +76,8 @@ static ssize_t read_blob(void *cls, uint64_t pos, char *buf, size_t max)
         r->stall = false;
     }
     size_t at = r->start + (size_t)pos;
+    for (int i = 0; i < 200 && atomic_load(&srv.hold) && at >= WEIGHTS_LEN / 2; i++)
+        usleep(50000);
     if (at >= r->stop_at)
         return MHD_CONTENT_READER_END_WITH_ERROR;
     size_t n = r->stop_at - at < max ? r->stop_at - at : max;
@@ -201,6 +207,7 @@ static void reset(void)
     srv.need_token = NULL;
     srv.api_body = NULL;
     srv.short_body = false;
+    atomic_store(&srv.hold, false);
     srv.blob_gets = srv.blob_full_gets = srv.range_gets = srv.bin_gets = 0;
 }
 
@@ -320,6 +327,47 @@ static void test_pull_resume(void **state)
     snprintf(p, sizeof(p), "%s/blobs/%s", fx_repo_dir(cache, "acme/tiny"), weights_sha);
     assert_false(exists(p));
     reset();
+    assert_int_equal(pull_into(cache, NULL, 5, 1, &r), RP_OK);
+    assert_int_equal(srv.blob_full_gets, 0);
+    assert_int_equal(srv.range_gets, 1);
+    fx_check_file(cache, "acme/tiny", COMMIT, "model.safetensors", weights, WEIGHTS_LEN);
+}
+
+// `rapid pull` interrupted (SIGINT) mid-file leaves blobs/ETAG.incomplete and no blob; the
+// next pull resumes it with a Range.
+static void test_pull_interrupted(void **state)
+{
+    reset();
+    atomic_store(&srv.hold, true);
+    const char *cache = rp_test_tmp_path("c-int");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("HF_HUB_CACHE", cache, 1);
+        setenv("HF_ENDPOINT", endpoint, 1);
+        setenv("XDG_CONFIG_HOME", rp_test_tmp_path("no-config"), 1);
+        setenv("RAPID_CATALOG", rp_test_source("models/catalog.json"), 1);
+        freopen("/dev/null", "w", stderr);
+        execl(getenv("RP_BINARY"), "rapid", "pull", "acme/tiny", (char *)NULL);
+        _exit(127);
+    }
+    char part[4096];
+    snprintf(part, sizeof(part), "%s/blobs/%s.incomplete", fx_repo_dir(cache, "acme/tiny"), weights_sha);
+    struct stat sb = {0};
+    for (int i = 0; i < 400 && (stat(part, &sb) || sb.st_size < WEIGHTS_LEN / 2); i++)
+        usleep(25000);
+    kill(pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    atomic_store(&srv.hold, false);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT);
+    assert_int_equal(stat(part, &sb), 0);
+    assert_true(sb.st_size >= WEIGHTS_LEN / 2 && sb.st_size < WEIGHTS_LEN);
+    char blob[4096];
+    snprintf(blob, sizeof(blob), "%s/blobs/%s", fx_repo_dir(cache, "acme/tiny"), weights_sha);
+    assert_false(exists(blob));
+    reset();
+    rp_hub_resolved r;
     assert_int_equal(pull_into(cache, NULL, 5, 1, &r), RP_OK);
     assert_int_equal(srv.blob_full_gets, 0);
     assert_int_equal(srv.range_gets, 1);
@@ -480,7 +528,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pull_layout),    cmocka_unit_test(test_pull_progress), cmocka_unit_test(test_pull_resume),
-        cmocka_unit_test(test_pull_wrong_sha), cmocka_unit_test(test_pull_errors),
+        cmocka_unit_test(test_pull_interrupted), cmocka_unit_test(test_pull_wrong_sha), cmocka_unit_test(test_pull_errors),
         cmocka_unit_test(test_pull_malformed), cmocka_unit_test(test_pull_stall),     cmocka_unit_test(test_pull_concurrent),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
