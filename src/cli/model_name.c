@@ -61,6 +61,21 @@ static void alias_defaults(const char *cmd, const rp_hub_catalog *cat, const rp_
                 e.reasoning_parser, e.alias);
 }
 
+// A split GGUF (x-00001-of-00003.gguf): the loader reads one file, so say what to do instead.
+static int check_split(const char *cmd, const rp_hub_resolved *r)
+{
+    const char *base = strrchr(r->path, '/');
+    base = base ? base + 1 : r->path;
+    size_t n = strlen(base);
+    if (n < 20 || strcmp(base + n - 5, ".gguf") || strncmp(base + n - 14, "-of-", 4) || !strncmp(base + n - 10, "00001", 5))
+        return 0;
+    fprintf(stderr,
+            "rapid %s: %s is a GGUF split into shards, which Rapid does not load yet; merge them with llama.cpp's "
+            "`llama-gguf-split --merge %s merged.gguf` and give the merged file, or name the safetensors repo\n",
+            cmd, r->path, r->path);
+    return 1;
+}
+
 int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out,
                          rp_cli_model_defaults *def)
 {
@@ -80,7 +95,7 @@ int rp_cli_resolve_model(const char *cmd, const char *model, bool download, cons
     if (!have_cache)
         goto done;
     if (!rp_hub_resolve(&n, n.kind == RP_HUB_NAME_PATH ? NULL : cache, out)) {
-        rc = 0;
+        rc = n.kind == RP_HUB_NAME_PATH ? 0 : check_split(cmd, out);
         goto done;
     }
     if (n.kind == RP_HUB_NAME_PATH || !download || rp_hub_offline()) {
@@ -96,7 +111,7 @@ int rp_cli_resolve_model(const char *cmd, const char *model, bool download, cons
         fprintf(stderr, "rapid %s: %s\n", cmd, rp_error_message());
         goto done;
     }
-    rc = 0;
+    rc = check_split(cmd, out);
 done:
     rp_hub_catalog_destroy(cat);
     return rc;

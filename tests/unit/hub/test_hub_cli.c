@@ -91,6 +91,8 @@ static int setup(void **state)
     for (size_t i = 0; i < n_files; i++)
         f[i] = (fx_file){files[i].name, files[i].data, files[i].len};
     fx_snapshot(rp_test_tmp_path("hub"), "acme/tiny", COMMIT, "main", f, n_files);
+    const fx_file split[] = {{"m-Q4_K_M-00001-of-00002.gguf", "one", 0}, {"m-Q4_K_M-00002-of-00002.gguf", "two", 0}};
+    fx_snapshot(rp_test_tmp_path("hub"), "acme/split-GGUF", COMMIT, "main", split, 2);
     // a user alias for it
     char p[1024];
     snprintf(p, sizeof(p), "%s/rapid", rp_test_tmp_path("config"));
@@ -149,6 +151,10 @@ static void test_by_name(void **state)
     assert_non_null(strstr(err, "closest aliases: qwen3-8b"));
     assert_int_equal(rapid("run qwen3-8b -p hi --no-download"), 1);
     assert_non_null(strstr(err, "the catalog: qwen3-8b is Qwen/Qwen3-8B"));
+    // a split GGUF: what to do instead, before any load
+    assert_int_equal(rapid("run acme/split-GGUF:Q4_K_M -p hi --no-download"), 1);
+    assert_non_null(strstr(err, "split into shards"));
+    assert_non_null(strstr(err, "llama-gguf-split --merge"));
     assert_int_equal(rapid("serve acme/missing --no-download --port 0"), 1);
     assert_non_null(strstr(err, "rapid pull acme/missing"));
 }
@@ -157,6 +163,7 @@ static void test_models_rm(void **state)
 {
     assert_int_equal(rapid("models"), 0);
     assert_non_null(strstr(out, "acme/tiny"));
+    assert_non_null(strstr(out, "acme/split-GGUF"));
     assert_non_null(strstr(out, "safetensors"));
     assert_non_null(strstr(out, "main feedfacefeed"));
     assert_int_equal(rapid("models --catalog"), 0);
