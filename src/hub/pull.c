@@ -12,8 +12,9 @@
  *      partial file: nothing is placed); then snapshots/COMMIT/FILE -> ../../blobs/ETAG;
  *   4. refs/REV gets the commit (atomically), and the model resolves from disk.
  * ETAG is the LFS sha256 for LFS files and the git blob id otherwise, as the hub's
- * X-Linked-Etag / ETag headers give them; the headers of the first answer (X-Repo-Commit,
- * X-Linked-Etag, ETag) are checked against the file list's.
+ * X-Linked-Etag / ETag headers give them; of the hub's own first answer (not a CDN's),
+ * X-Repo-Commit is checked against the file list's commit and an LFS file's X-Linked-Etag
+ * against its sha256.
  *
  * The only file of Rapid that uses libcurl: it is built as its own library (rapid_pull)
  * so that programs that never download do not link it. Up to four files download at once
@@ -495,7 +496,9 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
                             x.commit, file, pl->commit);
                 break;
             }
-            if (x.etag[0] && strcmp(x.etag, etag)) {
+            // an LFS file's X-Linked-Etag is its sha256, the blob's name (a regular file's ETag is
+            // not checked: nothing but its name rests on it)
+            if (sha256 && x.etag[0] && strcmp(x.etag, etag)) {
                 st = RP_ERR(RP_ERR_IO, "%s: %s: the hub's ETag %s differs from the file list's %s", pl->name->repo,
                             file, x.etag, etag);
                 break;

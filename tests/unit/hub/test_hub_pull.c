@@ -41,6 +41,7 @@ static struct {
     const char *api_body;   // the revision API's body instead of the file list
     bool short_body;        // the blob is served 10 bytes short, and complete
     atomic_bool hold;       // blob transfers wait at half-way while this is set
+    bool other_linked_etag; // the resolve answer's X-Linked-Etag is not the file list's sha256
     atomic_int blob_gets, blob_full_gets, range_gets, bin_gets;
 } srv;
 
@@ -124,7 +125,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!strcmp(file, "model.safetensors")) { // LFS: off to the blob store
             struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             char e[80];
-            snprintf(e, sizeof(e), "\"%s\"", srv.wrong_sha ? wrong : weights_sha);
+            snprintf(e, sizeof(e), "\"%s\"", srv.wrong_sha || srv.other_linked_etag ? wrong : weights_sha);
             MHD_add_response_header(r, "Location", "/blobs/weights?sig=x");
             MHD_add_response_header(r, "X-Linked-Etag", e);
             MHD_add_response_header(r, "X-Repo-Commit", COMMIT);
@@ -203,7 +204,7 @@ static void reset(void)
 {
     srv.api_status = 200;
     srv.cuts = 0;
-    srv.wrong_sha = srv.stall = false;
+    srv.wrong_sha = srv.stall = srv.other_linked_etag = false;
     srv.need_token = NULL;
     srv.api_body = NULL;
     srv.short_body = false;
@@ -396,6 +397,14 @@ static void test_pull_wrong_sha(void **state)
     rp_hub_name n;
     assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &n), RP_OK);
     assert_int_equal(rp_hub_resolve(&n, cache, &r), RP_ERR_IO);
+    // the hub's X-Linked-Etag disagreeing with its own file list: an error, nothing placed
+    reset();
+    srv.other_linked_etag = true;
+    cache = rp_test_tmp_path("c5b");
+    assert_int_equal(pull_into(cache, NULL, 5, 1, &r), RP_ERR_IO);
+    assert_non_null(strstr(rp_error_message(), "ETag"));
+    snprintf(p, sizeof(p), "%s/blobs/%s", fx_repo_dir(cache, "acme/tiny"), weights_sha);
+    assert_false(exists(p));
 }
 
 static void test_pull_errors(void **state)
