@@ -84,6 +84,9 @@ static int list_catalog(void)
     rp_hub_catalog *cat = rp_cli_catalog("models");
     if (!cat)
         return 1;
+    if (!rp_cli_catalog_path())
+        fprintf(stderr, "rapid models: Rapid's catalog (models/catalog.json) was not found beside the binary, under "
+                        "the install prefix or in the source tree; set RAPID_CATALOG to it\n");
     printf("%-22s %-40s %-36s %s\n", "ALIAS", "REPO", "GGUF (alias:QUANT)", "NOTES");
     for (size_t i = 0; i < rp_hub_catalog_count(cat); i++) {
         rp_hub_entry e;
