@@ -25,6 +25,10 @@
 static const char COMMIT[] = "abcdefabcdefabcdefabcdefabcdefabcdef0123";
 static const char CONFIG[] = "{\"model_type\":\"llama\",\"hidden_size\":8}";
 static const char CONFIG_ID[] = "0000000000000000000000000000000000c0ffee"; // its git blob id (the ETag)
+// a newer commit of main: config.json changed, the rest the same
+static const char COMMIT2[] = "2222222222222222222222222222222222222222";
+static const char CONFIG2[] = "{\"model_type\":\"llama\",\"hidden_size\":16}";
+static const char CONFIG2_ID[] = "000000000000000000000000000000000000beef";
 static const char TOKJSON[] = "{\"model\":{}}";
 static const char TOK_ID[] = "00000000000000000000000000000000000070c0";
 #define WEIGHTS_LEN 300000
@@ -42,6 +46,7 @@ static struct {
     bool short_body;        // the blob is served 10 bytes short, and complete
     atomic_bool hold;       // blob transfers wait at half-way while this is set
     bool other_linked_etag; // the resolve answer's X-Linked-Etag is not the file list's sha256
+    bool newer;             // main is at COMMIT2
     atomic_int blob_gets, blob_full_gets, range_gets, bin_gets;
 } srv;
 
@@ -59,7 +64,8 @@ static char *file_list(void)
              "\"lfs\":{\"sha256\":\"%s\",\"size\":%d,\"pointerSize\":134}},"
              "{\"rfilename\":\"pytorch_model.bin\",\"size\":5,\"blobId\":\"00000000000000000000000000000000000000cc\","
              "\"lfs\":{\"sha256\":\"%s\",\"size\":5}}]}",
-             COMMIT, strlen(CONFIG), CONFIG_ID, strlen(TOKJSON), TOK_ID, WEIGHTS_LEN,
+             srv.newer ? COMMIT2 : COMMIT, srv.newer ? strlen(CONFIG2) : strlen(CONFIG),
+             srv.newer ? CONFIG2_ID : CONFIG_ID, strlen(TOKJSON), TOK_ID, WEIGHTS_LEN,
              srv.wrong_sha ? wrong : weights_sha, WEIGHTS_LEN, wrong);
     return buf;
 }
@@ -90,7 +96,7 @@ static ssize_t read_blob(void *cls, uint64_t pos, char *buf, size_t max)
 
 static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *body, const char *etag)
 {
-    return fx_reply(c, status, body, strlen(body), etag ? "ETag" : NULL, etag, COMMIT);
+    return fx_reply(c, status, body, strlen(body), etag ? "ETag" : NULL, etag, srv.newer ? COMMIT2 : COMMIT);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -113,11 +119,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return send_text(c, 200, srv.api_body, NULL);
         return send_text(c, 200, file_list(), NULL);
     }
-    snprintf(path, sizeof(path), "/acme/tiny/resolve/%s/", COMMIT);
+    snprintf(path, sizeof(path), "/acme/tiny/resolve/%s/", srv.newer ? COMMIT2 : COMMIT);
     if (!strncmp(url, path, strlen(path))) {
         const char *file = url + strlen(path);
         if (!strcmp(file, "config.json"))
-            return send_text(c, 200, CONFIG, CONFIG_ID);
+            return srv.newer ? send_text(c, 200, CONFIG2, CONFIG2_ID) : send_text(c, 200, CONFIG, CONFIG_ID);
         if (!strcmp(file, "tokenizer.json"))
             return send_text(c, 200, TOKJSON, TOK_ID);
         if (!strcmp(file, "pytorch_model.bin"))
@@ -128,7 +134,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             snprintf(e, sizeof(e), "\"%s\"", srv.wrong_sha || srv.other_linked_etag ? wrong : weights_sha);
             MHD_add_response_header(r, "Location", "/blobs/weights?sig=x");
             MHD_add_response_header(r, "X-Linked-Etag", e);
-            MHD_add_response_header(r, "X-Repo-Commit", COMMIT);
+            MHD_add_response_header(r, "X-Repo-Commit", srv.newer ? COMMIT2 : COMMIT);
             MHD_add_response_header(r, "ETag", "\"pointer-etag\"");
             enum MHD_Result ret = MHD_queue_response(c, 302, r);
             MHD_destroy_response(r);
@@ -204,7 +210,7 @@ static void reset(void)
 {
     srv.api_status = 200;
     srv.cuts = 0;
-    srv.wrong_sha = srv.stall = srv.other_linked_etag = false;
+    srv.wrong_sha = srv.stall = srv.other_linked_etag = srv.newer = false;
     srv.need_token = NULL;
     srv.api_body = NULL;
     srv.short_body = false;
@@ -227,6 +233,23 @@ static bool exists(const char *p)
     return !lstat(p, &sb);
 }
 
+// A regular (non-LFS) file: snapshots/COMMIT/FILE -> ../../blobs/ID (its git blob id) holding data.
+static void check_regular(const char *cache, const char *commit, const char *file, const char *id, const char *data)
+{
+    char p[4096], got[4096], want[4096];
+    snprintf(p, sizeof(p), "%s/snapshots/%s/%s", fx_repo_dir(cache, "acme/tiny"), commit, file);
+    ssize_t l = readlink(p, got, sizeof(got) - 1);
+    assert_true(l > 0);
+    got[l] = 0;
+    snprintf(want, sizeof(want), "../../blobs/%s", id);
+    assert_string_equal(got, want);
+    char *text;
+    size_t n;
+    assert_int_equal(rp_file_read(p, &text, &n), RP_OK);
+    assert_string_equal(text, data);
+    rp_free(text);
+}
+
 static void test_pull_layout(void **state)
 {
     reset();
@@ -235,14 +258,9 @@ static void test_pull_layout(void **state)
     assert_int_equal(pull_into(cache, NULL, 5, 2, &r), RP_OK);
     // the documented layout: blobs by ETag (LFS: sha256; else the git blob id), relative links, refs/main
     fx_check_file(cache, "acme/tiny", COMMIT, "model.safetensors", weights, WEIGHTS_LEN);
-    char p[4096], got[4096];
+    check_regular(cache, COMMIT, "config.json", CONFIG_ID, CONFIG);
+    char p[4096];
     const char *dir = fx_repo_dir(cache, "acme/tiny");
-    snprintf(p, sizeof(p), "%s/snapshots/%s/config.json", dir, COMMIT);
-    ssize_t l = readlink(p, got, sizeof(got) - 1);
-    assert_true(l > 0);
-    got[l] = 0;
-    snprintf(p, sizeof(p), "../../blobs/%s", CONFIG_ID);
-    assert_string_equal(got, p);
     snprintf(p, sizeof(p), "%s/refs/main", dir);
     char *ref;
     size_t n;
@@ -278,6 +296,21 @@ static void test_pull_layout(void **state)
     assert_int_equal(pull_into(rp_test_tmp_path("c1-offline"), NULL, 5, 2, &r), RP_ERR_IO);
     assert_non_null(strstr(rp_error_message(), "HF_HUB_OFFLINE"));
     unsetenv("HF_HUB_OFFLINE");
+
+    // main moves on: the pull links the unchanged blobs into the new snapshot, downloads only
+    // what changed, and moves refs/main; the old snapshot stays as it was
+    reset();
+    srv.newer = true;
+    assert_int_equal(pull_into(cache, NULL, 5, 2, &r), RP_OK);
+    assert_int_equal(srv.blob_gets, 0);
+    fx_check_file(cache, "acme/tiny", COMMIT2, "model.safetensors", weights, WEIGHTS_LEN);
+    check_regular(cache, COMMIT2, "config.json", CONFIG2_ID, CONFIG2);
+    check_regular(cache, COMMIT, "config.json", CONFIG_ID, CONFIG);
+    snprintf(p, sizeof(p), "%s/refs/main", dir);
+    assert_int_equal(rp_file_read(p, &ref, &n), RP_OK);
+    assert_string_equal(ref, COMMIT2);
+    rp_free(ref);
+    assert_non_null(strstr(r.path, COMMIT2));
 }
 
 // On a terminal: one total line redrawn in place, a line per finished file above it, 100% at the end.
