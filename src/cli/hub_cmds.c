@@ -59,8 +59,9 @@ int rp_cli_pull(int argc, char **argv)
     char cache[RP_HUB_PATH_MAX];
     rp_hub_resolved r;
     int rc = 1;
-    if (rp_hub_name_parse(name, cat, &n) || (n.kind == RP_HUB_NAME_PATH && RP_ERR(RP_ERR_INVALID,
-        "%s is a path; pull takes a repo id (org/name) or an alias", name))) {
+    if (rp_hub_name_parse(name, cat, &n) ||
+        (n.kind == RP_HUB_NAME_PATH &&
+         RP_ERR(RP_ERR_INVALID, "%s is a path; pull takes a repo id (org/name) or an alias", name))) {
         fprintf(stderr, "rapid pull: %s\n", rp_error_message());
         goto done;
     }

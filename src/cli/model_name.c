@@ -67,7 +67,8 @@ static int check_split(const char *cmd, const rp_hub_resolved *r)
     const char *base = strrchr(r->path, '/');
     base = base ? base + 1 : r->path;
     size_t n = strlen(base);
-    if (n < 20 || strcmp(base + n - 5, ".gguf") || strncmp(base + n - 14, "-of-", 4) || !strncmp(base + n - 10, "00001", 5))
+    if (n < 20 || strcmp(base + n - 5, ".gguf") || strncmp(base + n - 14, "-of-", 4) ||
+        !strncmp(base + n - 10, "00001", 5))
         return 0;
     fprintf(stderr,
             "rapid %s: %s is a GGUF split into shards, which Rapid does not load yet; merge them with llama.cpp's "

@@ -409,8 +409,8 @@ rp_status rp_hub_remove(const rp_hub_name *n, const char *cache, uint64_t *freed
 {
     *freed = 0;
     if (n->kind == RP_HUB_NAME_PATH)
-        return RP_ERR(RP_ERR_INVALID, "%s: rm deletes models of the hub cache by name (org/name or an alias), not paths",
-                      n->text);
+        return RP_ERR(RP_ERR_INVALID,
+                      "%s: rm deletes models of the hub cache by name (org/name or an alias), not paths", n->text);
     char repo_dir[RP_HUB_PATH_MAX];
     if (!rp_hub_repo_dir(cache, n->repo, repo_dir, sizeof(repo_dir)) || !rp_dir_exists(repo_dir))
         return RP_ERR(RP_ERR_IO, "%s is not in the hub cache (%s)", n->repo, cache);

@@ -16,13 +16,13 @@
 #include <strings.h>
 
 struct rp_hub_catalog {
-    json_t *entries; // alias -> object, with "_user" true for the user's
+    json_t *entries;      // alias -> object, with "_user" true for the user's
     const char **aliases; // (n) sorted
     size_t n;
 };
 
-static const char *const string_fields[] = {"repo", "revision", "gguf", "quant", "family",
-                                            "description", "tool_parser", "reasoning_parser", "memory"};
+static const char *const string_fields[] = {
+    "repo", "revision", "gguf", "quant", "family", "description", "tool_parser", "reasoning_parser", "memory"};
 
 static rp_status check_entry(const char *file, const char *alias, json_t *e)
 {

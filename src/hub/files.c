@@ -194,10 +194,17 @@ rp_status rp_hub_select_files(const char *const *files, size_t n, bool gguf, con
     if (!any_st)
         return RP_ERR(RP_ERR_UNSUPPORTED,
                       "no safetensors and no GGUF file in the repo (Rapid loads those; *.bin / *.pth it does not)");
-    static const char *const named[] = {"config.json",     "generation_config.json", "tokenizer.json",
-                                        "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                                        "vocab.json",      "merges.txt",             "chat_template.jinja",
-                                        "chat_template.json", "model.safetensors.index.json"};
+    static const char *const named[] = {"config.json",
+                                        "generation_config.json",
+                                        "tokenizer.json",
+                                        "tokenizer_config.json",
+                                        "special_tokens_map.json",
+                                        "tokenizer.model",
+                                        "vocab.json",
+                                        "merges.txt",
+                                        "chat_template.jinja",
+                                        "chat_template.json",
+                                        "model.safetensors.index.json"};
     bool config = false;
     for (size_t i = 0; i < n; i++) {
         if (strchr(files[i], '/'))

@@ -34,8 +34,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define RP_HUB_REPO_MAX 256  // "org/name" fits, with its NUL
-#define RP_HUB_REV_MAX 256   // a branch, tag or 40-hex commit
+#define RP_HUB_REPO_MAX 256 // "org/name" fits, with its NUL
+#define RP_HUB_REV_MAX 256  // a branch, tag or 40-hex commit
 #define RP_HUB_QUANT_MAX 64
 #define RP_HUB_PATH_MAX PATH_MAX
 
@@ -45,12 +45,12 @@ typedef struct rp_hub_catalog rp_hub_catalog;
 
 // One alias (plain data; the strings belong to the catalog, NULL when the entry has none).
 typedef struct rp_hub_entry {
-    const char *alias;            // "qwen3-8b"
-    const char *repo;             // safetensors repo: "Qwen/Qwen3-8B"
-    const char *rev;              // revision, NULL: main
-    const char *gguf;             // GGUF repo for alias:QUANT, "Qwen/Qwen3-8B-GGUF"
-    const char *quant;            // the GGUF repo's default quant
-    const char *family;           // "qwen3"
+    const char *alias;  // "qwen3-8b"
+    const char *repo;   // safetensors repo: "Qwen/Qwen3-8B"
+    const char *rev;    // revision, NULL: main
+    const char *gguf;   // GGUF repo for alias:QUANT, "Qwen/Qwen3-8B-GGUF"
+    const char *quant;  // the GGUF repo's default quant
+    const char *family; // "qwen3"
     const char *description;
     const char *tool_parser;      // --tool-parser default
     const char *reasoning_parser; // --reasoning-parser default
@@ -87,13 +87,13 @@ typedef enum rp_hub_name_kind {
 
 typedef struct rp_hub_name {
     rp_hub_name_kind kind;
-    char text[RP_HUB_PATH_MAX]; // as given (a PATH's path)
-    char repo[RP_HUB_REPO_MAX]; // "org/name" (an ALIAS: its entry's repo, or its GGUF repo with a quant)
-    char rev[RP_HUB_REV_MAX];   // "main" unless given
-    bool rev_given;             // "@REV" was written (or the alias names a revision)
+    char text[RP_HUB_PATH_MAX];   // as given (a PATH's path)
+    char repo[RP_HUB_REPO_MAX];   // "org/name" (an ALIAS: its entry's repo, or its GGUF repo with a quant)
+    char rev[RP_HUB_REV_MAX];     // "main" unless given
+    bool rev_given;               // "@REV" was written (or the alias names a revision)
     char quant[RP_HUB_QUANT_MAX]; // "" unless given (or the alias' default for its GGUF repo)
-    bool gguf;                  // a GGUF repo is wanted (a quant was given); a repo may still turn out GGUF
-    char alias[128];            // the alias it came through, "" otherwise
+    bool gguf;                    // a GGUF repo is wanted (a quant was given); a repo may still turn out GGUF
+    char alias[128];              // the alias it came through, "" otherwise
 } rp_hub_name;
 
 // Parses text as above. cat may be NULL (no aliases). RP_ERR_INVALID for text that is
@@ -199,10 +199,10 @@ typedef struct rp_hub_pull_params {
 // (with their LFS sha256), GET {endpoint}/REPO/resolve/COMMIT/FILE following redirects
 // (X-Repo-Commit, X-Linked-Etag / ETag read), into blobs/ETAG.incomplete, resumed with
 // Range after a cut, the LFS sha256 checked, renamed to blobs/ETAG, linked from the
-// snapshot, refs/REV written; up to `parallel` files at once. A lock per blob (.locks/models--ORG--NAME/ETAG.lock, flock)
-// makes two pulls of one file download it once. Errors name the repo and the file:
-// 401/403 (the token), 404 (repo, revision or file), other statuses, timeouts, a
-// sha256 mismatch (the partial file deleted, nothing placed). HF_HUB_OFFLINE=1 refuses.
+// snapshot, refs/REV written; up to `parallel` files at once. A lock per blob (.locks/models--ORG--NAME/ETAG.lock,
+// flock) makes two pulls of one file download it once. Errors name the repo and the file: 401/403 (the token), 404
+// (repo, revision or file), other statuses, timeouts, a sha256 mismatch (the partial file deleted, nothing placed).
+// HF_HUB_OFFLINE=1 refuses.
 rp_status rp_hub_pull(const rp_hub_name *n, const rp_hub_pull_params *p, rp_hub_resolved *out);
 
 #endif

@@ -49,7 +49,7 @@ typedef struct pull {
     int stall_s, retries;
     FILE *log;
     // shared by the download threads
-    pthread_mutex_t mu;     // the log, the progress line and the first error
+    pthread_mutex_t mu;      // the log, the progress line and the first error
     uint64_t done;           // under mu: bytes of the files finished (received or already there)
     uint64_t got;            // under mu: bytes the finished files received in this pull
     uint64_t total;          // bytes of the model's files
@@ -61,17 +61,17 @@ typedef struct pull {
 // What one transfer saw: the status and headers of its first answer, and the body (API
 // calls) or the file it appends to (downloads).
 typedef struct xfer {
-    long first_code;    // the first answer's status (the hub's, before a redirect)
-    long code;          // the current answer's status
+    long first_code; // the first answer's status (the hub's, before a redirect)
+    long code;       // the current answer's status
     int n_answers;
     char commit[RP_HUB_REV_MAX];
     char etag[160];
     char *body;
     size_t len, cap, limit;
-    int fd;              // download: appended to; -1 for API calls
-    uint64_t offset;     // bytes the file had before this transfer
+    int fd;          // download: appended to; -1 for API calls
+    uint64_t offset; // bytes the file had before this transfer
     uint64_t written;
-    bool restart;        // an answer of 200 to a Range request: start the file again
+    bool restart; // an answer of 200 to a Range request: start the file again
     bool failed_write;
     const char *file;
     double t0;
@@ -141,7 +141,7 @@ static size_t on_body(char *data, size_t size, size_t count, void *ud)
         return n;
     }
     if (x->code != 200 && x->code != 206)
-        return n; // an error page: read and dropped, the status says what happened
+        return n;                                     // an error page: read and dropped, the status says what happened
     if (x->code == 200 && x->offset && !x->restart) { // the Range was ignored: start over
         if (ftruncate(x->fd, 0) || lseek(x->fd, 0, SEEK_SET) < 0) {
             x->failed_write = true;
@@ -319,8 +319,8 @@ static rp_status http_error(pull *pl, long code, const char *what, const char *u
                       "on %s/%s (gated models need their license accepted)",
                       repo, what, pl->endpoint, repo);
     if (code == 404)
-        return RP_ERR(RP_ERR_IO, "%s: the hub answered 404 Not Found for %s (%s): no such repo, revision or file%s", repo,
-                      what, url, pl->has_token ? "" : " (a private repo answers 404 without a token too)");
+        return RP_ERR(RP_ERR_IO, "%s: the hub answered 404 Not Found for %s (%s): no such repo, revision or file%s",
+                      repo, what, url, pl->has_token ? "" : " (a private repo answers 404 without a token too)");
     return RP_ERR(RP_ERR_IO, "%s: the hub answered HTTP %ld for %s (%s)", repo, code, what, url);
 }
 
@@ -389,8 +389,10 @@ static rp_status fetch_info(pull *pl, json_t **out)
         if (!json_is_object(doc) || !sha || !rp_hub_is_commit(sha) ||
             !json_is_array(json_object_get(doc, "siblings"))) {
             json_decref(doc);
-            st = RP_ERR(RP_ERR_INVALID, "%s: the hub's file list (%s) is not what was expected: no \"sha\" commit or "
-                        "no \"siblings\"", pl->name->repo, url);
+            st = RP_ERR(RP_ERR_INVALID,
+                        "%s: the hub's file list (%s) is not what was expected: no \"sha\" commit or "
+                        "no \"siblings\"",
+                        pl->name->repo, url);
         } else {
             snprintf(pl->commit, sizeof(pl->commit), "%s", sha);
             *out = doc;
@@ -461,7 +463,7 @@ static rp_status download(pull *pl, const char *file, const char *etag, const ch
             break;
         }
         if (size >= 0 && sb.st_size == size)
-            break; // all there already (a pull cut after the last byte)
+            break;                            // all there already (a pull cut after the last byte)
         if (size >= 0 && sb.st_size > size) { // more than the file: start again
             if (ftruncate(fd, 0)) {
                 st = RP_ERR(RP_ERR_IO, "%s: %s", part, strerror(errno));

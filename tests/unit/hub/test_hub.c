@@ -94,9 +94,9 @@ static void test_names(void **state)
     assert_int_equal(rp_hub_name_parse("qwen3-8", cat, &n), RP_ERR_INVALID);
     assert_non_null(strstr(rp_error_message(), "no alias in the catalog"));
     assert_non_null(strstr(rp_error_message(), "closest aliases: qwen3-8b"));
-    const char *bad[] = {"", "a/b/c", "org/", "org/..x", "org/-x", "org/name:", "org/name:Q4 K",
-                         "org/name@", "org/name@../x", "org/name@/x", "nosuchalias", "bad alias!", "a:b:c",
-                         "org/na me"};
+    const char *bad[] = {
+        "",          "a/b/c",         "org/",        "org/..x",     "org/-x",     "org/name:", "org/name:Q4 K",
+        "org/name@", "org/name@../x", "org/name@/x", "nosuchalias", "bad alias!", "a:b:c",     "org/na me"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_not_equal(rp_hub_name_parse(bad[i], cat, &n), RP_OK);
     // an alias with no GGUF repo asked for a quant
@@ -218,8 +218,8 @@ static void test_select(void **state)
     bool keep[16];
     rp_status st;
     // llama-server's rule: the quant as a word, case ignored; the default Q4_K_M; mmproj never
-    const char *g[] = {"README.md", "mmproj-Q4_K_M.gguf", "model-Q4_K_S.gguf", "model-Q4_K_M.gguf",
-                       "model-q8_0.gguf", "sub/model-Q4_K_M.gguf"};
+    const char *g[] = {"README.md",         "mmproj-Q4_K_M.gguf", "model-Q4_K_S.gguf",
+                       "model-Q4_K_M.gguf", "model-q8_0.gguf",    "sub/model-Q4_K_M.gguf"};
     assert_int_equal(sel(g, 6, false, NULL, keep, &st), 3);
     assert_int_equal(st, RP_OK);
     assert_true(keep[3] && !keep[1] && !keep[2] && !keep[0] && !keep[5]);
@@ -242,10 +242,19 @@ static void test_select(void **state)
     const char *e[] = {"b-F16.gguf", "a-BF16.gguf"};
     assert_int_equal(sel(e, 2, false, NULL, keep, &st), 1);
     // a safetensors repo: config, tokenizer, weights; never .bin/.pth or subfolders
-    const char *f[] = {".gitattributes", "README.md", "config.json", "generation_config.json",
-                       "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                       "model.safetensors.index.json", "pytorch_model.bin", "original/consolidated.00.pth",
-                       "tokenizer.json", "tokenizer_config.json", "original/params.json", "LICENSE"};
+    const char *f[] = {".gitattributes",
+                       "README.md",
+                       "config.json",
+                       "generation_config.json",
+                       "model-00001-of-00002.safetensors",
+                       "model-00002-of-00002.safetensors",
+                       "model.safetensors.index.json",
+                       "pytorch_model.bin",
+                       "original/consolidated.00.pth",
+                       "tokenizer.json",
+                       "tokenizer_config.json",
+                       "original/params.json",
+                       "LICENSE"};
     assert_int_equal(sel(f, 13, false, NULL, keep, &st), -1);
     assert_int_equal(st, RP_OK);
     bool want[] = {0, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 0};
@@ -269,8 +278,10 @@ static const char *cache(void)
 static const fx_file folder_files[] = {
     {"config.json", "{\"model_type\":\"llama\"}", 0},
     {"tokenizer.json", "{}", 0},
-    {"model.safetensors.index.json", "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
-                                     "\"b\":\"model-00002-of-00002.safetensors\"}}", 0},
+    {"model.safetensors.index.json",
+     "{\"weight_map\":{\"a\":\"model-00001-of-00002.safetensors\","
+     "\"b\":\"model-00002-of-00002.safetensors\"}}",
+     0},
     {"model-00001-of-00002.safetensors", "shard one", 0},
     {"model-00002-of-00002.safetensors", "shard two", 0},
 };
@@ -322,8 +333,10 @@ static void test_resolve(void **state)
     assert_int_equal(rp_hub_resolve(&n, cache(), &r), RP_ERR_IO);
 
     // a GGUF repo: the file for the quant, the default, every shard
-    const fx_file g[] = {{"tiny-Q8_0.gguf", "q8", 0}, {"tiny-Q4_K_M.gguf", "q4", 0},
-                         {"big-Q6_K-00001-of-00002.gguf", "s1", 0}, {"big-Q6_K-00002-of-00002.gguf", "s2", 0},
+    const fx_file g[] = {{"tiny-Q8_0.gguf", "q8", 0},
+                         {"tiny-Q4_K_M.gguf", "q4", 0},
+                         {"big-Q6_K-00001-of-00002.gguf", "s1", 0},
+                         {"big-Q6_K-00002-of-00002.gguf", "s2", 0},
                          {"half-F16-00001-of-00002.gguf", "h1", 0}};
     fx_snapshot(cache(), "acme/tiny-GGUF", C2, "main", g, 5);
     assert_int_equal(rp_hub_name_parse("acme/tiny-GGUF", NULL, &n), RP_OK);
@@ -383,7 +396,8 @@ static void test_list_remove(void **state)
     const char *c = rp_test_tmp_path("hub2");
     // two snapshots of one repo sharing config.json's blob; a GGUF repo with two quants
     fx_snapshot(c, "acme/tiny", C1, "main", folder_files, 5);
-    const fx_file newer[] = {{"config.json", "{\"model_type\":\"llama\"}", 0}, {"tokenizer.json", "{}", 0},
+    const fx_file newer[] = {{"config.json", "{\"model_type\":\"llama\"}", 0},
+                             {"tokenizer.json", "{}", 0},
                              {"model.safetensors", "new weights", 0}};
     fx_snapshot(c, "acme/tiny", C2, "v2", newer, 3);
     const fx_file g[] = {{"t-Q8_0.gguf", "q8 bytes", 0}, {"t-Q4_K_M.gguf", "q4 bytes", 0}};
@@ -492,10 +506,9 @@ static void test_out_of_memory(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sha256_vectors), cmocka_unit_test(test_names),   cmocka_unit_test(test_catalog),
-        cmocka_unit_test(test_closest),        cmocka_unit_test(test_select),  cmocka_unit_test(test_resolve),
-        cmocka_unit_test(test_cache_dir),      cmocka_unit_test(test_list_remove),
-        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_sha256_vectors), cmocka_unit_test(test_names),       cmocka_unit_test(test_catalog),
+        cmocka_unit_test(test_closest),        cmocka_unit_test(test_select),      cmocka_unit_test(test_resolve),
+        cmocka_unit_test(test_cache_dir),      cmocka_unit_test(test_list_remove), cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, rp_test_tmp_setup, rp_test_tmp_teardown);
 }

@@ -37,10 +37,10 @@ static char weights_sha[65];
 
 // What the server does, set by each test.
 static struct {
-    int api_status;       // the revision API's answer (200 normally)
-    int cuts;             // this many blob transfers stop part-way
-    bool wrong_sha;       // the file list publishes another sha256
-    bool stall;           // blob transfers send nothing for 3 s
+    int api_status;         // the revision API's answer (200 normally)
+    int cuts;               // this many blob transfers stop part-way
+    bool wrong_sha;         // the file list publishes another sha256
+    bool stall;             // blob transfers send nothing for 3 s
     const char *need_token; // Authorization must be "Bearer <this>" (401 without, 403 with another)
     const char *api_body;   // the revision API's body instead of the file list
     bool short_body;        // the blob is served 10 bytes short, and complete
@@ -186,8 +186,8 @@ static int setup(void **state)
     for (size_t i = 0; i < WEIGHTS_LEN; i++)
         weights[i] = (char)(i * 2654435761u >> 13);
     fx_sha(weights, WEIGHTS_LEN, weights_sha);
-    daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                               0, NULL, NULL, handler, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    daemon_ = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0,
+                               NULL, NULL, handler, NULL, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!daemon_)
         return -1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
@@ -222,8 +222,8 @@ static rp_status pull_into(const char *cache, const char *token, int stall_s, in
 {
     rp_hub_name n;
     assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &n), RP_OK);
-    rp_hub_pull_params p = {.endpoint = endpoint, .token = token, .cache = cache, .stall_s = stall_s,
-                            .retries = retries, .log = stderr};
+    rp_hub_pull_params p = {
+        .endpoint = endpoint, .token = token, .cache = cache, .stall_s = stall_s, .retries = retries, .log = stderr};
     return rp_hub_pull(&n, &p, r);
 }
 
@@ -320,8 +320,13 @@ static void test_pull_progress(void **state)
     FILE *log = tmpfile();
     rp_hub_name n;
     assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &n), RP_OK);
-    rp_hub_pull_params p = {.endpoint = endpoint, .cache = rp_test_tmp_path("c-bar"), .stall_s = 5, .retries = 2,
-                            .log = log, .progress_bar = true, .parallel = 2};
+    rp_hub_pull_params p = {.endpoint = endpoint,
+                            .cache = rp_test_tmp_path("c-bar"),
+                            .stall_s = 5,
+                            .retries = 2,
+                            .log = log,
+                            .progress_bar = true,
+                            .parallel = 2};
     rp_hub_resolved r;
     assert_int_equal(rp_hub_pull(&n, &p, &r), RP_OK);
     rewind(log);
@@ -470,8 +475,8 @@ static void test_pull_errors(void **state)
     // nothing listening
     rp_hub_name n;
     assert_int_equal(rp_hub_name_parse("acme/tiny", NULL, &n), RP_OK);
-    rp_hub_pull_params p = {.endpoint = "http://127.0.0.1:1", .cache = rp_test_tmp_path("c7"), .stall_s = 2,
-                            .retries = 1, .log = stderr};
+    rp_hub_pull_params p = {
+        .endpoint = "http://127.0.0.1:1", .cache = rp_test_tmp_path("c7"), .stall_s = 2, .retries = 1, .log = stderr};
     assert_int_equal(rp_hub_pull(&n, &p, &r), RP_ERR_IO);
     assert_non_null(strstr(rp_error_message(), "the file list"));
     // a path is nothing to pull
@@ -569,9 +574,11 @@ static void test_pull_concurrent(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pull_layout),    cmocka_unit_test(test_pull_progress), cmocka_unit_test(test_pull_resume),
-        cmocka_unit_test(test_pull_interrupted), cmocka_unit_test(test_pull_wrong_sha), cmocka_unit_test(test_pull_errors),
-        cmocka_unit_test(test_pull_malformed), cmocka_unit_test(test_pull_stall),     cmocka_unit_test(test_pull_concurrent),
+        cmocka_unit_test(test_pull_layout),     cmocka_unit_test(test_pull_progress),
+        cmocka_unit_test(test_pull_resume),     cmocka_unit_test(test_pull_interrupted),
+        cmocka_unit_test(test_pull_wrong_sha),  cmocka_unit_test(test_pull_errors),
+        cmocka_unit_test(test_pull_malformed),  cmocka_unit_test(test_pull_stall),
+        cmocka_unit_test(test_pull_concurrent),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
