@@ -193,6 +193,8 @@ int main(int argc, char **argv)
     }
     print_loadavg("start");
     rp_model *m;
+    if (!(path = bench_model_path(path)))
+        return 1;
     if (bench_load(path, "cpu", threads_arg, false, &mp, &m)) {
         fprintf(stderr, "decode-bench: %s\n", rp_error_message());
         return 1;

@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "bench_model.h"
 #include "grammar/grammar_int.h"
 
 static double now_us(void)
@@ -167,8 +168,11 @@ int main(int argc, char **argv)
     int repeat = argc > 2 ? atoi(argv[2]) : 200;
     if (repeat < 1)
         repeat = 1;
+    const char *tok_path = bench_model_path(argv[1]);
+    if (!tok_path)
+        return 1;
     rp_tokenizer *t = NULL;
-    if (rp_tok_load_file(argv[1], &t) != RP_OK) {
+    if (rp_tok_load_file(tok_path, &t) != RP_OK) {
         fprintf(stderr, "%s\n", rp_error_message());
         return 1;
     }

@@ -253,6 +253,8 @@ int main(int argc, char **argv)
     mp.quiet = true;
     rp_model *m = NULL;
     rp_tokenizer *tok = NULL;
+    if (!(o.model = bench_model_path(o.model)))
+        return 1;
     if (bench_load(o.model, "cpu", o.threads, false, &mp, &m) || rp_tok_load_file(o.model, &tok)) {
         fprintf(stderr, "prefix-bench: %s\n", rp_error_message());
         return 1;

@@ -104,6 +104,8 @@ int main(int argc, char **argv)
     mp.quiet = true;
     rp_model *m = NULL;
     rp_tokenizer *tok = NULL;
+    if (!(model = bench_model_path(model)))
+        return 1;
     if (bench_load(model, "cpu", threads, false, &mp, &m) || rp_tok_load_file(model, &tok)) {
         fprintf(stderr, "spec-batch-bench: %s\n", rp_error_message());
         return 1;

@@ -85,6 +85,8 @@ int main(int argc, char **argv)
     mp.quiet = true;
     rp_model *m = NULL;
     rp_kv_pool *kv = NULL;
+    if (!(model_path = bench_model_path(model_path)))
+        return 1;
     if (bench_load(model_path, device, threads, f32_act, &mp, &m) != RP_OK) {
         fprintf(stderr, "step-bench: %s\n", rp_error_message());
         return 1;

@@ -111,6 +111,8 @@ int main(int argc, char **argv)
     bool *want = NULL;
     float *logits = NULL;
     double *times = NULL;
+    if (!(path = bench_model_path(path)))
+        return 1;
     if (bench_load(path, device, threads, f32_act, &mp, &m)) {
         fprintf(stderr, "verify-bench: %s\n", rp_error_message());
         return 1;

@@ -9,6 +9,7 @@
 
 #include "../chat/chat.h"
 #include "../engine/engine.h"
+#include "../hub/hub.h"
 #include "../tokenizer/tokenizer.h"
 
 #include <stdbool.h>
@@ -20,6 +21,10 @@ int rp_cli_serve(int argc, char **argv);
 int rp_cli_tokenize(int argc, char **argv);
 int rp_cli_template(int argc, char **argv);
 int rp_cli_bench(int argc, char **argv);
+int rp_cli_pull(int argc, char **argv);
+int rp_cli_models(int argc, char **argv);
+int rp_cli_rm(int argc, char **argv);
+int rp_cli_ps(int argc, char **argv);
 
 // default_model.c
 // The bundled default model's folder (models/rapid-tiny), or NULL when it cannot be found
@@ -28,6 +33,30 @@ const char *rp_cli_default_model(void);
 // After rp_cli_default_model returned NULL: prints on stderr that `rapid CMD` has no
 // model, every place looked in, and how to set RAPID_MODELS.
 void rp_cli_default_model_missing(const char *cmd);
+// The shipped catalog of aliases: $RAPID_CATALOG, else models/catalog.json in the places the
+// bundled model is looked for; NULL when none has it.
+const char *rp_cli_catalog_path(void);
+
+// model_name.c: MODEL by name (src/hub)
+// The catalog (shipped, then the user's ~/.config/rapid/models.json over it); NULL after a
+// message on stderr naming `rapid CMD` and the bad file.
+rp_hub_catalog *rp_cli_catalog(const char *cmd);
+// The hub cache folder into buf; false after a message on stderr.
+bool rp_cli_cache_dir(const char *cmd, char *buf, size_t cap);
+// What an alias's catalog entry sets for run and serve when their flags do not ("": nothing).
+typedef struct rp_cli_model_defaults {
+    char tool_parser[32];
+    char reasoning_parser[32];
+} rp_cli_model_defaults;
+// Resolves MODEL for `rapid CMD` into *out (out->path: what the loaders take): a path as
+// given, else a repo id or alias from the hub cache; missing there and download set (and
+// HF_HUB_OFFLINE unset), pulled with token (NULL: $HF_TOKEN). def (may be NULL) gets the
+// alias' parsers (names the chat module knows; others are left out with a warning).
+// 0, or 1 after printing what was tried and the next step on stderr.
+int rp_cli_resolve_model(const char *cmd, const char *model, bool download, const char *token, rp_hub_resolved *out,
+                         rp_cli_model_defaults *def);
+// rp_hub_pull's parameters for the CLI: the cache, token, a progress bar when stderr is a terminal.
+void rp_cli_pull_params(const char *cache, const char *token, rp_hub_pull_params *p);
 
 // sizes.c: the flags' values, and what a bad one prints
 // Bad usage of `rapid CMD` (cmd NULL: of `rapid` itself): one line on stderr, "rapid CMD:

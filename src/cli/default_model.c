@@ -9,6 +9,9 @@
  * models/ next to its binary). When none has it, the message lists every place
  * looked and names RAPID_MODELS.
  *
+ * The catalog of aliases (models/catalog.json) is looked for in the same places
+ * (rp_cli_catalog_path); $RAPID_CATALOG names another file.
+ *
  * Test hook: RP_TEST_SOURCE_TREE in the environment replaces the compiled-in
  * source tree ("" skips it), so a test can run a binary as if built elsewhere.
  */
@@ -35,8 +38,12 @@ static char places[MAX_PLACES][PATH_MAX + 64]; // the folders looked in, in orde
 static int n_places;
 static bool models_unset; // RAPID_MODELS was not set
 
+static const char *want_leaf = DEFAULT_NAME; // what try_place looks for: the bundled model or the catalog
+
 static bool has_model(const char *dir)
 {
+    if (strcmp(want_leaf, DEFAULT_NAME))
+        return rp_file_exists(dir);
     static const char tail[] = "/config.json";
     char cfg[PATH_MAX + 128];
     size_t n = strlen(dir);
@@ -53,11 +60,12 @@ static const char *try_place(const char *base, const char *rel)
     if (n_places == MAX_PLACES)
         return NULL;
     char *p = places[n_places++];
-    snprintf(p, sizeof(places[0]), "%s/%s%s", base, rel, DEFAULT_NAME);
+    snprintf(p, sizeof(places[0]), "%s/%s%s", base, rel, want_leaf);
     return has_model(p) ? p : NULL;
 }
 
-const char *rp_cli_default_model(void)
+// The first place holding want_leaf, in the order above.
+static const char *find_leaf(void)
 {
     n_places = 0;
     const char *found = NULL;
@@ -85,6 +93,23 @@ const char *rp_cli_default_model(void)
     if (*src && (found = try_place(src, "models/")))
         return found;
     return NULL;
+}
+
+const char *rp_cli_default_model(void)
+{
+    want_leaf = DEFAULT_NAME;
+    return find_leaf();
+}
+
+const char *rp_cli_catalog_path(void)
+{
+    const char *env = getenv("RAPID_CATALOG");
+    if (env && *env)
+        return env;
+    want_leaf = "catalog.json";
+    const char *found = find_leaf();
+    want_leaf = DEFAULT_NAME;
+    return found;
 }
 
 void rp_cli_default_model_missing(const char *cmd)

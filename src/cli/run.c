@@ -28,8 +28,10 @@ static void run_usage(FILE *f)
 {
     fprintf(f, "usage: rapid run [MODEL] -p PROMPT [options]\n"
                "\n"
-               "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json) or a .gguf file;\n"
-               "without it, the bundled demonstration model rapid-tiny (looked for in $RAPID_MODELS, next to\n"
+               "MODEL is a Hugging Face model folder (config.json, *.safetensors, tokenizer.json), a .gguf file,\n"
+               "a repo id (org/name[@REV], org/name-GGUF:Q4_K_M) or an alias (`rapid models --catalog`): a name\n"
+               "is found in the hub cache, or downloaded into it (see `rapid pull --help`); without it, the\n"
+               "bundled demonstration model rapid-tiny (looked for in $RAPID_MODELS, next to\n"
                "the binary, under the install prefix, then in the source tree it was built from) is used. The\n"
                "prompt goes in as a user message in the model's chat format (its chat template; a model without\n"
                "one gets the built-in ChatML template, with a warning), unless --raw.\n"
@@ -77,6 +79,8 @@ static void run_usage(FILE *f)
                "      --draft-model PATH  a smaller model with the same tokenizer that drafts tokens\n"
                "      --cache-dir DIR     keep the prompt's KV in DIR/<model fingerprint>/ at exit and reuse it\n"
                "                          next time (the prefix cache's disk tier; off by default for run)\n"
+               "      --no-download       a MODEL by name must be in the hub cache already\n"
+               "      --hf-token TOKEN    for downloading gated or private repos (default $HF_TOKEN)\n"
                "  -h, --help              this help\n");
 }
 
@@ -90,6 +94,10 @@ typedef struct run_opts {
     rp_dtype quant;
     rp_sample_params sp;
     rp_engine_spec_params spec;
+    bool no_download;
+    const char *hf_token;
+    rp_hub_resolved where; // MODEL on disk (model points at where.path)
+    rp_cli_model_defaults def; // an alias' parsers, for the flags not given
 } run_opts;
 
 // Returns 0 when parsed, 2 on bad usage, -1 when help was printed.
@@ -121,7 +129,9 @@ static int parse_args(int argc, char **argv, run_opts *o)
         O_DEVICE,
         O_CACHE_DIR,
         O_KV_DTYPE,
-        O_CHAT_TEMPLATE
+        O_CHAT_TEMPLATE,
+        O_NO_DOWNLOAD,
+        O_HF_TOKEN
     };
     static const struct option longs[] = {
         {"prompt", required_argument, 0, 'p'},
@@ -154,6 +164,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
         {"device", required_argument, 0, O_DEVICE},
         {"cache-dir", required_argument, 0, O_CACHE_DIR},
         {"kv-dtype", required_argument, 0, O_KV_DTYPE},
+        {"no-download", no_argument, 0, O_NO_DOWNLOAD},
+        {"hf-token", required_argument, 0, O_HF_TOKEN},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -232,6 +244,8 @@ static int parse_args(int argc, char **argv, run_opts *o)
             break;
         case O_DRAFT: o->spec.draft_path = optarg; break;
         case O_DEVICE: o->device = optarg; break;
+        case O_NO_DOWNLOAD: o->no_download = true; break;
+        case O_HF_TOKEN: o->hf_token = optarg; break;
         case 'h': run_usage(stdout); return -1;
         case ':': return rp_cli_usage_error("run", "option '%s' needs a value", argv[optind - 1]);
         default: return rp_cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
@@ -250,13 +264,22 @@ static int parse_args(int argc, char **argv, run_opts *o)
         return rp_cli_usage_error("run", "%s", bad);
     if (no_spec)
         o->spec.method = RP_ENGINE_SPEC_OFF;
+    if (rp_sample_params_validate(&o->sp) != RP_OK)
+        return rp_cli_usage_error("run", "%s", rp_error_message());
     o->model = optind < argc ? argv[optind] : rp_cli_default_model();
     if (!o->model) {
         rp_cli_default_model_missing("run");
         return 1;
     }
-    if (rp_sample_params_validate(&o->sp) != RP_OK)
-        return rp_cli_usage_error("run", "%s", rp_error_message());
+    if (optind < argc) {
+        if (rp_cli_resolve_model("run", o->model, !o->no_download, o->hf_token, &o->where, &o->def))
+            return 1;
+        o->model = o->where.path;
+        if (!o->tool_parser && o->def.tool_parser[0])
+            o->tool_parser = o->def.tool_parser;
+        if (!o->reasoning_parser && o->def.reasoning_parser[0])
+            o->reasoning_parser = o->def.reasoning_parser;
+    }
     return 0;
 }
 

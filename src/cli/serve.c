@@ -22,8 +22,9 @@ static void serve_usage(FILE *f)
 {
     fprintf(f, "usage: rapid serve [MODEL] [options]\n"
                "\n"
-               "Serves MODEL (a Hugging Face folder or a .gguf file; without it the bundled demonstration\n"
-               "model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
+               "Serves MODEL (a Hugging Face folder, a .gguf file, a repo id org/name[@REV] or\n"
+               "org/name-GGUF:QUANT, or an alias from `rapid models --catalog`: a name is found in the hub\n"
+               "cache or downloaded into it; without MODEL the bundled demonstration model rapid-tiny) over HTTP: the OpenAI API (/v1/chat/completions, /v1/completions,\n"
                "/v1/responses, /v1/models), the Anthropic API (/v1/messages, /v1/messages/count_tokens),\n"
                "/health, /metrics (Prometheus) and /v1/status (JSON). Runs until SIGINT or SIGTERM, then\n"
                "cancels what is running, closes the connections, writes the prefix cache to disk (at most\n"
@@ -98,6 +99,8 @@ static void serve_usage(FILE *f)
                "      --device NAME          where the model runs: cpu, or cuda[:N] in a build with CUDA\n"
                "                             (default: $RAPID_DEVICE, else the GPU when one answers, else cpu)\n"
                "  -q, --quiet                no per-request log lines\n"
+               "      --no-download          a MODEL by name must be in the hub cache already\n"
+               "      --hf-token TOKEN       for downloading gated or private repos (default $HF_TOKEN)\n"
                "  -h, --help                 this help\n"
                "\n"
                "Every option can also come from the environment: --foo-bar V as RAPID_FOO_BAR=V (an option\n"
@@ -117,6 +120,10 @@ typedef struct serve_opts {
     bool key_flag, key_file_flag; // --api-key, --api-key-file given on the command line (not by a variable)
     char *key_buf;                // the key read from api_key_file
     rp_cli_env_argv env; // the RAPID_* variables' flags and the command line (optargs point into it)
+    bool no_download, model_named;
+    const char *hf_token;
+    rp_hub_resolved where; // MODEL on disk (model points at where.path once resolved)
+    rp_cli_model_defaults def; // an alias' parsers, for the flags not given
 } serve_opts;
 
 static void serve_opts_free(serve_opts *o)
@@ -186,7 +193,9 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_MAXCONN_CLIENT,
         O_TIMEOUT,
         O_KEYFILE,
-        O_ORIGINS
+        O_ORIGINS,
+        O_NO_DOWNLOAD,
+        O_HF_TOKEN
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -212,6 +221,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"speculative-config", required_argument, 0, O_SPEC_CONFIG},
         {"draft-model", required_argument, 0, O_DRAFT},
         {"device", required_argument, 0, O_DEVICE},
+        {"no-download", no_argument, 0, O_NO_DOWNLOAD},
+        {"hf-token", required_argument, 0, O_HF_TOKEN},
         {"max-queue", required_argument, 0, O_QUEUE},
         {"max-request-bytes", required_argument, 0, O_MAXREQ},
         {"max-connections", required_argument, 0, O_MAXCONN},
@@ -287,6 +298,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             break;
         case O_DRAFT: o->ep.spec.draft_path = optarg; break;
         case O_DEVICE: o->device = optarg; break;
+        case O_NO_DOWNLOAD: o->no_download = true; break;
+        case O_HF_TOKEN: o->hf_token = optarg; break;
         case O_MAXREQ:
             ok = rp_cli_parse_long(optarg, 1024, (long long)1 << 40, &v);
             o->sp.max_request_bytes = (size_t)v;
@@ -349,6 +362,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         rp_cli_default_model_missing("serve");
         return 1;
     }
+    o->model_named = optind < argc;
     return 0;
 }
 
@@ -467,6 +481,22 @@ int rp_cli_serve(int argc, char **argv)
         return 1;
     }
     o.sp.has_listen_fd = true; // the server's once rp_server_run has it
+    // MODEL by name: from the hub cache, or downloaded (after the port is ours, before the load).
+    if (o.model_named) {
+        if (rp_cli_resolve_model("serve", o.model, !o.no_download, o.hf_token, &o.where, &o.def)) {
+            close(o.sp.listen_fd);
+            serve_opts_free(&o);
+            return 1;
+        }
+        // A model by name is served under that name, not its snapshot folder's (a commit).
+        if (o.where.name.kind != RP_HUB_NAME_PATH && !o.sp.served_model_name)
+            o.sp.served_model_name = o.where.name.text;
+        o.model = o.where.path;
+        if (!o.sp.tool_parser && o.def.tool_parser[0])
+            o.sp.tool_parser = o.def.tool_parser;
+        if (!o.sp.reasoning_parser && o.def.reasoning_parser[0])
+            o.sp.reasoning_parser = o.def.reasoning_parser;
+    }
     rp_model *model = NULL;
     rp_tokenizer *tok = NULL;
     rp_engine *engine = NULL;

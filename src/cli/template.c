@@ -29,7 +29,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: rapid template (MODEL | --template FILE|NAME) --messages FILE.json [options]\n"
                "\n"
                "Renders a chat template with transformers' semantics and prints the prompt exactly.\n"
-               "MODEL is a Hugging Face model folder or a .gguf file (its chat template and bos/eos tokens);\n"
+               "MODEL is a Hugging Face model folder or a .gguf file (its chat template and bos/eos tokens),\n"
+               "or a repo id or alias already in the hub cache (`rapid models`);\n"
                "a MODEL without a chat template gets the built-in chatml, with a warning, as rapid serve does.\n"
                "\n"
                "options:\n"
@@ -126,7 +127,10 @@ int rp_cli_template(int argc, char **argv)
             goto done;
         }
     }
-    if (model && rp_tok_load_file(model, &tok)) {
+    rp_hub_resolved where;
+    if (model && rp_cli_resolve_model("template", model, false, NULL, &where, NULL))
+        goto done;
+    if (model && rp_tok_load_file(where.path, &tok)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;
     }

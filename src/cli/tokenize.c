@@ -15,7 +15,8 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: rapid tokenize MODEL [--no-bos] (TEXT | --file F)\n"
-                    "  MODEL   a Hugging Face model folder, a tokenizer.json, or a .gguf file\n"
+                    "  MODEL   a Hugging Face model folder, a tokenizer.json, or a .gguf file, or a repo id\n"
+                    "          or alias already in the hub cache (`rapid models`)\n"
                     "  --no-bos  add no special tokens (BOS/EOS)\n"
                     "  --file F  read the text from file F instead of the command line\n");
     return 2;
@@ -62,8 +63,13 @@ int rp_cli_tokenize(int argc, char **argv)
     } else {
         len = strlen(text);
     }
+    rp_hub_resolved where;
+    if (rp_cli_resolve_model("tokenize", model, false, NULL, &where, NULL)) {
+        rp_free(buf);
+        return 1;
+    }
     rp_tokenizer *t = NULL;
-    if (rp_tok_load_file(model, &t)) {
+    if (rp_tok_load_file(where.path, &t)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         rp_free(buf);
         return 1;

@@ -6,6 +6,7 @@
  * where its absence fails the test, so a wrong path cannot pass.
  * rp_test_source(rel): a path inside the source tree ($RP_SOURCE_DIR, set by CTest).
  * rp_test_device(): the device model-level tests load on ($RP_TEST_DEVICE, default "cpu").
+ * rp_test_run_shell(): runs a command line, its stdout and stderr into buffers.
  */
 #ifndef RP_TEST_UTIL_H
 #define RP_TEST_UTIL_H
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cmocka.h>
 
@@ -80,5 +82,26 @@ static inline const char *rp_test_conformance_dir(void)
             skip();                                                                                                    \
         }                                                                                                              \
     } while (0)
+
+// Runs a shell command line with stderr going through errfile; stdout into out and stderr into
+// err (both NUL-terminated, cut at their capacity). Its exit status, -1 when it did not exit.
+static inline int rp_test_run_shell(const char *line, const char *errfile, char *out, size_t out_cap, char *err,
+                                    size_t err_cap)
+{
+    char *cmd = malloc(strlen(line) + strlen(errfile) + 16);
+    assert_non_null(cmd);
+    sprintf(cmd, "%s 2>'%s'", line, errfile);
+    FILE *p = popen(cmd, "r");
+    free(cmd);
+    assert_non_null(p);
+    out[fread(out, 1, out_cap - 1, p)] = 0;
+    int status = pclose(p);
+    FILE *e = fopen(errfile, "r");
+    err[e ? fread(err, 1, err_cap - 1, e) : 0] = 0;
+    if (e)
+        fclose(e);
+    remove(errfile);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 #endif
