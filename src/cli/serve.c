@@ -568,8 +568,9 @@ int rp_cli_serve(int argc, char **argv)
                         o.sp.tool_parser, o.sp.reasoning_parser, &tf, &rf);
     rp_log(RP_LOG_INFO, "rapid: chat template %s | tool calls: %s, reasoning: %s", what, rp_tool_format_name(tf),
            rp_reasoning_format_name(rf));
-    o.sp.has_listen_fd = false; // (handed over, whatever happens)
-    if (rp_server_run(engine, model, tok, &o.sp)) {
+    rp_server_params sp = o.sp; // the listening socket goes with it, whatever happens
+    o.sp.has_listen_fd = false;
+    if (rp_server_run(engine, model, tok, &sp)) {
         fprintf(stderr, "rapid: %s\n", rp_error_message());
         goto done;
     }

@@ -6,7 +6,7 @@
 // transfer coding other than chunked, a long target, a large head and a raw NUL in
 // the body are JSON errors; a client that half-closes after its request still gets
 // its reply (whole and streamed); /v1/status needs the key, /health and /metrics do
-// not; and --max-connections, --max-connections-per-client and --timeout: slow
+// not; --port N serves on N; and --max-connections, --max-connections-per-client and --timeout: slow
 // clients from one address keep neither that address nor another out, and are
 // dropped after the timeout.
 import assert from 'node:assert/strict';
@@ -222,6 +222,31 @@ describe('HTTP edges: --api-key, --max-request-bytes 4096', { skip: SKIP }, () =
         const samples = (await m.text()).split('\n').filter((l) => l && !l.startsWith('#'));
         assert.ok(samples.length > 20);
         assert.deepEqual(samples.filter((l) => l.includes('/')), []);
+    });
+});
+
+// A port given on the command line is the one served: the socket bound before the model
+// loads is the one the server answers on (once, the server bound a second socket, which a
+// fixed port refused as in use, while --port 0 hid it behind another free port).
+describe('--port N', { skip: SKIP }, () => {
+    test('serves on the port it was given, and /health answers there', T, async () => {
+        const port = await new Promise((resolve, reject) => {
+            const probe = net.createServer();
+            probe.on('error', reject);
+            probe.listen(0, '127.0.0.1', () => {
+                const p = probe.address().port;
+                probe.close(() => resolve(p));
+            });
+        });
+        const server = await startServer(['--port', String(port)]);
+        try {
+            assert.equal(server.port, port, server.logTail());
+            const r = await fetch(`http://127.0.0.1:${port}/health`);
+            assert.equal(r.status, 200);
+            assert.doesNotMatch(server.log(), /cannot listen/);
+        } finally {
+            await server.stop();
+        }
     });
 });
 
