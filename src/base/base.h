@@ -69,6 +69,9 @@ void *rp_calloc(size_t count, size_t size);
 void *rp_realloc(void *p, size_t n);
 char *rp_strdup(const char *s);
 char *rp_strndup(const char *s, size_t n);
+// Edit distance with transpositions (optimal string alignment) between a and b, ASCII case
+// ignored, both cut at 63 characters: how close a mistyped name is to a known one.
+int rp_str_distance(const char *a, const char *b);
 void rp_free(void *p);
 // 64-byte aligned (SIMD rows, cache lines); free with rp_free_aligned.
 void *rp_malloc_aligned(size_t n);

@@ -83,20 +83,31 @@ bool rp_cli_parse_kv_dtype(const char *s, bool *f32);
 // --quant: "q8"/"q8_0", "q4"/"q4_0" or "q4k"/"q4_K" into *out. False for anything else.
 bool rp_cli_parse_quant(const char *s, rp_dtype *out);
 
-// env_opts.c: flags from the environment (RAPID_FOO_BAR for --foo-bar; the command line wins)
+// env_opts.c: flags from a config file and the environment (the command line wins over a
+// variable, a variable over the file)
 struct option;
 typedef struct rp_cli_env_argv {
-    int argc;     // argv[0], the variables' flags, then the command line's arguments
+    int argc;     // argv[0], the file's flags, the variables' flags, then the command line's arguments
     char **argv;
-    int n_env;    // argv[1 .. n_env] came from variables
-    char **names; // (n_env) the variable each came from
+    int n_env;    // argv[1 .. n_env] came from the file or a variable
+    int n_file;   // argv[1 .. n_file] of those came from the file
+    char **names; // (n_env) where each came from: the file's path, or the variable's name
+    char *model;  // the file's "model": MODEL when the command line names none (NULL: none)
 } rp_cli_env_argv;
-// Builds *out from the variables of longs (every flag but help) and the command line:
-// 0, else the status to exit with (a flag without a value given a value other than
-// 1/true/yes/on or 0/false/no/off: a usage error naming the variable).
-int rp_cli_env_args(const char *cmd, const struct option *longs, int argc, char **argv, rp_cli_env_argv *out);
-// The variable argument `index` of out->argv came from, or NULL (the command line).
+// Where a flag came from, lowest precedence first.
+typedef enum rp_cli_origin { RP_CLI_FROM_FILE, RP_CLI_FROM_ENV, RP_CLI_FROM_ARGS } rp_cli_origin;
+// Builds *out from the config file (--config FILE in argv, read by getopt with shorts and
+// longs, else $RAPID_CONFIG; only when longs has a "config" flag), the variables of longs
+// (RAPID_FOO_BAR for --foo-bar, every flag but help and config) and the command line.
+// 0, else the status to exit with after one line on stderr: 2 for a file that cannot be
+// read, is not a JSON object (jansson's line and column), has a key that names no flag (the
+// closest named) or a value of the wrong type; 2 for a flag without a value given by a
+// variable a value other than 1/true/yes/on or 0/false/no/off; 1 out of memory.
+int rp_cli_env_args(const char *cmd, const char *shorts, const struct option *longs, int argc, char **argv,
+                    rp_cli_env_argv *out);
+// Where argument `index` of out->argv came from (the file's path, the variable), or NULL (the command line).
 const char *rp_cli_env_origin(const rp_cli_env_argv *e, int index);
+rp_cli_origin rp_cli_env_rank(const rp_cli_env_argv *e, int index);
 void rp_cli_env_free(rp_cli_env_argv *e);
 
 // device.c

@@ -101,10 +101,16 @@ static void serve_usage(FILE *f)
                "  -q, --quiet                no per-request log lines\n"
                "      --no-download          a MODEL by name must be in the hub cache already\n"
                "      --hf-token TOKEN       for downloading gated or private repos (default $HF_TOKEN)\n"
+               "      --config FILE          options from FILE (default $RAPID_CONFIG), a JSON object: the long\n"
+               "                             options' names without the dashes, a string or a number each, true\n"
+               "                             or false for an option without a value, and \"model\" for MODEL:\n"
+               "                             {\"model\": \"qwen3-8b\", \"host\": \"0.0.0.0\", \"port\": 8000,\n"
+               "                             \"api-key-file\": \"/etc/rapid/key\", \"no-spec-decode\": true}\n"
                "  -h, --help                 this help\n"
                "\n"
                "Every option can also come from the environment: --foo-bar V as RAPID_FOO_BAR=V (an option\n"
-               "without a value: 1/true/yes/on or 0/false/no/off); the command line wins over a variable.\n");
+               "without a value: 1/true/yes/on or 0/false/no/off). The command line wins over a variable, a\n"
+               "variable over the config file (MODEL: the command line's over the file's).\n");
 }
 
 typedef struct serve_opts {
@@ -117,9 +123,9 @@ typedef struct serve_opts {
     rp_dtype quant;
     bool no_disk_cache, mmap, f32_act;
     const char *api_key_file;
-    bool key_flag, key_file_flag; // --api-key, --api-key-file given on the command line (not by a variable)
-    char *key_buf;                // the key read from api_key_file
-    rp_cli_env_argv env; // the RAPID_* variables' flags and the command line (optargs point into it)
+    int key_from, key_file_from; // where --api-key, --api-key-file came from (rp_cli_origin; -1: not given)
+    char *key_buf;               // the key read from api_key_file
+    rp_cli_env_argv env; // the config file's and RAPID_* variables' flags and the command line (optargs point into it)
     bool no_download, model_named;
     const char *hf_token;
     rp_hub_resolved where; // MODEL on disk (model points at where.path once resolved)
@@ -195,7 +201,8 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         O_KEYFILE,
         O_ORIGINS,
         O_NO_DOWNLOAD,
-        O_HF_TOKEN
+        O_HF_TOKEN,
+        O_CONFIG
     };
     static const struct option longs[] = {
         {"host", required_argument, 0, O_HOST},
@@ -236,6 +243,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         {"f32-activations", no_argument, 0, O_F32_ACT},
         {"threads", required_argument, 0, 't'},
         {"quiet", no_argument, 0, 'q'},
+        {"config", required_argument, 0, O_CONFIG},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -243,15 +251,17 @@ static int parse_args(int argc, char **argv, serve_opts *o)
     rp_server_params_default(&o->sp);
     rp_engine_params_default(&o->ep);
     o->quant = RP_DTYPE_F32;
-    int env_rc = rp_cli_env_args("serve", longs, argc, argv, &o->env);
+    o->key_from = o->key_file_from = -1;
+    static const char shorts[] = ":t:qh";
+    int env_rc = rp_cli_env_args("serve", shorts, longs, argc, argv, &o->env);
     if (env_rc)
         return env_rc;
     argc = o->env.argc, argv = o->env.argv;
     bool no_spec = false;
-    optind = 1;
+    optind = 0; // glibc: a whole new scan (rp_cli_env_args ran one of its own)
     opterr = 0;
     int c, li = -1;
-    while ((c = getopt_long(argc, argv, ":t:qh", longs, &li)) != -1) {
+    while ((c = getopt_long(argc, argv, shorts, longs, &li)) != -1) {
         bool ok = true;
         long long v = 0;
         char optname[64];
@@ -265,11 +275,11 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         case O_PORT: ok = rp_cli_parse_long(optarg, 0, 65535, &v), o->sp.port = (int)v; break;
         case O_KEY:
             o->sp.api_key = optarg;
-            o->key_flag = !rp_cli_env_origin(&o->env, optind - 1);
+            o->key_from = (int)rp_cli_env_rank(&o->env, optind - 1);
             break;
         case O_KEYFILE:
             o->api_key_file = optarg;
-            o->key_file_flag = !rp_cli_env_origin(&o->env, optind - 1);
+            o->key_file_from = (int)rp_cli_env_rank(&o->env, optind - 1);
             ok = *optarg != 0;
             break;
         case O_ORIGINS: o->sp.allowed_origins = optarg; ok = *optarg != 0; break;
@@ -336,6 +346,7 @@ static int parse_args(int argc, char **argv, serve_opts *o)
             o->f32_act = true;
             break;
         case O_QUANT: ok = rp_cli_parse_quant(optarg, &o->quant); break;
+        case O_CONFIG: break; // read by rp_cli_env_args
         case 't': ok = rp_cli_parse_long(optarg, 1, 1024, &v), o->threads = (int)v; break;
         case 'q': o->sp.quiet = true; break;
         case 'h': serve_usage(stdout); return -1;
@@ -352,17 +363,18 @@ static int parse_args(int argc, char **argv, serve_opts *o)
         o->ep.spec.method = RP_ENGINE_SPEC_OFF;
     if (optind < argc - 1)
         return rp_cli_usage_error("serve", "expected at most one MODEL");
-    if (o->key_flag && o->key_file_flag)
+    if (o->key_from == RP_CLI_FROM_ARGS && o->key_file_from == RP_CLI_FROM_ARGS)
         return rp_cli_usage_error("serve", "give --api-key or --api-key-file, not both");
-    // (a key given both ways, one by a variable: the command line's flag wins)
-    if (o->api_key_file && !o->key_flag && read_key_file(o->api_key_file, o))
+    // A key given both ways: the one from higher up (flags > env > file) wins; from the same
+    // variables or the same file, the key file.
+    if (o->api_key_file && o->key_file_from >= o->key_from && read_key_file(o->api_key_file, o))
         return 1;
-    o->model = optind < argc ? argv[optind] : rp_cli_default_model();
+    o->model_named = optind < argc || o->env.model;
+    o->model = optind < argc ? argv[optind] : o->env.model ? o->env.model : rp_cli_default_model();
     if (!o->model) {
         rp_cli_default_model_missing("serve");
         return 1;
     }
-    o->model_named = optind < argc;
     return 0;
 }
 

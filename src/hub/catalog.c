@@ -176,32 +176,6 @@ bool rp_hub_catalog_find(const rp_hub_catalog *c, const char *alias, rp_hub_entr
     return false;
 }
 
-// Edit distance with transpositions (optimal string alignment), case ignored, both
-// strings cut at 63 characters.
-static int distance(const char *a, const char *b)
-{
-    int la = (int)strnlen(a, 63), lb = (int)strnlen(b, 63);
-    int d[64][64];
-    for (int i = 0; i <= la; i++)
-        d[i][0] = i;
-    for (int j = 0; j <= lb; j++)
-        d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            char x = rp_hub_lower(a[i - 1]), y = rp_hub_lower(b[j - 1]);
-            int best = d[i - 1][j - 1] + (x != y);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && x == rp_hub_lower(b[j - 2]) && rp_hub_lower(a[i - 2]) == y &&
-                d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    return d[la][lb];
-}
-
 size_t rp_hub_catalog_closest(const rp_hub_catalog *c, const char *text, const char **out, size_t cap)
 {
     if (!c || !cap)
@@ -214,7 +188,7 @@ size_t rp_hub_catalog_closest(const rp_hub_catalog *c, const char *text, const c
         cap = 16;
     for (size_t i = 0; i < c->n; i++) {
         const char *a = c->aliases[i];
-        int d = distance(text, a);
+        int d = rp_str_distance(text, a);
         if (tl >= 3 && !strncasecmp(a, text, tl))
             d = 1;
         if (d > (int)(tl + 1) / 2 + 1)

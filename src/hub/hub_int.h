@@ -7,11 +7,6 @@
 
 #include "hub.h"
 
-// ASCII lower case.
-static inline char rp_hub_lower(char c)
-{
-    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
-}
 // A repo id "org/name": two non-empty parts of [A-Za-z0-9._-], neither starting with
 // '.' or '-' nor holding "..", at most 96 characters each (the hub's limits).
 bool rp_hub_repo_valid(const char *s, size_t n);
