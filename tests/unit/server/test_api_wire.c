@@ -23,6 +23,7 @@
 static int setup(void **state)
 {
     (void)state;
+    wire_ctx = 8192; // the busy test's stream must outlast its requests (1,024 tokens took 0.35 s)
     return wire_server_start(KEY, 0);
 }
 
@@ -375,14 +376,14 @@ static void test_messages_errors(void **state)
     expect_anthropic_error(&r, 400, "invalid_request_error");
     free(r.body);
     // The prompt alone does not fit the context.
-    char *longp = malloc(40000);
+    char *longp = malloc(80000);
     strcpy(longp, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"");
-    for (int i = 0; i < 1500; i++)
+    for (int i = 0; i < 12000; i++)
         strcat(longp, "word ");
     strcat(longp, "\"}]}");
     wire_request("POST", "/v1/messages", XKEY, longp, &r);
     expect_anthropic_error(&r, 400, "invalid_request_error");
-    assert_non_null(strstr(r.body, "1024"));
+    assert_non_null(strstr(r.body, "8192"));
     free(r.body);
     free(longp);
     still_serving();
@@ -401,7 +402,11 @@ static void test_busy_and_disconnect(void **state)
                              "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":100000,"
                              "\"ignore_eos\":true,\"temperature\":2,\"seed\":1,\"stream\":true}");
     wait_running(); // the queue's one place is free again
+    // b's first frame (message_start) waits up to half a second for its admission: a must run
+    // longer than that (hence the 8,192-token context), and b is in the engine's queue before
+    // the next request comes.
     int b = wire_open_stream("/v1/messages", XKEY, MSG_BODY(",\"stream\":true"));
+    wait_queue_full();
     wire_resp r;
     wire_request("POST", "/v1/messages", XKEY, MSG_BODY(""), &r); // the queue is full
     expect_anthropic_error(&r, 503, "overloaded_error");

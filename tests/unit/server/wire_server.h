@@ -97,17 +97,23 @@ __attribute__((unused)) static void still_serving(void)
     free(r.body);
 }
 
-// Waits for `running` requests generating and none queued (a liveness bound, not a timing assertion).
-static void wait_engine(int running, const char *what)
+// Waits for `running` requests generating and `queued` waiting (a liveness bound, not a timing
+// assertion).
+static void wait_engine_queue(int running, int queued, const char *what)
 {
     for (int i = 0; i < 3000; i++) {
         rp_engine_stats es;
         rp_engine_get_stats(engine, &es);
-        if (es.running == running && es.queued == 0)
+        if (es.running == running && es.queued == queued)
             return;
         usleep(10000);
     }
     fail_msg("the engine did not %s", what);
+}
+
+static void wait_engine(int running, const char *what)
+{
+    wait_engine_queue(running, 0, what);
 }
 
 __attribute__((unused)) static void wait_idle(void)
@@ -119,6 +125,12 @@ __attribute__((unused)) static void wait_idle(void)
 __attribute__((unused)) static void wait_running(void)
 {
     wait_engine(1, "start the request");
+}
+
+// One request generating and one in the queue's one place: the next is refused.
+__attribute__((unused)) static void wait_queue_full(void)
+{
+    wait_engine_queue(1, 1, "queue the second request");
 }
 
 #endif
