@@ -96,7 +96,9 @@ export function parseMetrics(text) {
     for (const line of text.split('\n')) {
         if (!line || line.startsWith('#')) continue;
         const sp = line.lastIndexOf(' ');
-        out[line.slice(0, sp)] = Number(line.slice(sp + 1));
+        // Keyed by name and labels without model_name (one model is served): "name", "name{le=\"1\"}".
+        const key = line.slice(0, sp).replace(/\{model_name="(?:[^"\\]|\\.)*",?/, '{').replace(/\{\}$/, '');
+        out[key] = Number(line.slice(sp + 1));
     }
     return out;
 }

@@ -460,6 +460,11 @@ static void update_stats(rp_drv *d)
         st->ttft_s = gs.t_first - gs.t_submit;
     if (gs.n_generated > 1 && gs.t_last > gs.t_first)
         st->decode_tps = (gs.n_generated - 1) / (gs.t_last - gs.t_first);
+    st->engine = true;
+    st->queue_s = gs.t_admit > 0 ? gs.t_admit - gs.t_submit : -1;
+    st->e2e_s = gs.t_first > 0 ? gs.t_last - gs.t_submit : -1;
+    st->n_gaps = gs.n_generated > 1 && gs.t_first > 0 ? gs.n_generated - 1 : 0;
+    st->gaps_s = st->n_gaps ? gs.t_last - gs.t_first : 0;
     st->n_drafted = st->n_accepted = 0;
     for (int m = 0; m < RP_SPEC_N_METHODS; m++) {
         st->n_drafted += gs.spec_drafted[m];

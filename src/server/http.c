@@ -612,6 +612,8 @@ static conn_state *state_create(rp_server *s, struct MHD_Connection *c, const ch
     cs->req.query = q ? q + 1 : "";
     cs->req.route_name = "unknown";
     cs->req.stats.ttft_s = -1;
+    cs->req.stats.queue_s = -1;
+    cs->req.stats.e2e_s = -1;
     cs->req.priv = cs;
     cs->api = strncmp(cs->path, "/v1/messages", 12) == 0 ? RP_API_ANTHROPIC : RP_API_OPENAI;
     return cs;
@@ -1111,7 +1113,7 @@ rp_status rp_server_create(rp_engine *e, const rp_model *m, const rp_tokenizer *
         goto fail;
     if (p->reasoning_parser && (st = rp_reasoning_format_from_name(p->reasoning_parser, &s->reasoning_format)))
         goto fail;
-    if ((st = rp_metrics_create(e, &s->metrics)))
+    if ((st = rp_metrics_create(e, s->model_name, &s->metrics)))
         goto fail;
     if ((st = rp_conn_table_create(s->params.max_connections, s->params.max_connections_per_client, s->params.timeout_s,
                                    &s->conns)))

@@ -345,6 +345,11 @@ typedef struct rp_req_stats {
     int n_prompt, n_cached, n_completion;
     double ttft_s;     // submit to first token, < 0 when none
     double decode_tps; // tokens/s after the first, 0 when unknown
+    bool engine;       // the request reached the engine (the rest below is then known)
+    double queue_s;    // submit to admission (prefill started), < 0 while never admitted
+    double e2e_s;      // submit to the last token, < 0 when none
+    int n_gaps;        // gaps between consecutive tokens (tokens sampled - 1, >= 0)
+    double gaps_s;     // their sum: first token to the last
     int n_drafted, n_accepted; // speculative decoding: draft tokens verified, and accepted (every method)
     bool client_gone;  // the client disconnected before the reply was complete
 } rp_req_stats;
@@ -630,8 +635,10 @@ void rp_stop_flush(rp_stop_matcher *m, const char **out, size_t *out_len);
 /* ---- metrics (metrics.c) --------------------------------------------------- */
 
 // Creates the counters and, with an engine (borrowed: it must outlive the metrics), starts the
-// sampler thread of the throughput history (one sample now, then every 5 s). RP_ERR_NOMEM.
-rp_status rp_metrics_create(rp_engine *e, rp_metrics **out);
+// sampler thread of the throughput history (one sample now, then every 5 s). model_name (copied)
+// is the model_name label of the series; the token histograms' buckets reach the engine's
+// context (1, 2, 5, 10, ... as vLLM's). RP_ERR_NOMEM.
+rp_status rp_metrics_create(rp_engine *e, const char *model_name, rp_metrics **out);
 // Stops and joins the sampler, frees m. NULL is a no-op.
 void rp_metrics_destroy(rp_metrics *m);
 // Adds one sample of the engine's token counters to the history now (the sampler's step; tests).

@@ -186,11 +186,11 @@ static void test_listen_and_stop(void **state)
     // Speculative decoding is on by default: the start line says which methods, /metrics has them.
     assert_non_null(strstr(err, "rapid: speculative decoding on: ngram, mtp"));
     http_get(port, "/metrics", resp, sizeof(resp));
-    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"mtp\"} 1"));
-    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{method=\"draft\"} 0"));
-    assert_non_null(strstr(resp, "rapid_spec_decode_draft_tokens_total{method=\"ngram\"} 0"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{model_name=\"rapid-tiny\",method=\"mtp\"} 1"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_enabled{model_name=\"rapid-tiny\",method=\"draft\"} 0"));
+    assert_non_null(strstr(resp, "rapid_spec_decode_draft_tokens_total{model_name=\"rapid-tiny\",method=\"ngram\"} 0"));
     assert_non_null(
-        strstr(resp, "rapid_spec_decode_accepted_tokens_by_position_total{method=\"mtp\",position=\"16\"} 0"));
+        strstr(resp, "rapid_spec_decode_accepted_tokens_by_position_total{model_name=\"rapid-tiny\",method=\"mtp\",position=\"16\"} 0"));
     ssize_t k;
 
     kill(pid, SIGTERM);

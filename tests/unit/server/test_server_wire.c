@@ -93,7 +93,7 @@ static void test_routes_and_auth(void **state)
     free(r.body);
     wire_request("GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, "rapid_requests_total{route=\"chat\",status=\"401\"}"));
+    assert_non_null(strstr(r.body, "rapid_requests_total{model_name=\"rapid-tiny\",route=\"chat\",status=\"401\"}"));
     assert_non_null(strstr(r.body, "rapid_kv_blocks_total"));
     free(r.body);
     still_serving();
@@ -331,12 +331,12 @@ static void test_prefix_cache_and_status(void **state)
 
     wire_request("GET", "/metrics", NULL, NULL, &r);
     assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total "));
-    assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total 0\n"));
-    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes 0\n"));
-    assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total "));
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total{model_name=\"rapid-tiny\"} "));
+    assert_null(strstr(r.body, "\nrapid_prefix_cache_hit_tokens_total{model_name=\"rapid-tiny\"} 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prefix_cache_disk_budget_bytes{model_name=\"rapid-tiny\"} 0\n"));
+    assert_non_null(strstr(r.body, "\nrapid_prompt_tokens_cached_total{model_name=\"rapid-tiny\"} "));
     assert_non_null(strstr(r.body, "\n# TYPE rapid_engine_forward_seconds_total counter\n"));
-    assert_non_null(strstr(r.body, "\nrapid_engine_prefill_chunk_tokens "));
+    assert_non_null(strstr(r.body, "\nrapid_engine_prefill_chunk_tokens{model_name=\"rapid-tiny\"} "));
     free(r.body);
     wire_request("POST", "/v1/status", AUTH, "{}", &r);
     expect_error(&r, 405, false);
@@ -446,8 +446,8 @@ static void test_disconnect_and_busy(void **state)
     wire_resp m;
     wire_request("GET", "/metrics", NULL, NULL, &m);
     assert_non_null(strstr(m.body, "rapid_requests_client_gone_total"));
-    assert_null(strstr(m.body, "rapid_requests_client_gone_total 0\n"));
-    assert_non_null(strstr(m.body, "rapid_requests_total{route=\"chat\",status=\"499\"}"));
+    assert_null(strstr(m.body, "rapid_requests_client_gone_total{model_name=\"rapid-tiny\"} 0\n"));
+    assert_non_null(strstr(m.body, "rapid_requests_total{model_name=\"rapid-tiny\",route=\"chat\",status=\"499\"}"));
     free(m.body);
 }
 
